@@ -1,0 +1,51 @@
+// The CPU device: 64-byte aligned host memory and an in-order stream that runs
+// each operation on its thread pool as it is enqueued. Because work completes
+// before enqueue returns, every Event is complete when recorded; callers still
+// use the Stream/Event shape so the same code drives an asynchronous device.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/thread_pool.hpp"
+#include "backends/device.hpp"
+
+namespace troupe {
+
+class CpuDevice;
+
+class CpuStream final : public Stream {
+ public:
+  CpuStream(CpuDevice& device, int threads);
+  Device& device() override;
+  std::unique_ptr<Event> record() override;
+  void wait(const Event& e) override;
+  void synchronize() override {}
+  /// The threads that run this stream's kernels.
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  CpuDevice& device_;
+  ThreadPool pool_;
+};
+
+class CpuDevice final : public Device {
+ public:
+  /// `threads` compute threads (>= 1) for kernels and GEMM.
+  explicit CpuDevice(int threads = 1);
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+  std::string name() const override { return "cpu"; }
+  DeviceCapabilities capabilities() const override;
+  Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) override;
+  Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
+  Stream& default_stream() override { return *stream_; }
+  CpuStream& cpu_stream() { return *stream_; }
+
+ private:
+  int threads_;
+  std::unique_ptr<CpuStream> stream_;
+};
+
+/// The CPU stream behind `s`; `s` must belong to a CPU device.
+CpuStream& as_cpu(Stream& s);
+
+}  // namespace troupe

@@ -1,0 +1,77 @@
+// The narrow hardware interface (ggml-backend style): a Device allocates
+// Buffers and copies bytes; a Stream runs work in order and records Events.
+// CPU and CUDA present the same asynchronous shape; only backends/ knows which.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/expected.hpp"
+
+namespace troupe {
+
+enum class DeviceKind { cpu, cuda };
+
+class Device;
+
+/// A point in a Stream's order; complete once all work before it is done.
+class Event {
+ public:
+  virtual ~Event() = default;
+  /// True when every operation recorded before this event has finished.
+  virtual bool query() const = 0;
+  /// Blocks the calling thread until query() would be true.
+  virtual void synchronize() const = 0;
+};
+
+/// An in-order queue of work on one device.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Device& device() = 0;
+  /// An event that completes when all work enqueued so far has finished.
+  virtual std::unique_ptr<Event> record() = 0;
+  /// Work enqueued after this call starts only once `e` is complete.
+  virtual void wait(const Event& e) = 0;
+  /// Blocks until every enqueued operation has finished.
+  virtual void synchronize() = 0;
+};
+
+/// Memory owned by a device; freed by the device's deleter.
+class Buffer {
+ public:
+  using Deleter = void (*)(void*);
+  Buffer(Device& device, void* data, std::size_t bytes, Deleter deleter)
+      : device_(&device), data_(data, deleter), bytes_(bytes) {}
+  Device& device() const { return *device_; }
+  void* data() const { return data_.get(); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  Device* device_;
+  std::unique_ptr<void, Deleter> data_;
+  std::size_t bytes_;
+};
+
+/// What a device can do, for callers that choose between code paths.
+struct DeviceCapabilities {
+  bool bf16_compute = false;
+  int threads = 1;
+  std::size_t alignment = 64;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual DeviceKind kind() const = 0;
+  virtual std::string name() const = 0;
+  virtual DeviceCapabilities capabilities() const = 0;
+  /// `bytes` of uninitialised device memory, aligned to capabilities().alignment.
+  virtual Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) = 0;
+  /// Enqueues a copy of `bytes` from `src` to `dst` (either may be host memory) on `s`.
+  virtual Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) = 0;
+  virtual Stream& default_stream() = 0;
+};
+
+}  // namespace troupe

@@ -1,0 +1,55 @@
+// Element types a Tensor can hold, and the bf16 <-> f32 conversions.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace troupe {
+
+enum class DType : std::uint8_t { f32, bf16, i32, u16, u8 };
+
+/// Bytes per element.
+constexpr std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::i32: return 4;
+    case DType::bf16: return 2;
+    case DType::u16: return 2;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+/// Name as safetensors spells it ("F32", "BF16", "I32", "U16", "U8").
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::bf16: return "BF16";
+    case DType::i32: return "I32";
+    case DType::u16: return "U16";
+    case DType::u8: return "U8";
+  }
+  return "?";
+}
+
+/// bf16 stored as its 16 raw bits.
+struct BFloat16 {
+  std::uint16_t bits;
+};
+
+/// Rounds to nearest, ties to even; NaN stays NaN.
+inline BFloat16 to_bf16(float x) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return BFloat16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return BFloat16{static_cast<std::uint16_t>(u >> 16)};
+}
+
+inline float from_bf16(BFloat16 x) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(x.bits) << 16);
+}
+
+}  // namespace troupe

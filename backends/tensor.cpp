@@ -1,0 +1,62 @@
+// Tensor construction and views.
+#include "backends/tensor.hpp"
+
+#include <cassert>
+#include <cstring>
+
+namespace troupe {
+
+std::int64_t shape_numel(const Shape& shape) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shape_string(const Shape& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype) {
+  for (auto d : shape)
+    if (d < 0) return make_error("tensor: negative dimension in shape ", shape_string(shape));
+  auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  auto buffer = device.allocate(bytes);
+  if (!buffer) return buffer.error();
+  Tensor t;
+  t.storage_ = std::move(*buffer);
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+Expected<Tensor> Tensor::zeros(Device& device, Shape shape, DType dtype) {
+  if (device.kind() != DeviceKind::cpu)
+    return make_error("tensor: zeros() on ", device.name(), " needs a device memset");
+  auto t = empty(device, std::move(shape), dtype);
+  if (t && t->nbytes() > 0) std::memset(t->raw(), 0, t->nbytes());
+  return t;
+}
+
+Tensor Tensor::view(std::int64_t offset, Shape shape) const {
+  assert(offset >= 0);
+  assert(static_cast<std::size_t>((offset_ + offset + shape_numel(shape))) * dtype_size(dtype_) <=
+         storage_->bytes());
+  Tensor t = *this;
+  t.offset_ = offset_ + offset;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::reshaped(Shape shape) const {
+  assert(shape_numel(shape) == numel());
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+}  // namespace troupe

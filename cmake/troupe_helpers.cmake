@@ -1,0 +1,27 @@
+# troupe_library(NAME SOURCES... DEPS ...): one static library per layer.
+# troupe_test(NAME SOURCES... DEPS ...): a Catch2 test binary registered with CTest.
+function(troupe_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  target_compile_options(${name} PRIVATE -Wall -Wextra)
+  if(TROUPE_NATIVE)
+    target_compile_options(${name} PRIVATE -march=native)
+  endif()
+endfunction()
+
+function(troupe_test name)
+  if(NOT TROUPE_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} Catch2::Catch2WithMain)
+  target_compile_options(${name} PRIVATE -Wall -Wextra)
+  if(TROUPE_NATIVE)
+    target_compile_options(${name} PRIVATE -march=native)
+  endif()
+  catch_discover_tests(${name} PROPERTIES ENVIRONMENT
+    "TROUPE_BIN=${PROJECT_BINARY_DIR}/tools/troupe/troupe;TROUPE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

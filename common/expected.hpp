@@ -1,0 +1,74 @@
+// Errors as values: Error, Expected<T> and Status, the vocabulary every layer
+// returns. Not exceptions: nothing here throws (std::expected arrives in C++23).
+#pragma once
+
+#include <cassert>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace troupe {
+
+/// What went wrong, in one line that names the file, key, flag or call.
+struct Error {
+  std::string message;
+};
+
+/// Either a T or the Error that prevented it.
+template <class T>
+class [[nodiscard]] Expected {
+ public:
+  Expected(T value) : v_(std::move(value)) {}
+  Expected(Error error) : v_(std::move(error)) {}
+
+  bool ok() const { return v_.index() == 0; }
+  explicit operator bool() const { return ok(); }
+
+  T& value() & { assert(ok()); return std::get<0>(v_); }
+  const T& value() const& { assert(ok()); return std::get<0>(v_); }
+  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
+  T&& operator*() && { return std::move(*this).value(); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+  const Error& error() const { assert(!ok()); return std::get<1>(v_); }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+/// Success, or the Error that stopped it.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)), failed_(true) {}
+  static Status success() { return {}; }
+
+  bool ok() const { return !failed_; }
+  explicit operator bool() const { return ok(); }
+  const Error& error() const { assert(failed_); return error_; }
+
+ private:
+  Error error_;
+  bool failed_ = false;
+};
+
+/// An Error whose message is the concatenation of `parts`.
+template <class... Parts>
+Error make_error(Parts&&... parts) {
+  std::string message;
+  ((message += std::forward<Parts>(parts)), ...);
+  return Error{std::move(message)};
+}
+
+}  // namespace troupe
+
+/// Returns the error of a failed Status/Expected expression from the caller.
+#define TROUPE_TRY(expr)                         \
+  do {                                           \
+    auto troupe_try_result_ = (expr);            \
+    if (!troupe_try_result_.ok())                \
+      return troupe_try_result_.error();         \
+  } while (0)

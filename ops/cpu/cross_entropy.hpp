@@ -1,0 +1,15 @@
+// Softmax cross-entropy over the vocabulary, fused with its backward.
+#pragma once
+
+#include "backends/device.hpp"
+#include "backends/tensor.hpp"
+
+namespace troupe {
+
+/// losses: (N) = logsumexp(logits[n]) - logits[n, targets[n]]. logits: (N,V); targets: (N) i32.
+/// When `dlogits_scale` != 0, logits is overwritten with its gradient
+/// (softmax - onehot(target)) * dlogits_scale (the caller's d loss / d losses[n]).
+void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets, float dlogits_scale,
+                                    Stream& s);
+
+}  // namespace troupe

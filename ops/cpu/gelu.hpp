@@ -1,0 +1,15 @@
+// GELU, tanh approximation (as GPT-2).
+#pragma once
+
+#include "backends/device.hpp"
+#include "backends/tensor.hpp"
+
+namespace troupe {
+
+/// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise, any shape.
+void gelu_forward(Tensor& out, const Tensor& inp, Stream& s);
+
+/// dinp = dout * gelu'(inp), overwritten; dinp may alias dout.
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout, Stream& s);
+
+}  // namespace troupe

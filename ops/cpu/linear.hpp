@@ -1,0 +1,17 @@
+// Linear layer with bias, weight stored [in, out] as Hugging Face GPT-2's Conv1D.
+#pragma once
+
+#include "backends/device.hpp"
+#include "backends/tensor.hpp"
+
+namespace troupe {
+
+/// out: (N,OC) = inp: (N,C) @ weight: (C,OC) + bias: (OC). `bias` may be undefined.
+void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, Stream& s);
+
+/// dinp: (N,C) = dout @ weight^T, added to dinp when `accumulate_dinp`, else overwritten;
+/// dweight: (C,OC) += inp^T @ dout; dbias: (OC) += column sums of dout (skipped if undefined).
+void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                     const Tensor& weight, bool accumulate_dinp, Stream& s);
+
+}  // namespace troupe

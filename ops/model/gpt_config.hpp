@@ -1,0 +1,67 @@
+// GPT-2 style model description, its split into pipeline stages, and the list
+// of parameters each stage owns (Hugging Face GPT-2 names and layouts).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/tensor.hpp"
+#include "common/expected.hpp"
+
+namespace troupe {
+
+struct GptConfig {
+  int layers = 4;
+  int heads = 4;
+  int dim = 128;
+  int ctx = 256;
+  int vocab = 256;
+  /// MegaScale's parallel block: attention and MLP both read one LayerNorm and
+  /// are added to the residual together (no ln_2).
+  bool parallel_block = false;
+  /// Sliding attention window W (query i sees keys i-W+1 ... i); 0 = full causal.
+  int window = 0;
+};
+
+/// An error naming the model.* key that is out of range, or success.
+Status validate(const GptConfig& cfg);
+
+/// A contiguous range of transformer layers plus the ends it owns.
+struct StageSpec {
+  int first_layer = 0;
+  int end_layer = 0;  ///< exclusive
+  bool embedding = true;  ///< owns wte/wpe and the token input
+  bool head = true;       ///< owns ln_f, the tied LM head and the loss
+  int layer_count() const { return end_layer - first_layer; }
+};
+
+/// The whole model as one stage.
+StageSpec whole_model(const GptConfig& cfg);
+
+/// `stages` contiguous stages; `layers_per_stage` lists each stage's layer count,
+/// or is empty to divide evenly (earlier stages take the remainder).
+Expected<std::vector<StageSpec>> split_stages(const GptConfig& cfg, int stages,
+                                              const std::vector<int>& layers_per_stage = {});
+
+enum class InitKind { normal, residual_projection, zeros, ones };
+
+struct ParamSpec {
+  std::string name;  ///< Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
+  Shape shape;
+  bool decay;        ///< weight decay applies (matrices and embeddings, not biases or norms)
+  InitKind init;
+};
+
+/// Parameters of one stage in storage order. A head stage that is not also the
+/// embedding stage holds its own copy of the tied "wte.weight".
+std::vector<ParamSpec> stage_param_specs(const GptConfig& cfg, const StageSpec& stage);
+
+/// Parameter count of the whole model (the tied head counted once).
+std::int64_t parameter_count(const GptConfig& cfg);
+
+/// Training FLOPs per token: 6 N + 12 L d ctx, with N the parameters that take
+/// part in matrix products (all but wpe; the tied wte counts once, for the head).
+double model_flops_per_token(const GptConfig& cfg);
+
+}  // namespace troupe

@@ -1,0 +1,295 @@
+// GptStage: allocation, initialisation, and the forward/backward of blocks and head.
+#include "ops/model/gpt_stage.hpp"
+
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/gemm.hpp"
+#include "ops/cpu/attention.hpp"
+#include "ops/cpu/cross_entropy.hpp"
+#include "ops/cpu/encoder.hpp"
+#include "ops/cpu/gelu.hpp"
+#include "ops/cpu/layernorm.hpp"
+#include "ops/cpu/linear.hpp"
+#include "ops/cpu/residual.hpp"
+#include "ops/model/init.hpp"
+
+namespace troupe {
+
+// A parameter's value and gradient views.
+struct Weight {
+  Tensor w, g;
+};
+
+// One transformer block's parameters.
+struct GptStage::Block {
+  Weight ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b;
+};
+
+// Activations one microbatch keeps between forward and backward.
+struct GptStage::Slot {
+  struct Layer {
+    Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
+    Tensor qkv;                      // (B,T,3C)
+    Tensor atty;                     // (B,T,C) attention output before c_proj
+    Tensor att;                      // (B,NH,T,T) softmax probabilities
+    Tensor x2;                       // (B,T,C) residual after attention (parallel block: c_proj output)
+    Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T); sequential block only
+    Tensor fch, fcg;                 // (B,T,4C) c_fc output before and after GELU
+  };
+  Tensor input;                  // what forward() was given (tokens or activations)
+  std::vector<Tensor> residual;  // layer_count()+1 tensors (B,T,C): residual[l] is block l's input
+  std::vector<Layer> layers;
+  Tensor lnf, lnf_mean, lnf_rstd;  // head stage: (B,T,C), (B,T), (B,T)
+  Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward
+  Tensor losses;                   // head stage: (B*T)
+};
+
+// Backward buffers shared by all slots.
+struct GptStage::Scratch {
+  Tensor dres;   // (B,T,C) gradient of the residual stream, flowing backwards
+  Tensor dln;    // (B,T,C)
+  Tensor datty;  // (B,T,C)
+  Tensor dqkv;   // (B,T,3C)
+  Tensor dfch;   // (B,T,4C)
+};
+
+GptStage::GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T)
+    : cfg_(cfg), spec_(spec), B_(B), T_(T) {}
+
+GptStage::~GptStage() = default;
+
+int GptStage::slots() const { return static_cast<int>(slots_.size()); }
+
+Expected<std::unique_ptr<GptStage>> GptStage::create(Device& device, const GptConfig& cfg, const StageSpec& spec,
+                                                     int B, int T, int slots) {
+  TROUPE_TRY(validate(cfg));
+  if (B < 1) return make_error("train.batch must be >= 1");
+  if (T < 1 || T > cfg.ctx) return make_error("sequence length ", std::to_string(T), " exceeds model.ctx");
+  std::unique_ptr<GptStage> stage(new GptStage(cfg, spec, B, T));
+  TROUPE_TRY(stage->allocate(device, std::max(1, slots)));
+  return stage;
+}
+
+Status GptStage::allocate(Device& device, int slots) {
+  std::int64_t total = 0;
+  for (auto& spec : stage_param_specs(cfg_, spec_)) {
+    params_.push_back(StageParam{spec, {}, {}, total});
+    total += shape_numel(spec.shape);
+  }
+  auto pf = Tensor::zeros(device, {total});
+  auto gf = Tensor::zeros(device, {total});
+  if (!pf) return pf.error();
+  if (!gf) return gf.error();
+  params_flat_ = *pf;
+  grads_flat_ = *gf;
+  for (auto& p : params_) {
+    p.value = params_flat_.view(p.offset, p.spec.shape);
+    p.grad = grads_flat_.view(p.offset, p.spec.shape);
+  }
+  auto weight = [&](const std::string& name) {
+    StageParam* p = find(name);
+    return p ? Weight{p->value, p->grad} : Weight{};
+  };
+  for (int l = spec_.first_layer; l < spec_.end_layer; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    blocks_.push_back(Block{weight(h + "ln_1.weight"), weight(h + "ln_1.bias"), weight(h + "attn.c_attn.weight"),
+                            weight(h + "attn.c_attn.bias"), weight(h + "attn.c_proj.weight"),
+                            weight(h + "attn.c_proj.bias"), weight(h + "ln_2.weight"), weight(h + "ln_2.bias"),
+                            weight(h + "mlp.c_fc.weight"), weight(h + "mlp.c_fc.bias"),
+                            weight(h + "mlp.c_proj.weight"), weight(h + "mlp.c_proj.bias")});
+  }
+
+  const std::int64_t B = B_, T = T_, C = cfg_.dim, NH = cfg_.heads, V = cfg_.vocab;
+  Status status;
+  auto make = [&](Shape shape) {
+    auto t = Tensor::empty(device, std::move(shape));
+    if (!t) {
+      status = t.error();
+      return Tensor{};
+    }
+    return *t;
+  };
+  slots_.resize(static_cast<std::size_t>(slots));
+  for (auto& slot : slots_) {
+    for (int l = 0; l <= spec_.layer_count(); ++l) slot.residual.push_back(make({B, T, C}));
+    for (int l = 0; l < spec_.layer_count(); ++l) {
+      Slot::Layer a;
+      a.ln1 = make({B, T, C});
+      a.ln1_mean = make({B, T});
+      a.ln1_rstd = make({B, T});
+      a.qkv = make({B, T, 3 * C});
+      a.atty = make({B, T, C});
+      a.att = make({B, NH, T, T});
+      a.x2 = make({B, T, C});
+      if (!cfg_.parallel_block) {
+        a.ln2 = make({B, T, C});
+        a.ln2_mean = make({B, T});
+        a.ln2_rstd = make({B, T});
+      }
+      a.fch = make({B, T, 4 * C});
+      a.fcg = make({B, T, 4 * C});
+      slot.layers.push_back(std::move(a));
+    }
+    if (spec_.head) {
+      slot.lnf = make({B, T, C});
+      slot.lnf_mean = make({B, T});
+      slot.lnf_rstd = make({B, T});
+      slot.logits = make({B, T, V});
+      slot.losses = make({B * T});
+    }
+  }
+  scratch_ = std::make_unique<Scratch>();
+  scratch_->dres = make({B, T, C});
+  scratch_->dln = make({B, T, C});
+  scratch_->datty = make({B, T, C});
+  scratch_->dqkv = make({B, T, 3 * C});
+  scratch_->dfch = make({B, T, 4 * C});
+  return status;
+}
+
+StageParam* GptStage::find(const std::string& name) {
+  for (auto& p : params_)
+    if (p.spec.name == name) return &p;
+  return nullptr;
+}
+
+void GptStage::init_weights(std::uint64_t seed) {
+  for (auto& p : params_) init_parameter(p.value, p.spec, cfg_, seed);
+}
+
+void GptStage::zero_grads() { std::memset(grads_flat_.raw(), 0, grads_flat_.nbytes()); }
+
+const Tensor& GptStage::output(int slot) const {
+  return slots_[static_cast<std::size_t>(slot)].residual.back();
+}
+
+const Tensor& GptStage::token_losses(int slot) const { return slots_[static_cast<std::size_t>(slot)].losses; }
+
+const Tensor& GptStage::input_grad() const { return scratch_->dres; }
+
+void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out, Stream& s) {
+  auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w, s);
+  linear_forward(a.qkv, a.ln1, w.qkv_w.w, w.qkv_b.w, s);
+  attention_forward(a.atty, a.att, a.qkv, cfg_.heads, cfg_.window, s);
+  linear_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w, s);
+  if (cfg_.parallel_block) {
+    // out = x + attn(ln1) + mlp(ln1)
+    linear_forward(a.fch, a.ln1, w.fc_w.w, w.fc_b.w, s);
+    gelu_forward(a.fcg, a.fch, s);
+    linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, s);
+    residual3_forward(out, out, a.x2, x, s);
+    return;
+  }
+  residual_forward(a.x2, a.x2, x, s);
+  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w, s);
+  linear_forward(a.fch, a.ln2, w.fc_w.w, w.fc_b.w, s);
+  gelu_forward(a.fcg, a.fch, s);
+  linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, s);
+  residual_forward(out, out, a.x2, s);
+}
+
+// On entry scratch.dres holds d(block output); on return, d(block input).
+void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x, Stream& s) {
+  auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  auto& d = *scratch_;
+  auto& [ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b] = w;
+  linear_backward(d.dfch, mlp_w.g, mlp_b.g, d.dres, a.fcg, mlp_w.w, false, s);
+  gelu_backward(d.dfch, a.fch, d.dfch, s);
+  if (cfg_.parallel_block) {
+    linear_backward(d.dln, fc_w.g, fc_b.g, d.dfch, a.ln1, fc_w.w, false, s);
+    linear_backward(d.datty, proj_w.g, proj_b.g, d.dres, a.atty, proj_w.w, false, s);
+    attention_backward(d.dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
+    linear_backward(d.dln, qkv_w.g, qkv_b.g, d.dqkv, a.ln1, qkv_w.w, true, s);
+    layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd, s);
+    return;
+  }
+  linear_backward(d.dln, fc_w.g, fc_b.g, d.dfch, a.ln2, fc_w.w, false, s);
+  layernorm_backward(d.dres, ln2_w.g, ln2_b.g, d.dln, a.x2, ln2_w.w, a.ln2_mean, a.ln2_rstd, s);
+  linear_backward(d.datty, proj_w.g, proj_b.g, d.dres, a.atty, proj_w.w, false, s);
+  attention_backward(d.dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
+  linear_backward(d.dln, qkv_w.g, qkv_b.g, d.dqkv, a.ln1, qkv_w.w, false, s);
+  layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd, s);
+}
+
+void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, Stream& s) {
+  StageParam* lnf_w = find("ln_f.weight");
+  StageParam* lnf_b = find("ln_f.bias");
+  StageParam* wte = find("wte.weight");
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value, s);
+  // logits (BT,V) = lnf (BT,C) @ wte^T
+  sgemm(as_cpu(s).pool(), false, true, B_ * T_, cfg_.vocab, cfg_.dim, 1.0f, a.lnf.f32(), cfg_.dim,
+        wte->value.f32(), cfg_.dim, 0.0f, a.logits.f32(), cfg_.vocab);
+  cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale, s);
+}
+
+void GptStage::head_backward(Slot& a, Stream& s) {
+  StageParam* lnf_w = find("ln_f.weight");
+  StageParam* lnf_b = find("ln_f.bias");
+  StageParam* wte = find("wte.weight");
+  auto& d = *scratch_;
+  auto& pool = as_cpu(s).pool();
+  const int N = B_ * T_, V = cfg_.vocab, C = cfg_.dim;
+  // dlnf (N,C) = dlogits (N,V) @ wte (V,C); dwte (V,C) += dlogits^T @ lnf
+  sgemm(pool, false, false, N, C, V, 1.0f, a.logits.f32(), V, wte->value.f32(), C, 0.0f, d.dln.f32(), C);
+  sgemm(pool, true, false, V, C, N, 1.0f, a.logits.f32(), V, a.lnf.f32(), C, 1.0f, wte->grad.f32(), C);
+  std::memset(d.dres.raw(), 0, d.dres.nbytes());
+  layernorm_backward(d.dres, lnf_w->grad, lnf_b->grad, d.dln, a.residual.back(), lnf_w->value, a.lnf_mean,
+                     a.lnf_rstd, s);
+}
+
+float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s) {
+  Slot& a = slots_[static_cast<std::size_t>(slot)];
+  a.input = input;
+  if (spec_.embedding) {
+    encoder_forward(a.residual[0], input, find("wte.weight")->value, find("wpe.weight")->value, s);
+  } else {
+    std::memcpy(a.residual[0].raw(), input.raw(), a.residual[0].nbytes());
+  }
+  for (int l = 0; l < spec_.layer_count(); ++l)
+    block_forward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)],
+                  a.residual[static_cast<std::size_t>(l) + 1], s);
+  if (!spec_.head) return 0.0f;
+  assert(targets != nullptr);
+  head_forward(a, a.residual.back(), *targets, dloss_scale, s);
+  const float* losses = a.losses.f32();
+  double sum = 0;
+  for (std::int64_t i = 0; i < a.losses.numel(); ++i) sum += losses[i];
+  return static_cast<float>(sum / static_cast<double>(a.losses.numel()));
+}
+
+void GptStage::backward(int slot, const Tensor& dout, Stream& s) {
+  Slot& a = slots_[static_cast<std::size_t>(slot)];
+  if (spec_.head) {
+    head_backward(a, s);
+  } else {
+    std::memcpy(scratch_->dres.raw(), dout.raw(), scratch_->dres.nbytes());
+  }
+  for (int l = spec_.layer_count() - 1; l >= 0; --l)
+    block_backward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)], s);
+  if (spec_.embedding)
+    encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, scratch_->dres, a.input, s);
+}
+
+GptStage::MemoryUse GptStage::memory_use() const {
+  MemoryUse m;
+  m.params = params_flat_.nbytes();
+  m.grads = grads_flat_.nbytes();
+  for (auto& slot : slots_) {
+    for (auto& r : slot.residual) m.activations += r.nbytes();
+    for (auto& l : slot.layers)
+      for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att, &l.x2, &l.ln2,
+                              &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fcg})
+        if (t->defined()) m.activations += t->nbytes();
+    for (const Tensor* t : {&slot.lnf, &slot.lnf_mean, &slot.lnf_rstd, &slot.logits, &slot.losses})
+      if (t->defined()) m.activations += t->nbytes();
+  }
+  for (const Tensor* t : {&scratch_->dres, &scratch_->dln, &scratch_->datty, &scratch_->dqkv, &scratch_->dfch})
+    m.scratch += t->nbytes();
+  return m;
+}
+
+}  // namespace troupe

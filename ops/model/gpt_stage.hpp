@@ -1,0 +1,100 @@
+// One pipeline stage of a GPT-2 style model: a contiguous range of transformer
+// blocks, plus the embedding (first stage) and/or final LayerNorm, tied LM head
+// and loss (last stage). The single-process trainer is the one-stage case.
+//
+// Parameters and gradients each live in one flat buffer (optimizers, gradient
+// buckets and checkpoints see one span); per-tensor views are in params().
+// Activations saved for backward are kept per "slot" (one slot per microbatch
+// in flight); backward scratch is shared by all slots.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/tensor.hpp"
+#include "common/expected.hpp"
+#include "ops/model/gpt_config.hpp"
+
+namespace troupe {
+
+struct StageParam {
+  ParamSpec spec;
+  Tensor value;  ///< view into flat_params()
+  Tensor grad;   ///< view into flat_grads()
+  std::int64_t offset = 0;  ///< element offset in the flat buffers
+};
+
+class GptStage {
+ public:
+  /// Allocates parameters, gradients and activations for microbatches of B x T tokens.
+  static Expected<std::unique_ptr<GptStage>> create(Device& device, const GptConfig& cfg, const StageSpec& spec,
+                                                    int B, int T, int slots = 1);
+  ~GptStage();
+
+  const GptConfig& config() const { return cfg_; }
+  const StageSpec& spec() const { return spec_; }
+  int batch() const { return B_; }
+  int seq() const { return T_; }
+  int slots() const;
+
+  Tensor& flat_params() { return params_flat_; }
+  Tensor& flat_grads() { return grads_flat_; }
+  std::vector<StageParam>& params() { return params_; }
+  const std::vector<StageParam>& params() const { return params_; }
+  /// The parameter called `name`, or nullptr.
+  StageParam* find(const std::string& name);
+
+  /// GPT-2 initialisation; each tensor's values depend only on (seed, name),
+  /// so any split into stages starts from the same weights.
+  void init_weights(std::uint64_t seed);
+  void zero_grads();
+
+  /// Runs the stage on `input` (tokens (B,T) i32 on the embedding stage, else
+  /// activations (B,T,C)); `input` must stay unchanged until backward(slot).
+  /// On the head stage `targets` (B,T) i32 are required and the mean loss is
+  /// returned; with dloss_scale != 0 the loss gradient d(sum of token losses *
+  /// dloss_scale) is prepared for backward. Other stages return 0.
+  float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s);
+
+  /// Activations (B,T,C) this (non-head) stage passes on after forward(slot).
+  const Tensor& output(int slot) const;
+  /// Per-token losses (B*T) of the last forward(slot) on the head stage.
+  const Tensor& token_losses(int slot) const;
+
+  /// Accumulates parameter gradients for `slot`; `dout` (B,T,C) is the gradient
+  /// of the stage output (ignored on the head stage).
+  void backward(int slot, const Tensor& dout, Stream& s);
+  /// Gradient (B,T,C) of the stage input after backward (non-embedding stages);
+  /// valid until the next backward.
+  const Tensor& input_grad() const;
+
+  /// Bytes held in parameters+gradients, saved activations, and backward scratch.
+  struct MemoryUse {
+    std::size_t params = 0, grads = 0, activations = 0, scratch = 0;
+  };
+  MemoryUse memory_use() const;
+
+ private:
+  struct Block;
+  struct Slot;
+  struct Scratch;
+  GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T);
+  Status allocate(Device& device, int slots);
+  void block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, Stream& s);
+  void block_backward(Block& w, Slot& a, int layer, const Tensor& x, Stream& s);
+  void head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, Stream& s);
+  void head_backward(Slot& a, Stream& s);
+
+  GptConfig cfg_;
+  StageSpec spec_;
+  int B_, T_;
+  Tensor params_flat_, grads_flat_;
+  std::vector<StageParam> params_;
+  std::vector<Block> blocks_;
+  std::vector<Slot> slots_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,196 @@
+// The whole model against a double-precision reference composed of the
+// reference ops: loss, and every parameter's gradient by finite differences.
+#include "ops/model/gpt_stage.hpp"
+
+#include <catch2/catch.hpp>
+#include <map>
+
+#include "backends/cpu/cpu_device.hpp"
+#include "ops/testing/reference.hpp"
+
+namespace troupe {
+namespace ref = reference;
+namespace {
+
+using Params = std::map<std::string, ref::Vec>;
+
+// Mean token loss of the GPT described by cfg with parameters P.
+double reference_loss(const GptConfig& cfg, Params& P, const std::vector<int>& tok, const std::vector<int>& tgt, int B,
+                      int T) {
+  const int C = cfg.dim, N = B * T;
+  ref::Vec x(static_cast<std::size_t>(N) * C);
+  for (int bt = 0; bt < N; ++bt)
+    for (int c = 0; c < C; ++c) x[bt * C + c] = P["wte.weight"][tok[bt] * C + c] + P["wpe.weight"][(bt % T) * C + c];
+  for (int l = 0; l < cfg.layers; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto ln1 = ref::layernorm(x, P[h + "ln_1.weight"], P[h + "ln_1.bias"], N, C);
+    auto qkv = ref::linear(ln1, P[h + "attn.c_attn.weight"], P[h + "attn.c_attn.bias"], N, C, 3 * C);
+    auto att = ref::attention(qkv, B, T, C, cfg.heads, cfg.window);
+    auto proj = ref::linear(att, P[h + "attn.c_proj.weight"], P[h + "attn.c_proj.bias"], N, C, C);
+    ref::Vec x2(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x2[i] = x[i] + proj[i];
+    auto mlp_in = cfg.parallel_block ? ln1 : ref::layernorm(x2, P[h + "ln_2.weight"], P[h + "ln_2.bias"], N, C);
+    auto fc = ref::gelu(ref::linear(mlp_in, P[h + "mlp.c_fc.weight"], P[h + "mlp.c_fc.bias"], N, C, 4 * C));
+    auto mlp = ref::linear(fc, P[h + "mlp.c_proj.weight"], P[h + "mlp.c_proj.bias"], N, 4 * C, C);
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = x2[i] + mlp[i];
+  }
+  auto lnf = ref::layernorm(x, P["ln_f.weight"], P["ln_f.bias"], N, C);
+  ref::Vec logits(static_cast<std::size_t>(N) * cfg.vocab);
+  for (int r = 0; r < N; ++r)
+    for (int v = 0; v < cfg.vocab; ++v) {
+      double s = 0;
+      for (int c = 0; c < C; ++c) s += lnf[r * C + c] * P["wte.weight"][v * C + c];
+      logits[r * cfg.vocab + v] = s;
+    }
+  auto losses = ref::cross_entropy(logits, tgt, N, cfg.vocab);
+  double sum = 0;
+  for (double v : losses) sum += v;
+  return sum / N;
+}
+
+struct Batch {
+  Tensor tokens, targets;
+  std::vector<int> tok, tgt;
+};
+
+Batch make_batch(Device& dev, int B, int T, int V, std::mt19937& rng) {
+  Batch b{*Tensor::empty(dev, {B, T}, DType::i32), *Tensor::empty(dev, {B, T}, DType::i32), {}, {}};
+  std::uniform_int_distribution<int> u(0, V - 1);
+  for (int i = 0; i < B * T; ++i) {
+    b.tok.push_back(b.tokens.data<std::int32_t>()[i] = u(rng));
+    b.tgt.push_back(b.targets.data<std::int32_t>()[i] = u(rng));
+  }
+  return b;
+}
+
+void perturb(GptStage& stage, std::mt19937& rng) {
+  // Non-trivial norms and biases so their gradients are exercised too.
+  std::uniform_real_distribution<float> u(-0.3f, 0.3f);
+  for (auto& p : stage.params())
+    for (std::int64_t i = 0; i < p.value.numel(); ++i) p.value.f32()[i] += u(rng);
+}
+
+void check_against_reference(GptConfig cfg) {
+  CpuDevice cpu(2);
+  auto& s = cpu.default_stream();
+  const int B = 2, T = 9;
+  auto stage = std::move(*GptStage::create(cpu, cfg, whole_model(cfg), B, T));
+  stage->init_weights(7);
+  std::mt19937 rng(11);
+  perturb(*stage, rng);
+  Batch batch = make_batch(cpu, B, T, cfg.vocab, rng);
+  Params P;
+  for (auto& p : stage->params()) P[p.spec.name] = ref::to_vec(p.value);
+
+  stage->zero_grads();
+  const float loss = stage->forward(0, batch.tokens, &batch.targets, 1.0f / (B * T), s);
+  stage->backward(0, Tensor{}, s);
+  const double want = reference_loss(cfg, P, batch.tok, batch.tgt, B, T);
+  CHECK(loss == Approx(want).epsilon(1e-5));
+
+  for (auto& p : stage->params()) {
+    auto& x = P[p.spec.name];
+    for (int k = 0; k < 6; ++k) {
+      std::size_t i = std::uniform_int_distribution<std::size_t>(0, x.size() - 1)(rng);
+      double fd = ref::finite_difference([&] { return reference_loss(cfg, P, batch.tok, batch.tgt, B, T); }, x, i);
+      INFO(p.spec.name << "[" << i << "] analytic " << p.grad.f32()[i] << " numeric " << fd);
+      REQUIRE(ref::close(p.grad.f32()[i], fd, 2e-3, 1e-3));
+    }
+  }
+}
+
+GptConfig tiny_config() {
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 2;
+  cfg.dim = 8;
+  cfg.ctx = 12;
+  cfg.vocab = 13;
+  return cfg;
+}
+
+}  // namespace
+
+TEST_CASE("GPT loss and every parameter gradient match the reference", "[model]") {
+  check_against_reference(tiny_config());
+}
+
+TEST_CASE("parallel block matches the reference", "[model]") {
+  auto cfg = tiny_config();
+  cfg.parallel_block = true;
+  check_against_reference(cfg);
+}
+
+TEST_CASE("sliding-window attention matches the reference", "[model]") {
+  auto cfg = tiny_config();
+  cfg.window = 3;
+  check_against_reference(cfg);
+}
+
+TEST_CASE("two stages compute what one stage computes", "[model]") {
+  CpuDevice cpu(2);
+  auto& s = cpu.default_stream();
+  auto cfg = tiny_config();
+  cfg.layers = 3;
+  const int B = 2, T = 7;
+  auto whole = std::move(*GptStage::create(cpu, cfg, whole_model(cfg), B, T));
+  auto split = *split_stages(cfg, 2);
+  REQUIRE(split[0].layer_count() == 2);
+  REQUIRE(split[1].layer_count() == 1);
+  auto s0 = std::move(*GptStage::create(cpu, cfg, split[0], B, T));
+  auto s1 = std::move(*GptStage::create(cpu, cfg, split[1], B, T));
+  for (auto* st : {whole.get(), s0.get(), s1.get()}) {
+    st->init_weights(99);
+    st->zero_grads();
+  }
+  // Same (seed, name) gives the same values in whichever stage holds the tensor.
+  for (auto* st : {s0.get(), s1.get()})
+    for (auto& p : st->params()) {
+      auto* q = whole->find(p.spec.name);
+      REQUIRE(q);
+      REQUIRE(std::equal(p.value.f32(), p.value.f32() + p.value.numel(), q->value.f32()));
+    }
+  std::mt19937 rng(1);
+  Batch batch = make_batch(cpu, B, T, cfg.vocab, rng);
+  const float scale = 1.0f / (B * T);
+  float l_whole = whole->forward(0, batch.tokens, &batch.targets, scale, s);
+  whole->backward(0, Tensor{}, s);
+  s0->forward(0, batch.tokens, nullptr, 0, s);
+  float l_split = s1->forward(0, s0->output(0), &batch.targets, scale, s);
+  s1->backward(0, Tensor{}, s);
+  s0->backward(0, s1->input_grad(), s);
+  CHECK(l_split == l_whole);
+  for (auto* st : {s0.get(), s1.get()})
+    for (auto& p : st->params()) {
+      if (p.spec.name == "wte.weight") continue;  // tied: split across the two stages
+      auto* q = whole->find(p.spec.name);
+      for (std::int64_t i = 0; i < p.grad.numel(); ++i) REQUIRE(p.grad.f32()[i] == q->grad.f32()[i]);
+    }
+  // The tied embedding's gradient is the sum of both stages' parts.
+  auto& g0 = s0->find("wte.weight")->grad;
+  auto& g1 = s1->find("wte.weight")->grad;
+  auto& gw = whole->find("wte.weight")->grad;
+  for (std::int64_t i = 0; i < gw.numel(); ++i) REQUIRE(g0.f32()[i] + g1.f32()[i] == Approx(gw.f32()[i]).margin(1e-7));
+}
+
+TEST_CASE("stage splits and config validation name what is wrong", "[model]") {
+  auto cfg = tiny_config();
+  CHECK_FALSE(split_stages(cfg, 3).ok());
+  auto bad = split_stages(cfg, 2, {1, 2});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("parallel.layers") != std::string::npos);
+  cfg.dim = 9;
+  auto st = validate(cfg);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("model.dim") != std::string::npos);
+}
+
+TEST_CASE("parameter count and FLOPs follow the GPT-2 formulas", "[model]") {
+  GptConfig cfg;  // 4 layers, d=128, ctx 256, vocab 256
+  const std::int64_t per_layer = 12LL * 128 * 128 + 13LL * 128;
+  CHECK(parameter_count(cfg) == 4 * per_layer + 256 * 128 + 256 * 128 + 2 * 128);
+  CHECK(model_flops_per_token(cfg) ==
+        Approx(6.0 * (parameter_count(cfg) - 256 * 128) + 12.0 * 4 * 128 * 256));
+}
+
+}  // namespace troupe

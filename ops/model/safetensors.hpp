@@ -1,0 +1,54 @@
+// Reading and writing safetensors files (Hugging Face's format: an 8-byte
+// little-endian header length, a JSON header, then raw little-endian data).
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backends/dtype.hpp"
+#include "backends/tensor.hpp"
+#include "common/expected.hpp"
+
+namespace troupe {
+
+struct SafetensorEntry {
+  DType dtype;
+  Shape shape;
+  std::size_t begin = 0, end = 0;  ///< byte range within the data section
+};
+
+/// A safetensors file read into memory.
+class SafetensorsFile {
+ public:
+  /// Reads and validates `path`; errors name the file and what is wrong.
+  static Expected<SafetensorsFile> read(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  /// Tensor names in file order of their data.
+  std::vector<std::string> names() const;
+  const SafetensorEntry* find(const std::string& name) const;
+  const void* data(const SafetensorEntry& e) const { return bytes_.data() + data_start_ + e.begin; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  std::string path_;
+  std::vector<char> bytes_;
+  std::size_t data_start_ = 0;
+  std::map<std::string, SafetensorEntry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+/// A named host tensor to write.
+struct NamedTensor {
+  std::string name;
+  Tensor tensor;
+};
+
+/// Writes `tensors` to `path` atomically: a temporary file in the same
+/// directory, flushed, then renamed over `path`; on error nothing is left behind.
+Status write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace troupe
