@@ -55,3 +55,26 @@ void sgemm(ThreadPool& pool, bool trans_a, bool trans_b, int M, int N, int K, fl
 }
 
 }  // namespace troupe
+
+#include <chrono>
+#include <vector>
+
+namespace troupe {
+
+double measure_sgemm_peak(ThreadPool& pool, int n, int reps) {
+  gemm_init();
+  const auto elems = static_cast<std::size_t>(n) * n;
+  std::vector<float> a(elems, 0.5f), b(elems, 0.25f), c(elems, 0.0f);
+  sgemm(pool, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    sgemm(pool, false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(2.0 * n * n * static_cast<double>(n) / s / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+}  // namespace troupe

@@ -22,3 +22,11 @@ void sgemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
                   int lda, const float* B, int ldb, float beta, float* C, int ldc);
 
 }  // namespace troupe
+
+namespace troupe {
+
+/// The machine's sgemm rate through sgemm() on `pool`, in GFLOP/s: the median
+/// of `reps` square products of size n (the MFU denominator of benchmarks).
+double measure_sgemm_peak(ThreadPool& pool, int n = 1536, int reps = 5);
+
+}  // namespace troupe

@@ -1,0 +1,42 @@
+// evaluate_windows: batches of B windows; a final partial batch repeats its
+// last window in the unused rows and counts only the real ones.
+#include "actors/evaluation.hpp"
+
+#include <algorithm>
+
+namespace troupe {
+
+std::int64_t windows_available(const TokenFile& file, int ctx) {
+  return file.size() < 2 ? 0 : static_cast<std::int64_t>((file.size() - 1) / static_cast<std::uint64_t>(ctx));
+}
+
+Expected<EvalResult> evaluate_windows(GptStage& stage, const TokenFile& file, std::int64_t windows, Stream& s) {
+  const int ctx = stage.config().ctx, B = stage.batch(), T = stage.seq();
+  if (T != ctx) return make_error("evaluation needs sequence length = model.ctx");
+  const std::int64_t available = windows_available(file, ctx);
+  if (windows < 0) windows = available;
+  if (windows == 0 || windows > available)
+    return make_error(file.path(), ": holds ", std::to_string(available), " windows of ", std::to_string(ctx + 1),
+                      " tokens, ", std::to_string(windows), " requested");
+  auto tokens = Tensor::empty(s.device(), {B, T}, DType::i32);
+  auto targets = Tensor::empty(s.device(), {B, T}, DType::i32);
+  if (!tokens) return tokens.error();
+  if (!targets) return targets.error();
+  std::vector<std::int32_t> window(static_cast<std::size_t>(T) + 1);
+  double total = 0;
+  for (std::int64_t w0 = 0; w0 < windows; w0 += B) {
+    const int real = static_cast<int>(std::min<std::int64_t>(B, windows - w0));
+    for (int r = 0; r < B; ++r) {
+      const std::int64_t w = w0 + std::min(r, real - 1);
+      file.read(static_cast<std::uint64_t>(w) * ctx, window.size(), window.data());
+      std::copy(window.begin(), window.end() - 1, tokens->data<std::int32_t>() + r * T);
+      std::copy(window.begin() + 1, window.end(), targets->data<std::int32_t>() + r * T);
+    }
+    stage.forward(0, *tokens, &*targets, 0.0f, s);
+    const float* losses = stage.token_losses(0).f32();
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(real) * T; ++i) total += losses[i];
+  }
+  return EvalResult{total / (static_cast<double>(windows) * T), windows, windows * T};
+}
+
+}  // namespace troupe

@@ -1,0 +1,78 @@
+// The job configuration: TOML sections [model] [parallel] [train] [data]
+// [checkpoint] [health] [faults], every key overridable with --set key=value.
+// Unknown keys and wrongly typed values are errors naming the file (or flag) and key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+
+namespace troupe {
+
+struct ModelSection {
+  int layers = 4;
+  int heads = 4;
+  int dim = 128;
+  int ctx = 256;
+  int vocab = 256;
+  bool parallel_block = false;
+  int window = 0;  ///< sliding attention window; 0 = full causal
+};
+
+struct ParallelSection {
+  int dp = 1;
+  int pp = 1;
+  int tp = 1;
+  std::string schedule = "1f1b";
+  int chunks = 1;
+  int microbatches = 1;      ///< per step and data-parallel replica; gradients accumulate over them
+  std::vector<int> layers;   ///< layers per pipeline stage; empty = even split
+};
+
+struct TrainSection {
+  int steps = 300;
+  int batch = 16;            ///< sequences per microbatch
+  std::string optimizer = "adamw";  ///< adamw | lamb
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int warmup_steps = 20;
+  std::string lr_schedule = "cosine";  ///< cosine | constant
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;    ///< global-norm limit; 0 = off
+  std::uint64_t seed = 1337;
+  int threads = 0;           ///< compute threads; 0 = every core
+  int eval_every = 100;      ///< steps between validation evaluations; 0 = only at the end
+  int eval_windows = 32;     ///< validation windows per evaluation
+  int log_every = 10;        ///< steps between progress lines on stderr
+};
+
+struct DataSection {
+  std::string train = "data/train.bin";
+  std::string val = "data/val.bin";
+};
+
+struct JobConfig {
+  ModelSection model;
+  ParallelSection parallel;
+  TrainSection train;
+  DataSection data;
+  std::string source;  ///< file it was read from (for messages)
+};
+
+/// Parses TOML text; `source` names it in errors.
+Expected<JobConfig> parse_job_config(const std::string& text, const std::string& source,
+                                     const std::vector<std::string>& overrides = {});
+
+/// Reads and parses `path`, then applies `overrides` ("section.key=value", TOML
+/// syntax for the value; a bare word is taken as a string).
+Expected<JobConfig> load_job_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// Compute threads to use: train.threads, or every core when 0.
+int resolved_threads(const TrainSection& t);
+
+}  // namespace troupe

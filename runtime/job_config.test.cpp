@@ -1,0 +1,66 @@
+#include "runtime/job_config.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace troupe {
+
+TEST_CASE("a config reads every section and --set overrides any key", "[config]") {
+  const std::string text = R"(
+[model]
+layers = 8
+dim = 512
+parallel_block = true
+[train]
+steps = 50
+lr = 3e-4
+optimizer = "lamb"
+[data]
+train = "x/train.bin"
+[parallel]
+layers = [3, 5]
+)";
+  auto c = parse_job_config(text, "job.toml", {"train.steps=200", "data.val=y/val.bin", "train.lr=1"});
+  REQUIRE(c.ok());
+  CHECK(c->model.layers == 8);
+  CHECK(c->model.dim == 512);
+  CHECK(c->model.parallel_block);
+  CHECK(c->train.steps == 200);
+  CHECK(c->train.lr == 1.0);  // an integer is accepted for a real key
+  CHECK(c->train.optimizer == "lamb");
+  CHECK(c->data.train == "x/train.bin");
+  CHECK(c->data.val == "y/val.bin");  // bare word read as a string
+  CHECK(c->parallel.layers == std::vector<int>{3, 5});
+  CHECK(c->model.heads == 4);  // default kept
+}
+
+TEST_CASE("config errors name the file, key or flag", "[config]") {
+  auto unknown = parse_job_config("[train]\nstepz = 3\n", "job.toml");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.error().message == "job.toml: unknown key train.stepz");
+
+  auto type = parse_job_config("[model]\nlayers = \"four\"\n", "job.toml");
+  REQUIRE_FALSE(type.ok());
+  CHECK(type.error().message == "job.toml: key model.layers has the wrong type");
+
+  auto syntax = parse_job_config("[model\n", "job.toml");
+  REQUIRE_FALSE(syntax.ok());
+  CHECK(syntax.error().message.rfind("job.toml:1:", 0) == 0);
+
+  auto flag = parse_job_config("", "job.toml", {"train.nope=1"});
+  REQUIRE_FALSE(flag.ok());
+  CHECK(flag.error().message == "--set train.nope=1: unknown key train.nope");
+
+  auto noeq = parse_job_config("", "job.toml", {"train.steps"});
+  REQUIRE_FALSE(noeq.ok());
+  CHECK(noeq.error().message.find("expected key=value") != std::string::npos);
+
+  auto range = parse_job_config("", "job.toml", {"train.optimizer=sgd"});
+  REQUIRE_FALSE(range.ok());
+  CHECK(range.error().message.find("train.optimizer") != std::string::npos);
+
+  auto missing = load_job_config("/nonexistent/job.toml");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().message.find("/nonexistent/job.toml") != std::string::npos);
+}
+
+}  // namespace troupe

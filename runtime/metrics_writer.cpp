@@ -1,0 +1,24 @@
+// MetricsWriter.
+#include "runtime/metrics_writer.hpp"
+
+#include <cerrno>
+#include <cstring>
+
+namespace troupe {
+
+Expected<MetricsWriter> MetricsWriter::open(const std::string& path) {
+  MetricsWriter w;
+  if (path.empty()) return w;
+  w.file_.reset(std::fopen(path.c_str(), "w"));
+  if (!w.file_) return make_error("--metrics ", path, ": cannot open (", std::strerror(errno), ")");
+  return w;
+}
+
+void MetricsWriter::write(const std::string& json_object) {
+  if (!file_) return;
+  std::fputs(json_object.c_str(), file_.get());
+  std::fputc('\n', file_.get());
+  std::fflush(file_.get());
+}
+
+}  // namespace troupe

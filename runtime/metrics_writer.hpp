@@ -1,0 +1,27 @@
+// One JSON object per line, flushed per line, so a crash never leaves half a record.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "common/expected.hpp"
+
+namespace troupe {
+
+class MetricsWriter {
+ public:
+  /// Opens (truncates) `path`; an empty path writes nothing.
+  static Expected<MetricsWriter> open(const std::string& path);
+  /// Appends one line (`json_object` must be a single-line JSON object).
+  void write(const std::string& json_object);
+  bool enabled() const { return file_ != nullptr; }
+
+ private:
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::unique_ptr<std::FILE, Closer> file_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,46 @@
+// troupe bench step|ops: JSON on stdout.
+#include <cstdio>
+#include <thread>
+
+#include "tools/troupe/bench_ops.hpp"
+#include "tools/troupe/bench_step.hpp"
+#include "tools/troupe/commands.hpp"
+
+namespace troupe::cli {
+
+void register_bench(CLI::App& app, Action& action) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks (JSON output)");
+  bench->require_subcommand(1);
+
+  auto step = std::make_shared<BenchStepArgs>();
+  auto* s = bench->add_subcommand("step", "Training step throughput, MFU and memory");
+  s->add_option("config", step->config, "Job config (TOML)")->required();
+  s->add_option("--set", step->overrides, "Override a config key")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  s->add_option("--steps", step->steps, "Measured steps");
+  s->add_option("--warmup", step->warmup, "Warm-up steps");
+  s->add_flag("--pytorch", step->pytorch, "Also run PyTorch on the same model and print it beside");
+  s->callback([step, &action] {
+    action = [step] {
+      auto r = bench_step(*step);
+      if (!r) return fail("bench step", r.error());
+      std::printf("%s\n", r->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  auto threads = std::make_shared<int>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  auto reps = std::make_shared<int>(5);
+  auto* o = bench->add_subcommand("ops", "Forward and backward time of each op");
+  o->add_option("--threads", *threads, "Compute threads")->check(CLI::Range(1, 256));
+  o->add_option("--reps", *reps, "Measured repetitions per op")->check(CLI::Range(1, 1000));
+  o->callback([threads, reps, &action] {
+    action = [threads, reps] {
+      std::printf("%s\n", bench_ops(*threads, *reps).dump(2).c_str());
+      return 0;
+    };
+  });
+}
+
+}  // namespace troupe::cli

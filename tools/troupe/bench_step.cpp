@@ -1,0 +1,123 @@
+// bench step: median step time over measured steps after warm-up, random tokens.
+#include "tools/troupe/bench_step.hpp"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <random>
+
+#include "actors/job_model.hpp"
+#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/gemm.hpp"
+#include "runtime/job_config.hpp"
+
+#ifndef TROUPE_SOURCE_DIR
+#define TROUPE_SOURCE_DIR "."
+#endif
+
+namespace troupe::cli {
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+}  // namespace
+
+Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
+  auto job = load_job_config(a.config, a.overrides);
+  if (!job) return job.error();
+  if (a.steps < 1) return make_error("--steps must be >= 1");
+  const GptConfig cfg = gpt_config(*job);
+  TROUPE_TRY(validate(cfg));
+  const int threads = resolved_threads(job->train), B = job->train.batch, T = cfg.ctx;
+  CpuDevice device(threads);
+  Stream& s = device.default_stream();
+  auto stage_or = GptStage::create(device, cfg, whole_model(cfg), B, T);
+  if (!stage_or) return stage_or.error();
+  GptStage& stage = **stage_or;
+  stage.init_weights(job->train.seed);
+  auto opt = StageOptimizer::create(device, stage, optimizer_config(*job));
+  if (!opt) return opt.error();
+  auto tokens = *Tensor::empty(device, {B, T}, DType::i32);
+  auto targets = *Tensor::empty(device, {B, T}, DType::i32);
+  std::mt19937 rng(1);
+  for (int i = 0; i < B * T; ++i) {
+    tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(cfg.vocab));
+    targets.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(cfg.vocab));
+  }
+  std::vector<double> step_s;
+  for (int i = 0; i < a.warmup + a.steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    stage.zero_grads();
+    stage.forward(0, tokens, &targets, 1.0f / static_cast<float>(B * T), s);
+    stage.backward(0, Tensor{}, s);
+    opt->step(stage, 1e-4f, i + 1, s);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= a.warmup) step_s.push_back(secs);
+  }
+  const double peak = measure_sgemm_peak(device.cpu_stream().pool());
+  const double step = median(step_s);
+  const double tok_s = B * T / step;
+  const double fpt = model_flops_per_token(cfg);
+  auto mem = stage.memory_use();
+  const double mib = 1024.0 * 1024.0;
+  nlohmann::json out = {
+      {"bench", "step"},
+      {"config", a.config},
+      {"model", {{"layers", cfg.layers}, {"heads", cfg.heads}, {"dim", cfg.dim}, {"ctx", cfg.ctx},
+                 {"parameters", parameter_count(cfg)}, {"parallel_block", cfg.parallel_block}, {"window", cfg.window}}},
+      {"threads", threads},
+      {"batch", B},
+      {"measured_steps", a.steps},
+      {"step_ms", step * 1e3},
+      {"tokens_per_s", tok_s},
+      {"flops_formula", "6*N*tokens + 12*L*d*ctx*tokens; N = parameters except wpe (tied head counted once)"},
+      {"model_flops_per_s", fpt * tok_s},
+      {"sgemm_peak_flops_per_s", peak * 1e9},
+      {"mfu", fpt * tok_s / (peak * 1e9)},
+      {"blas_core", gemm_backend_name()},
+      {"memory_mib", {{"peak_rss", peak_rss_mib()}, {"params", mem.params / mib}, {"grads", mem.grads / mib},
+                      {"optimizer_state", 2 * mem.params / mib}, {"saved_activations", mem.activations / mib},
+                      {"backward_scratch", mem.scratch / mib}}},
+  };
+  if (a.pytorch) {
+    auto torch = bench_pytorch(a.config, a.overrides, threads, a.steps, a.warmup);
+    if (!torch) return torch.error();
+    out["pytorch"] = *torch;
+    if (torch->contains("tokens_per_s")) out["speedup_vs_pytorch"] = tok_s / (*torch)["tokens_per_s"].get<double>();
+  }
+  return out;
+}
+
+Expected<nlohmann::json> bench_pytorch(const std::string& config_path, const std::vector<std::string>& overrides,
+                                       int threads, int steps, int warmup) {
+  // PyTorch at its best here (shared/DEPENDENCIES.md): one torch thread, BLAS
+  // threads = cores, and glibc kept from returning large buffers to the OS.
+  std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) +
+                    " GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
+                    " /usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/torch_gpt.py bench '" + config_path + "'";
+  for (auto& o : overrides) cmd += " --set '" + o + "'";
+  cmd += " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup);
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+  if (!pipe) return make_error("--pytorch: cannot run ", cmd);
+  std::string text;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe.get())) text += buf.data();
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return make_error("--pytorch: ", cmd, " did not print JSON");
+  return j;
+}
+
+}  // namespace troupe::cli

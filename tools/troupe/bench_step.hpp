@@ -1,0 +1,27 @@
+// troupe bench step: the training step's speed and memory, with the machine's
+// sgemm peak (MFU) and optionally PyTorch on the same model beside it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+
+namespace troupe::cli {
+
+struct BenchStepArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int steps = 8;
+  int warmup = 2;
+  bool pytorch = false;
+};
+
+Expected<nlohmann::json> bench_step(const BenchStepArgs& args);
+
+/// Runs bench/torch_gpt.py with the same model, batch and threads; its JSON.
+Expected<nlohmann::json> bench_pytorch(const std::string& config_path, const std::vector<std::string>& overrides,
+                                       int threads, int steps, int warmup);
+
+}  // namespace troupe::cli

@@ -1,0 +1,23 @@
+// The `troupe` subcommands. Each registers itself on the CLI11 app and, when
+// chosen, stores the action main() runs; an action returns the exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+#include "common/expected.hpp"
+
+namespace troupe::cli {
+
+using Action = std::function<int()>;
+
+void register_prepare(CLI::App& app, Action& action);
+void register_train(CLI::App& app, Action& action);
+void register_eval(CLI::App& app, Action& action);
+void register_bench(CLI::App& app, Action& action);
+
+/// Prints "troupe <command>: <message>" on stderr and returns exit code 1.
+int fail(const std::string& command, const Error& error);
+
+}  // namespace troupe::cli

@@ -1,0 +1,25 @@
+// troupe: the command line (prepare, train, eval, bench, ...).
+#include <cstdio>
+
+#include "tools/troupe/commands.hpp"
+
+namespace troupe::cli {
+
+int fail(const std::string& command, const Error& error) {
+  std::fprintf(stderr, "troupe %s: %s\n", command.c_str(), error.message.c_str());
+  return 1;
+}
+
+}  // namespace troupe::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"troupe: an actor-model distributed runtime for training language models"};
+  app.require_subcommand(1);
+  troupe::cli::Action action;
+  troupe::cli::register_prepare(app, action);
+  troupe::cli::register_train(app, action);
+  troupe::cli::register_eval(app, action);
+  troupe::cli::register_bench(app, action);
+  CLI11_PARSE(app, argc, argv);
+  return action ? action() : 0;
+}

@@ -1,0 +1,82 @@
+// troupe train / troupe eval: single-process training and window evaluation.
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "actors/evaluation.hpp"
+#include "actors/job_model.hpp"
+#include "actors/local_trainer.hpp"
+#include "backends/cpu/cpu_device.hpp"
+#include "ops/model/weights.hpp"
+#include "runtime/job_config.hpp"
+#include "tools/troupe/commands.hpp"
+
+namespace troupe::cli {
+namespace {
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  TrainOptions options;
+};
+
+struct EvalArgs {
+  std::string config, init, data;
+  std::vector<std::string> overrides;
+  std::int64_t windows = -1;
+};
+
+int run_train(const TrainArgs& a) {
+  auto job = load_job_config(a.config, a.overrides);
+  if (!job) return fail("train", job.error());
+  if (auto st = train_locally(*job, a.options); !st) return fail("train", st.error());
+  return 0;
+}
+
+int run_eval(const EvalArgs& a) {
+  auto job = load_job_config(a.config, a.overrides);
+  if (!job) return fail("eval", job.error());
+  const GptConfig cfg = gpt_config(*job);
+  if (auto st = validate(cfg); !st) return fail("eval", st.error());
+  auto file = TokenFile::open(a.data);
+  if (!file) return fail("eval", make_error("--data ", file.error().message));
+  CpuDevice device(resolved_threads(job->train));
+  auto stage = GptStage::create(device, cfg, whole_model(cfg), job->train.batch, cfg.ctx);
+  if (!stage) return fail("eval", stage.error());
+  std::vector<std::string> unused;
+  if (auto st = load_weights(**stage, a.init, unused); !st) return fail("eval", make_error("--init ", st.error().message));
+  for (auto& name : unused) spdlog::warn("{}: tensor {} is not used by the model; ignored", a.init, name);
+  auto r = evaluate_windows(**stage, *file, a.windows, device.default_stream());
+  if (!r) return fail("eval", r.error());
+  nlohmann::json out = {{"loss", r->loss}, {"windows", r->windows}, {"tokens", r->tokens}, {"data", a.data},
+                        {"weights", a.init}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_train(CLI::App& app, Action& action) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand("train", "Train in one process");
+  cmd->add_option("config", args->config, "Job config (TOML)")->required();
+  cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->add_option("--metrics", args->options.metrics_path, "Write one JSON object per step to FILE");
+  cmd->add_option("--init", args->options.init_path, "Start from these safetensors weights");
+  cmd->add_option("--save", args->options.save_path, "Save the final weights (safetensors)");
+  cmd->callback([args, &action] { action = [args] { return run_train(*args); }; });
+}
+
+void register_eval(CLI::App& app, Action& action) {
+  auto args = std::make_shared<EvalArgs>();
+  auto* cmd = app.add_subcommand("eval", "Mean cross-entropy over the first K windows of a token file");
+  cmd->add_option("config", args->config, "Job config (TOML)")->required();
+  cmd->add_option("--init", args->init, "Weights (safetensors)")->required();
+  cmd->add_option("--data", args->data, "Token file")->required();
+  cmd->add_option("--windows", args->windows, "Windows of ctx+1 tokens, stride ctx (default: all that fit)");
+  cmd->add_option("--set", args->overrides, "Override a config key: section.key=value")->allow_extra_args(false)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->callback([args, &action] { action = [args] { return run_eval(*args); }; });
+}
+
+}  // namespace troupe::cli
