@@ -1,0 +1,128 @@
+// Event-driven simulation: each stage runs until it blocks on a receive whose
+// send has not happened; the send wakes it. Linear in the instruction count.
+#include "schedules/simulator.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace troupe::schedules {
+
+Expected<Costs> parse_costs(const std::string& text) {
+  std::vector<double> v;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      std::size_t used = 0;
+      v.push_back(std::stod(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      return make_error("--costs '", text, "': '", item, "' is not a number");
+    }
+  }
+  if (v.size() != 4) return make_error("--costs '", text, "': expected four numbers f,b,w,latency");
+  for (double x : v)
+    if (!(x >= 0) || !std::isfinite(x)) return make_error("--costs '", text, "': costs must be finite and >= 0");
+  if (v[0] + v[1] <= 0) return make_error("--costs '", text, "': forward + backward must be > 0");
+  return Costs{v[0], v[1], v[2], v[3]};
+}
+
+namespace {
+
+double cost_of(Op op, const Costs& c) {
+  switch (op) {
+    case Op::forward: return c.forward;
+    case Op::backward: return c.backward_input + c.backward_weight;
+    case Op::backward_input: return c.backward_input;
+    case Op::backward_weight: return c.backward_weight;
+    default: return 0;
+  }
+}
+
+// Arrival times of messages, indexed by (kind, receiving virtual stage, mb).
+class Mailboxes {
+ public:
+  Mailboxes(int virtual_stages, int m)
+      : m_(m), arrival_(2 * static_cast<std::size_t>(virtual_stages) * static_cast<std::size_t>(m), NAN) {}
+  double& at(bool grad, int vstage, int mb) {
+    return arrival_[(static_cast<std::size_t>(grad) * (arrival_.size() / 2)) +
+                    static_cast<std::size_t>(vstage) * static_cast<std::size_t>(m_) + static_cast<std::size_t>(mb)];
+  }
+
+ private:
+  int m_;
+  std::vector<double> arrival_;
+};
+
+}  // namespace
+
+Expected<Simulation> simulate(const Schedule& s, const Costs& costs) {
+  const int p = s.stages;
+  Mailboxes mail(s.virtual_stages(), s.microbatches);
+  std::vector<std::size_t> pc(static_cast<std::size_t>(p), 0);
+  std::vector<double> clock(static_cast<std::size_t>(p), 0.0);
+  std::vector<int> held(static_cast<std::size_t>(p), 0), pending_w(static_cast<std::size_t>(p), 0);
+  std::vector<int> waiting_for(static_cast<std::size_t>(p), -1);  // stage blocked on a receive, or -1
+  Simulation sim;
+  sim.stages.resize(static_cast<std::size_t>(p));
+  std::vector<int> runnable;
+  for (int st = p - 1; st >= 0; --st) runnable.push_back(st);
+
+  while (!runnable.empty()) {
+    const int st = runnable.back();
+    runnable.pop_back();
+    const auto ust = static_cast<std::size_t>(st);
+    auto& tl = sim.stages[ust];
+    const StageProgram& prog = s.programs[ust];
+    waiting_for[ust] = -1;
+    for (; pc[ust] < prog.size(); ++pc[ust]) {
+      const Instruction& in = prog[pc[ust]];
+      const int vs = s.virtual_stage(st, in.chunk);
+      if (in.op == Op::recv_act || in.op == Op::recv_grad) {
+        const double arrival = mail.at(in.op == Op::recv_grad, vs, in.mb);
+        if (std::isnan(arrival)) {
+          waiting_for[ust] = vs;
+          break;
+        }
+        if (arrival > clock[ust]) {
+          tl.blocked += arrival - clock[ust];
+          clock[ust] = arrival;
+        }
+      } else if (in.op == Op::send_act || in.op == Op::send_grad) {
+        const bool grad = in.op == Op::send_grad;
+        const int dest_vs = grad ? vs - 1 : vs + 1;
+        mail.at(grad, dest_vs, in.mb) = clock[ust] + costs.latency;
+        const int dest = dest_vs % p;
+        if (waiting_for[static_cast<std::size_t>(dest)] >= 0 && dest != st) {
+          waiting_for[static_cast<std::size_t>(dest)] = -1;
+          runnable.push_back(dest);
+        }
+      } else if (in.op != Op::grad_sync && in.op != Op::optimizer_step) {
+        const double c = cost_of(in.op, costs);
+        tl.spans.push_back({in.op, in.mb, in.chunk, clock[ust], clock[ust] + c});
+        clock[ust] += c;
+        tl.busy += c;
+        if (in.op == Op::forward) tl.peak_in_flight = std::max(tl.peak_in_flight, ++held[ust]);
+        if (in.op == Op::backward || in.op == Op::backward_input) --held[ust];
+        if (in.op == Op::backward_input) tl.peak_pending_weight = std::max(tl.peak_pending_weight, ++pending_w[ust]);
+        if (in.op == Op::backward_weight) --pending_w[ust];
+      }
+    }
+  }
+  for (int st = 0; st < p; ++st) {
+    const auto ust = static_cast<std::size_t>(st);
+    if (pc[ust] < s.programs[ust].size()) {
+      const Instruction& in = s.programs[ust][pc[ust]];
+      return make_error("S-4: deadlock: stage ", std::to_string(st), " waits forever at instruction ",
+                        std::to_string(pc[ust]), " (", std::string(op_name(in.op)), " mb ", std::to_string(in.mb),
+                        " chunk ", std::to_string(in.chunk), ")");
+    }
+    sim.step_time = std::max(sim.step_time, clock[ust]);
+  }
+  double idle = 0;
+  for (auto& tl : sim.stages) idle += sim.step_time - tl.busy;
+  sim.bubble_fraction = sim.step_time > 0 ? idle / (p * sim.step_time) : 0;
+  return sim;
+}
+
+}  // namespace troupe::schedules

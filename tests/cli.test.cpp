@@ -1,0 +1,108 @@
+// The command line end to end: prepare, train, eval, and bad input that must be
+// a one-line error naming the file, key or flag with a non-zero exit.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/test_support.hpp"
+
+namespace troupe::testing {
+namespace {
+
+struct Job {
+  ScratchDir dir{"cli"};
+  std::string cfg = dir / "job.toml";
+  Job() {
+    write_file(dir / "corpus.txt", synthetic_text(40000));
+    auto r = run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string());
+    REQUIRE(r.exit_code == 0);
+    write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 4\nthreads = 1\n"
+                    "steps = 40\nlr = 3e-3\neval_every = 20\neval_windows = 8\nlog_every = 0\n"
+                    "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  }
+};
+
+void expect_one_line_error(const RunResult& r, const std::string& needle) {
+  INFO("stderr: " << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find(needle) != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+}  // namespace
+
+TEST_CASE("prepare splits off the last 10% as validation", "[cli]") {
+  Job job;
+  auto r = run(troupe_bin() + " prepare --input " + (job.dir / "corpus.txt") + " --output " + job.dir.path().string());
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  const auto total = j["train_tokens"].get<std::size_t>() + j["val_tokens"].get<std::size_t>();
+  CHECK(total == slurp(job.dir / "corpus.txt").size());
+  CHECK(j["val_tokens"].get<std::size_t>() == total / 10);
+}
+
+TEST_CASE("train writes one metrics line per step and the loss falls", "[cli][train]") {
+  Job job;
+  auto r = run(troupe_bin() + " train " + job.cfg + " --metrics " + (job.dir / "m.jsonl") + " --save " +
+               (job.dir / "w.safetensors"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::istringstream lines(slurp(job.dir / "m.jsonl"));
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  REQUIRE(rows.size() == 40);
+  for (auto& row : rows)
+    for (auto key : {"step", "loss", "lr", "tokens_per_s", "step_ms", "mfu"}) REQUIRE(row.contains(key));
+  CHECK(rows[19].contains("val_loss"));
+  CHECK(rows[39].contains("val_loss"));
+  CHECK_FALSE(rows[10].contains("val_loss"));
+  CHECK(rows[39]["loss"].get<double>() < rows[0]["loss"].get<double>() - 1.0);
+
+  auto ev = run(troupe_bin() + " eval " + job.cfg + " --init " + (job.dir / "w.safetensors") + " --data " +
+                (job.dir / "val.bin") + " --windows 8");
+  REQUIRE(ev.exit_code == 0);
+  // Same definition as the trainer's final validation over 8 windows.
+  CHECK(nlohmann::json::parse(ev.out)["loss"].get<double>() == Approx(rows[39]["val_loss"].get<double>()).epsilon(1e-6));
+}
+
+TEST_CASE("the same seed gives the same run", "[cli][train]") {
+  Job job;
+  auto a = run(troupe_bin() + " train " + job.cfg + " --set train.steps=5 --metrics " + (job.dir / "a.jsonl"));
+  auto b = run(troupe_bin() + " train " + job.cfg + " --set train.steps=5 --metrics " + (job.dir / "b.jsonl"));
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  auto losses = [](const std::string& text) {
+    std::istringstream in(text);
+    std::vector<double> v;
+    for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    return v;
+  };
+  CHECK(losses(slurp(job.dir / "a.jsonl")) == losses(slurp(job.dir / "b.jsonl")));
+}
+
+TEST_CASE("bad input is a one-line error naming it", "[cli][errors]") {
+  Job job;
+  const auto t = troupe_bin();
+  expect_one_line_error(run(t + " train /nonexistent.toml"), "/nonexistent.toml");
+  expect_one_line_error(run(t + " train " + job.cfg + " --set train.stepz=3"), "train.stepz");
+  expect_one_line_error(run(t + " train " + job.cfg + " --set model.dim=33"), "model.dim");
+  expect_one_line_error(run(t + " train " + job.cfg + " --set data.train=/no/such.bin"), "data.train");
+  expect_one_line_error(run(t + " train " + job.cfg + " --set data.val=" + job.cfg), "data.val");
+  expect_one_line_error(run(t + " eval " + job.cfg + " --init /no/w.safetensors --data " + (job.dir / "val.bin")),
+                        "/no/w.safetensors");
+  expect_one_line_error(run(t + " prepare --input /no/corpus.txt --output " + (job.dir / "out")), "--input");
+  expect_one_line_error(run(t + " train " + job.cfg + " --metrics /no/dir/m.jsonl"), "--metrics");
+}
+
+TEST_CASE("a failed save leaves earlier weights untouched", "[cli][errors]") {
+  Job job;
+  const auto w = job.dir / "w.safetensors";
+  REQUIRE(run(troupe_bin() + " train " + job.cfg + " --set train.steps=1 --save " + w).exit_code == 0);
+  const auto before = slurp(w);
+  // A directory where the temporary file would go makes the write fail.
+  auto r = run(troupe_bin() + " train " + job.cfg + " --set train.steps=1 --save " + job.dir.path().string() + "/nodir/w.safetensors");
+  CHECK(r.exit_code != 0);
+  CHECK(slurp(w) == before);
+}
+
+}  // namespace troupe::testing

@@ -1,0 +1,91 @@
+// Helpers for tests that drive the `troupe` executable: run a shell command,
+// capture its output and exit code; make a scratch directory.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace troupe::testing {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  ///< stdout
+  std::string err;  ///< stderr
+};
+
+inline std::string troupe_bin() {
+  const char* b = std::getenv("TROUPE_BIN");
+  return b ? b : "troupe";
+}
+
+inline std::string source_dir() {
+  const char* s = std::getenv("TROUPE_SOURCE_DIR");
+  return s ? s : ".";
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// Runs `cmd` under /bin/sh; stderr goes to a file read back afterwards.
+inline RunResult run(const std::string& cmd) {
+  static int counter = 0;
+  const auto err_path = std::filesystem::temp_directory_path() /
+                        ("troupe_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+  RunResult r;
+  FILE* p = ::popen((cmd + " 2>" + err_path.string()).c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), p)) r.out += buf.data();
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = slurp(err_path);
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+/// A fresh directory removed when the object dies.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag) {
+    path_ = std::filesystem::temp_directory_path() / ("troupe_" + tag + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() { std::filesystem::remove_all(path_); }
+  const std::filesystem::path& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Writes `text` to `path`.
+inline void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+/// A deterministic English-like corpus of about `bytes` bytes.
+inline std::string synthetic_text(std::size_t bytes) {
+  static const char* words[] = {"the", "actor", "sends", "a",     "message", "to",   "its", "peer",
+                                "and", "waits", "for",   "tensor", "bytes",  "over", "ucx", "pipeline"};
+  std::string s;
+  unsigned x = 12345;
+  while (s.size() < bytes) {
+    x = x * 1103515245u + 12345u;
+    s += words[(x >> 16) % 16];
+    s += ((x >> 8) % 11 == 0) ? ".\n" : " ";
+  }
+  return s;
+}
+
+}  // namespace troupe::testing
