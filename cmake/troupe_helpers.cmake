@@ -22,6 +22,9 @@ function(troupe_test name)
   if(TROUPE_NATIVE)
     target_compile_options(${name} PRIVATE -march=native)
   endif()
-  catch_discover_tests(${name} PROPERTIES ENVIRONMENT
-    "TROUPE_BIN=${PROJECT_BINARY_DIR}/tools/troupe/troupe;TROUPE_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  # End-to-end tests find the executable and the source tree through these.
+  target_compile_definitions(${name} PRIVATE
+    TROUPE_BIN_PATH="${PROJECT_BINARY_DIR}/tools/troupe/troupe"
+    TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  catch_discover_tests(${name})
 endfunction()

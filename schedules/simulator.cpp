@@ -106,6 +106,7 @@ Expected<Simulation> simulate(const Schedule& s, const Costs& costs) {
         if (in.op == Op::backward || in.op == Op::backward_input) --held[ust];
         if (in.op == Op::backward_input) tl.peak_pending_weight = std::max(tl.peak_pending_weight, ++pending_w[ust]);
         if (in.op == Op::backward_weight) --pending_w[ust];
+        tl.peak_activation_memory = std::max(tl.peak_activation_memory, held[ust] + pending_w[ust]);
       }
     }
   }

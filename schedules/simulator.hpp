@@ -34,6 +34,9 @@ struct StageTimeline {
   double blocked = 0;       ///< time spent waiting in receives
   int peak_in_flight = 0;   ///< most (mb, chunk) activations held at once (forward to backward)
   int peak_pending_weight = 0;  ///< zb-h1: most backward_weight passes deferred at once
+  /// Most microbatches whose activations are kept at once, counting a zb-h1
+  /// microbatch until its backward_weight (it still needs stored inputs).
+  int peak_activation_memory = 0;
 };
 
 struct Simulation {

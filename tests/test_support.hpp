@@ -21,15 +21,11 @@ struct RunResult {
   std::string err;  ///< stderr
 };
 
-inline std::string troupe_bin() {
-  const char* b = std::getenv("TROUPE_BIN");
-  return b ? b : "troupe";
-}
+/// The troupe executable of this build (the build system defines its path).
+inline std::string troupe_bin() { return TROUPE_BIN_PATH; }
 
-inline std::string source_dir() {
-  const char* s = std::getenv("TROUPE_SOURCE_DIR");
-  return s ? s : ".";
-}
+/// The source tree (for bench/torch_gpt.py and the example configs).
+inline std::string source_dir() { return TROUPE_SOURCE_DIR; }
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p);

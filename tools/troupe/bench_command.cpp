@@ -1,10 +1,15 @@
 // troupe bench step|ops: JSON on stdout.
+#include <array>
 #include <cstdio>
 #include <thread>
 
 #include "tools/troupe/bench_ops.hpp"
 #include "tools/troupe/bench_step.hpp"
 #include "tools/troupe/commands.hpp"
+
+namespace troupe::cli {
+nlohmann::json bench_schedules(int p, int m, int v);
+}
 
 namespace troupe::cli {
 
@@ -26,6 +31,18 @@ void register_bench(CLI::App& app, Action& action) {
       auto r = bench_step(*step);
       if (!r) return fail("bench step", r.error());
       std::printf("%s\n", r->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  auto sizes = std::make_shared<std::array<int, 3>>(std::array<int, 3>{64, 512, 4});
+  auto* sc = bench->add_subcommand("schedules", "Time to build, validate and simulate every schedule kind");
+  sc->add_option("--stages", (*sizes)[0], "Pipeline stages")->check(CLI::Range(1, 4096));
+  sc->add_option("--microbatches", (*sizes)[1], "Microbatches (a multiple of stages)")->check(CLI::Range(1, 1 << 20));
+  sc->add_option("--chunks", (*sizes)[2], "Chunks for interleaved-1f1b")->check(CLI::Range(1, 64));
+  sc->callback([sizes, &action] {
+    action = [sizes] {
+      std::printf("%s\n", bench_schedules((*sizes)[0], (*sizes)[1], (*sizes)[2]).dump(2).c_str());
       return 0;
     };
   });

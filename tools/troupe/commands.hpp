@@ -16,6 +16,7 @@ void register_prepare(CLI::App& app, Action& action);
 void register_train(CLI::App& app, Action& action);
 void register_eval(CLI::App& app, Action& action);
 void register_bench(CLI::App& app, Action& action);
+void register_schedule(CLI::App& app, Action& action);
 
 /// Prints "troupe <command>: <message>" on stderr and returns exit code 1.
 int fail(const std::string& command, const Error& error);

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   troupe::cli::register_train(app, action);
   troupe::cli::register_eval(app, action);
   troupe::cli::register_bench(app, action);
+  troupe::cli::register_schedule(app, action);
   CLI11_PARSE(app, argc, argv);
   return action ? action() : 0;
 }
