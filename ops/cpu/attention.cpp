@@ -11,6 +11,7 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/gemm.hpp"
+#include "ops/cpu/fast_math.hpp"
 
 namespace troupe {
 namespace {
@@ -34,7 +35,7 @@ void masked_softmax_row(float* p, int k_lo, int k_hi, int lo, int i) {
   for (int j = lo; j <= i; ++j) mx = std::max(mx, p[j]);
   float sum = 0.0f;
   for (int j = lo; j <= i; ++j) {
-    p[j] = std::exp(p[j] - mx);
+    p[j] = fast_exp(p[j] - mx);
     sum += p[j];
   }
   const float inv = 1.0f / sum;

@@ -1,10 +1,11 @@
-// Fused softmax + cross-entropy (+ its gradient), one pass per row.
+// Fused softmax + cross-entropy (+ its gradient); each exp computed once.
 #include "ops/cpu/cross_entropy.hpp"
 
 #include <cmath>
 #include <cstdint>
 
 #include "backends/cpu/cpu_device.hpp"
+#include "ops/cpu/fast_math.hpp"
 
 namespace troupe {
 
@@ -17,14 +18,18 @@ void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor
   as_cpu(s).pool().parallel_for(N, 32, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       float* zr = z + r * V;
+      const float target_logit = zr[tgt[r]];
       float mx = -INFINITY;
-      for (std::int64_t v = 0; v < V; ++v) mx = std::fmax(mx, zr[v]);
+      for (std::int64_t v = 0; v < V; ++v) mx = zr[v] > mx ? zr[v] : mx;
       float sum = 0.0f;
-      for (std::int64_t v = 0; v < V; ++v) sum += std::exp(zr[v] - mx);
-      const float lse = mx + std::log(sum);
-      out[r] = lse - zr[tgt[r]];
+      for (std::int64_t v = 0; v < V; ++v) {
+        zr[v] = fast_exp(zr[v] - mx);
+        sum += zr[v];
+      }
+      out[r] = mx + std::log(sum) - target_logit;
       if (dlogits_scale == 0.0f) continue;
-      for (std::int64_t v = 0; v < V; ++v) zr[v] = std::exp(zr[v] - lse) * dlogits_scale;
+      const float scale = dlogits_scale / sum;
+      for (std::int64_t v = 0; v < V; ++v) zr[v] *= scale;
       zr[tgt[r]] -= dlogits_scale;
     }
   });

@@ -7,8 +7,9 @@
 namespace troupe {
 
 /// losses: (N) = logsumexp(logits[n]) - logits[n, targets[n]]. logits: (N,V); targets: (N) i32.
-/// When `dlogits_scale` != 0, logits is overwritten with its gradient
-/// (softmax - onehot(target)) * dlogits_scale (the caller's d loss / d losses[n]).
+/// logits is overwritten: with its gradient (softmax - onehot(target)) *
+/// dlogits_scale when dlogits_scale != 0 (the caller's d loss / d losses[n]),
+/// else with scratch values.
 void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets, float dlogits_scale,
                                     Stream& s);
 

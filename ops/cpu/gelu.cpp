@@ -1,19 +1,15 @@
-// GELU forward/backward; tanh written through exp so the loop vectorises.
+// GELU forward/backward; tanh through fast_exp so the loops vectorise.
 #include "ops/cpu/gelu.hpp"
 
 #include <cmath>
 
 #include "backends/cpu/cpu_device.hpp"
+#include "ops/cpu/fast_math.hpp"
 
 namespace troupe {
 namespace {
 constexpr float kScale = 0.7978845608028654f;  // sqrt(2/pi)
 
-// tanh(y) = 1 - 2 / (1 + e^{2y}), clamped so e^{2y} stays finite.
-inline float fast_tanh(float y) {
-  y = std::fmin(std::fmax(y, -15.0f), 15.0f);
-  return 1.0f - 2.0f / (1.0f + std::exp(2.0f * y));
-}
 }  // namespace
 
 void gelu_forward(Tensor& out, const Tensor& inp, Stream& s) {

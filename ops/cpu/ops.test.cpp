@@ -7,6 +7,7 @@
 #include "ops/cpu/attention.hpp"
 #include "ops/cpu/cross_entropy.hpp"
 #include "ops/cpu/encoder.hpp"
+#include "ops/cpu/fast_math.hpp"
 #include "ops/cpu/gelu.hpp"
 #include "ops/cpu/layernorm.hpp"
 #include "ops/cpu/linear.hpp"
@@ -201,6 +202,20 @@ TEST_CASE("residual adds two or three tensors, in place", "[ops][residual]") {
   auto a0 = ref::to_vec(a);
   residual_forward(a, a, b, fx.s);
   for (int i = 0; i < 100; ++i) REQUIRE(a.f32()[i] == Approx(a0[static_cast<std::size_t>(i)] + b.f32()[i]));
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("fast_exp and fast_tanh agree with libm to float precision", "[ops][fast_math]") {
+  for (float x = -80.0f; x <= 80.0f; x += 0.01f) {
+    const double want = std::exp(static_cast<double>(x));
+    REQUIRE(std::abs(fast_exp(x) - want) <= 3e-7 * want);
+  }
+  for (float y = -12.0f; y <= 12.0f; y += 0.001f) REQUIRE(std::abs(fast_tanh(y) - std::tanh(double(y))) <= 3e-7);
+  CHECK(fast_exp(-1000.0f) > 0.0f);  // clamped: never zero or denormal
+  CHECK(std::isfinite(fast_exp(1000.0f)));
 }
 
 }  // namespace troupe
