@@ -1,16 +1,15 @@
 // Token file writing (temp + rename) and mmap reading with header validation.
 #include "runtime/token_file.hpp"
 
+#include "common/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 
 namespace troupe {
 namespace {
@@ -37,26 +36,10 @@ Status write_token_file(const std::string& path, std::span<const std::uint8_t> t
   put_u32(header + 8, kTokenVersion);
   put_u32(header + 12, 1);
   put_u64(header + 16, tokens.size());
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return make_error(path, ": cannot create (", std::strerror(errno), ")");
+  return write_file_atomically(path, [&](std::ostream& out) {
     out.write(header, kHeaderBytes);
     out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(tmp.c_str());
-      return make_error(path, ": write failed");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return make_error(path, ": cannot rename into place: ", ec.message());
-  }
-  return Status::success();
+  });
 }
 
 Expected<TokenFile> TokenFile::open(const std::string& path) {

@@ -1,11 +1,9 @@
 // safetensors parsing (nlohmann-json) and atomic writing.
 #include "ops/model/safetensors.hpp"
 
-#include <unistd.h>
+#include "common/atomic_file.hpp"
 
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -85,30 +83,15 @@ Status write_safetensors(const std::string& path, const std::vector<NamedTensor>
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return file_error(path, "cannot create (" + std::string(std::strerror(errno)) + ")");
+  return write_file_atomically(path, [&](std::ostream& out) {
     std::uint64_t len = text.size();
     char len_bytes[8];
     for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<char>((len >> (8 * i)) & 0xff);
     out.write(len_bytes, 8);
     out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    for (auto& t : tensors) out.write(static_cast<const char*>(t.tensor.raw()), static_cast<std::streamsize>(t.tensor.nbytes()));
-    out.flush();
-    if (!out) {
-      out.close();
-      std::remove(tmp.c_str());
-      return file_error(path, "write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return file_error(path, "cannot rename into place: " + ec.message());
-  }
-  return Status::success();
+    for (auto& t : tensors)
+      out.write(static_cast<const char*>(t.tensor.raw()), static_cast<std::streamsize>(t.tensor.nbytes()));
+  });
 }
 
 }  // namespace troupe
