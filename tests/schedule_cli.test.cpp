@@ -62,3 +62,23 @@ TEST_CASE("troupe bench schedules times every kind and reports JSON", "[cli][sch
 }
 
 }  // namespace troupe::testing
+
+namespace troupe::testing {
+
+TEST_CASE("troupe bench rendezvous joins simulated ranks in constant round trips", "[cli][rendezvous][bench]") {
+  auto r = run(troupe_bin() + " bench rendezvous --ranks 64 --ranks 512 --clients 4");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["results"].size() == 2);
+  for (auto& row : j["results"]) CHECK(row["max_round_trips_per_rank"] == 3);
+}
+
+TEST_CASE("troupe bench rendezvous against an unreachable Redis fails fast with its URL", "[cli][rendezvous][errors]") {
+  auto r = run(troupe_bin() + " bench rendezvous --ranks 4 --redis redis://127.0.0.1:1");
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("redis://127.0.0.1:1") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+}  // namespace troupe::testing

@@ -9,6 +9,7 @@
 
 namespace troupe::cli {
 nlohmann::json bench_schedules(int p, int m, int v);
+Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
 }
 
 namespace troupe::cli {
@@ -43,6 +44,25 @@ void register_bench(CLI::App& app, Action& action) {
   sc->callback([sizes, &action] {
     action = [sizes] {
       std::printf("%s\n", bench_schedules((*sizes)[0], (*sizes)[1], (*sizes)[2]).dump(2).c_str());
+      return 0;
+    };
+  });
+
+  struct RendezvousArgs {
+    std::vector<int> ranks{256, 1024, 4096, 16384};
+    std::string redis;
+    int clients = 16;
+  };
+  auto rz = std::make_shared<RendezvousArgs>();
+  auto* r = bench->add_subcommand("rendezvous", "Simulated ranks joining through one real Redis");
+  r->add_option("--ranks", rz->ranks, "Rank counts to run")->check(CLI::Range(1, 1 << 20));
+  r->add_option("--redis", rz->redis, "Redis URL (default: start a private redis-server)");
+  r->add_option("--clients", rz->clients, "Client connections simulating the ranks")->check(CLI::Range(1, 256));
+  r->callback([rz, &action] {
+    action = [rz] {
+      auto out = bench_rendezvous(rz->ranks, rz->redis, rz->clients);
+      if (!out) return fail("bench rendezvous", out.error());
+      std::printf("%s\n", out->dump(2).c_str());
       return 0;
     };
   });

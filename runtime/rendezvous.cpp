@@ -1,0 +1,145 @@
+// rendezvous: join pipeline, release, wait, read.
+#include "runtime/rendezvous.hpp"
+
+#include <cstdio>
+
+namespace troupe {
+namespace {
+
+constexpr const char* kExpirySeconds = "86400";
+
+// Claims the rank and counts the arrival atomically, but only for a node whose
+// config, version and world size agree with the first node's; so a refused
+// node never counts towards the release. Returns {verdict, detail, generation}.
+constexpr const char* kJoinScript = R"lua(
+for i = 3, 5 do redis.call('SET', KEYS[i], ARGV[i], 'NX', 'EX', ARGV[6]) end
+redis.call('SET', KEYS[6], '1', 'NX', 'EX', ARGV[6])
+local names = {'', '', 'config', 'version', 'world'}
+for i = 3, 5 do
+  local v = redis.call('GET', KEYS[i])
+  if v ~= ARGV[i] then return {names[i], v} end
+end
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return {'duplicate', ''} end
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+local n = redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[6])
+return {'ok', tostring(n), redis.call('GET', KEYS[6])}
+)lua";
+
+std::string key(const std::string& job, const char* name) { return "troupe:" + job + ":" + name; }
+
+Status check_request(const RendezvousRequest& r) {
+  if (r.job_id.empty()) return make_error("--job: the job ID must not be empty");
+  if (r.world < 1) return make_error("--nodes must be >= 1 (got ", std::to_string(r.world), ")");
+  if (r.rank < 0 || r.rank >= r.world)
+    return make_error("--node-rank ", std::to_string(r.rank), " is out of range for ", std::to_string(r.world),
+                      " nodes");
+  return Status::success();
+}
+
+}  // namespace
+
+Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest& r) {
+  TROUPE_TRY(check_request(r));
+  const std::string release = key(r.job_id, "release");
+  auto reply = redis.command({"EVAL", kJoinScript, "6", key(r.job_id, "nodes"), key(r.job_id, "joined"),
+                              key(r.job_id, "config"), key(r.job_id, "version"), key(r.job_id, "world"),
+                              key(r.job_id, "generation"), std::to_string(r.rank), r.endpoint, r.config_hash,
+                              r.version, std::to_string(r.world), kExpirySeconds});
+  if (!reply) return reply.error();
+  const auto& v = reply->elements;
+  if (v.size() < 2) return make_error("rendezvous: unexpected reply from redis ", redis.url());
+  const std::string& verdict = v[0].str;
+  if (verdict == "config")
+    return make_error("node ", std::to_string(r.rank), " runs a different config than the job's first node (hash ",
+                      r.config_hash, " vs ", v[1].str, ")");
+  if (verdict == "version")
+    return make_error("node ", std::to_string(r.rank), " runs Troupe ", r.version, " but the job runs ", v[1].str);
+  if (verdict == "world")
+    return make_error("--nodes ", std::to_string(r.world), " differs from the job's ", v[1].str, " nodes");
+  if (verdict == "duplicate")
+    return make_error("--node-rank ", std::to_string(r.rank), ": another node already joined job ", r.job_id,
+                      " with this rank");
+  const long long arrived = std::stoll(v[1].str);
+  const std::uint64_t gen = std::stoull(v[2].str);
+  if (arrived == r.world) {
+    if (r.world > 1) {
+      std::vector<std::string> push{"RPUSH", release};
+      for (int i = 1; i < r.world; ++i) push.push_back("1");
+      auto pushed = redis.pipeline({push, {"EXPIRE", release, kExpirySeconds}});
+      if (!pushed) return pushed.error();
+    }
+    return JoinTicket{gen, true};
+  }
+  if (arrived > r.world) return make_error("job ", r.job_id, ": more than ", std::to_string(r.world), " nodes joined");
+  return JoinTicket{gen, false};
+}
+
+namespace {
+
+Status wait_for_release(RedisClient& redis, const RendezvousRequest& r) {
+  const std::string release = key(r.job_id, "release");
+  // BLPOP's timeout is in seconds (decimals allowed since Redis 6).
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(r.wait_timeout.count()) / 1000.0);
+  redis.set_timeout(r.wait_timeout + std::chrono::seconds(2));
+  auto popped = redis.command({"BLPOP", release, secs});
+  if (!popped) return popped.error();
+  if (popped->kind == RedisValue::Kind::nil) {
+    auto count = redis.command({"GET", key(r.job_id, "joined")});
+    return make_error("rendezvous timed out after ", std::to_string(r.wait_timeout.count()), " ms: ",
+                      count ? count->str : "?", " of ", std::to_string(r.world), " nodes joined job ", r.job_id);
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+Expected<Membership> rendezvous_finish(RedisClient& redis, const RendezvousRequest& req, const JoinTicket& ticket,
+                                       const std::vector<int>& peers) {
+  if (!ticket.released_others) TROUPE_TRY(wait_for_release(redis, req));
+  Membership m;
+  m.generation = ticket.generation;
+  m.endpoints.resize(static_cast<std::size_t>(req.world));
+  if (peers.empty()) return m;
+  std::vector<std::string> get{"HMGET", key(req.job_id, "nodes")};
+  for (int p : peers) get.push_back(std::to_string(p));
+  auto got = redis.command(get);
+  if (!got) return got.error();
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const auto& e = got->elements[i];
+    if (e.kind != RedisValue::Kind::string)
+      return make_error("rendezvous: node ", std::to_string(peers[i]), " has no endpoint in job ", req.job_id);
+    m.endpoints[static_cast<std::size_t>(peers[i])] = e.str;
+  }
+  return m;
+}
+
+Expected<Membership> rendezvous_with_peers(RedisClient& redis, const RendezvousRequest& req,
+                                           const std::vector<int>& peers) {
+  auto ticket = rendezvous_join(redis, req);
+  if (!ticket) return ticket.error();
+  return rendezvous_finish(redis, req, *ticket, peers);
+}
+
+Expected<Membership> rendezvous(RedisClient& redis, const RendezvousRequest& req) {
+  std::vector<int> all;
+  for (int i = 0; i < req.world; ++i) all.push_back(i);
+  return rendezvous_with_peers(redis, req, all);
+}
+
+Expected<std::uint64_t> bump_generation(RedisClient& redis, const std::string& job_id) {
+  auto v = redis.command({"INCR", key(job_id, "generation")});
+  if (!v) return v.error();
+  return static_cast<std::uint64_t>(v->integer);
+}
+
+std::string content_hash(const std::string& text) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace troupe

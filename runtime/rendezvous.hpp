@@ -1,0 +1,63 @@
+// Job rendezvous through Redis (MegaScale §3.5): every node publishes its
+// endpoints and learns the others' in O(1) round trips plus one wait, with no
+// barrier per group. Keys live under "troupe:<job>:" and expire after a day.
+//
+// Round trips per node: (1) one script that checks the config hash, Troupe
+// version and world size against the first node's, claims the rank (a second
+// node with the same rank is refused) and counts the arrival; (2) one BLPOP
+// wait, or for the last arrival one RPUSH of world-1 release tokens; (3) one
+// read of the peers it needs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+#include "runtime/redis_client.hpp"
+
+namespace troupe {
+
+struct RendezvousRequest {
+  std::string job_id;
+  int rank = 0;
+  int world = 1;
+  std::string config_hash;  ///< nodes with different configs are refused
+  std::string version;      ///< nodes with different Troupe versions are refused
+  std::string endpoint;     ///< what peers need to reach this node (opaque bytes)
+  std::chrono::milliseconds wait_timeout{30000};  ///< how long to wait for the others
+};
+
+struct Membership {
+  std::uint64_t generation = 0;
+  std::vector<std::string> endpoints;  ///< by rank (only those asked for are filled)
+};
+
+/// Joins and waits until all `world` nodes have joined; returns every node's endpoint.
+Expected<Membership> rendezvous(RedisClient& redis, const RendezvousRequest& req);
+
+/// Joins and waits, then reads only the endpoints of `peers` (e.g. the union
+/// of this rank's groups): O(1) round trips and O(|peers|) bytes per node.
+Expected<Membership> rendezvous_with_peers(RedisClient& redis, const RendezvousRequest& req,
+                                           const std::vector<int>& peers);
+
+/// The two halves of rendezvous_with_peers, for callers that simulate many
+/// ranks on one connection: rendezvous_join claims the rank and counts it (the
+/// last arrival releases the others); rendezvous_finish waits for the release
+/// (unless this rank released) and reads the peers' endpoints.
+struct JoinTicket {
+  std::uint64_t generation = 0;
+  bool released_others = false;
+};
+Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest& req);
+Expected<Membership> rendezvous_finish(RedisClient& redis, const RendezvousRequest& req, const JoinTicket& ticket,
+                                       const std::vector<int>& peers);
+
+/// Increments the job's membership generation (recovery); returns the new value.
+Expected<std::uint64_t> bump_generation(RedisClient& redis, const std::string& job_id);
+
+/// FNV-1a of a text, as 16 hex digits (config hashes).
+std::string content_hash(const std::string& text);
+
+}  // namespace troupe
