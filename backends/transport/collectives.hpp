@@ -1,0 +1,44 @@
+// Ring collectives over any Transport (nccl-tests' definitions): all-reduce,
+// reduce-scatter, all-gather and broadcast of f32 sums, for any group of ranks
+// and any element count. Non-blocking: a call returns at once and `done` runs
+// (on the transport's completion thread) when this rank's part is finished.
+// Several may be in flight; every member must issue the same collectives on
+// the same group in the same order (their tags are derived from that order).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "backends/transport/transport.hpp"
+
+namespace troupe {
+
+class Collectives {
+ public:
+  explicit Collectives(Transport& transport) : t_(transport) {}
+
+  /// Element range [begin, end) of chunk i when `count` is split over n ranks.
+  static std::pair<std::size_t, std::size_t> chunk(std::size_t count, int n, int i);
+
+  /// data (count) on every member becomes the elementwise sum over members.
+  void all_reduce(const std::vector<int>& group, float* data, std::size_t count, Completion done);
+  /// Member i ends with chunk(count, n, i) of data holding the sum; the rest is scratch.
+  void reduce_scatter(const std::vector<int>& group, float* data, std::size_t count, Completion done);
+  /// Member i contributes chunk(count, n, i) of data; all end with every chunk.
+  void all_gather(const std::vector<int>& group, float* data, std::size_t count, Completion done);
+  /// data on group[root] is copied to every member.
+  void broadcast(const std::vector<int>& group, int root, float* data, std::size_t count, Completion done);
+
+  /// nccl-tests bus bandwidth factors: bytes moved per rank relative to the buffer.
+  static double all_reduce_bus_factor(int n) { return 2.0 * (n - 1) / n; }
+  static double gather_bus_factor(int n) { return static_cast<double>(n - 1) / n; }
+
+ private:
+  Tag next_tag_base();
+  Transport& t_;
+  std::atomic<std::uint64_t> next_op_{0};
+};
+
+}  // namespace troupe

@@ -1,0 +1,38 @@
+// The transport interface: non-blocking point-to-point send and receive of
+// host buffers between ranks, matched by (peer, tag). Completion or failure is
+// reported through a callback, which the actor layer turns into a message for
+// the actor that asked; the callback runs on the transport's progress thread
+// and must only hand the result on (never block or call back into the transport
+// synchronously with heavy work).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/expected.hpp"
+
+namespace troupe {
+
+/// User tags use the low 40 bits; the transport encodes the sender's rank above them.
+using Tag = std::uint64_t;
+inline constexpr Tag kMaxTag = (Tag{1} << 40) - 1;
+
+/// Called exactly once per operation: success, or an error naming the peer.
+using Completion = std::function<void(Status)>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// Sends `bytes` at `data` to `peer`; `data` must stay valid until `done`.
+  virtual void send(int peer, Tag tag, const void* data, std::size_t bytes, Completion done) = 0;
+  /// Receives exactly `bytes` from `peer` into `data`; a message of another size fails.
+  virtual void recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) = 0;
+  /// Peers this transport has seen fail (their operations complete with errors).
+  virtual bool peer_failed(int peer) const = 0;
+};
+
+}  // namespace troupe

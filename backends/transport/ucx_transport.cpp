@@ -1,0 +1,301 @@
+// UcxTransport: context/worker/endpoint handles in RAII wrappers, a queue of
+// operations posted by the progress thread, callbacks into completions.
+#include "backends/transport/ucx_transport.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace troupe {
+namespace {
+
+constexpr int kTagBits = 40;
+
+Error ucx_error(const char* call, int rank, ucs_status_t st) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return make_error(call, " failed on rank ", std::to_string(rank), " (", host, "): ", ucs_status_string(st));
+}
+
+struct ContextFree {
+  void operator()(ucp_context_h c) const { ucp_cleanup(c); }
+};
+struct WorkerFree {
+  void operator()(ucp_worker_h w) const { ucp_worker_destroy(w); }
+};
+using ContextPtr = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextFree>;
+using WorkerPtr = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerFree>;
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+struct UcxTransport::Impl {
+  enum class Kind { send, recv };
+  struct Op {
+    Kind kind;
+    int peer;
+    Tag tag;
+    void* data;
+    std::size_t bytes;
+    Completion done;
+  };
+  // Lives from posting until the UCX callback; owned by `inflight`.
+  struct Request {
+    Impl* impl;
+    Op op;
+    void* ucx_request = nullptr;
+  };
+
+  int rank = 0, size = 1;
+  ContextPtr context;
+  WorkerPtr worker;
+  std::string address;
+  std::vector<ucp_ep_h> eps;
+  std::vector<std::atomic<bool>> failed;
+  Fd wake;
+  int worker_fd = -1;
+  std::thread progress;
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::deque<Op> queue;
+  std::deque<int> to_fail;
+  std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
+
+  explicit Impl(int n) : failed(static_cast<std::size_t>(n)) {}
+
+  Error peer_error(int peer) const {
+    return make_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
+  }
+
+  void notify() {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake.fd, &one, sizeof one);
+  }
+
+  static void on_send(void* req, ucs_status_t st, void* user) { static_cast<Request*>(user)->impl->finish(static_cast<Request*>(user), req, st, SIZE_MAX); }
+  static void on_recv(void* req, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
+    auto* r = static_cast<Request*>(user);
+    r->impl->finish(r, req, st, st == UCS_OK ? info->length : SIZE_MAX);
+  }
+  static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t) {
+    auto* self = static_cast<std::pair<Impl*, int>*>(arg);
+    self->first->fail_peer(self->second);
+  }
+  std::vector<std::pair<Impl*, int>> ep_args;
+
+  void finish(Request* r, void* ucx_request, ucs_status_t st, std::size_t received) {
+    Status result;
+    if (st == UCS_ERR_CANCELED || failed[static_cast<std::size_t>(r->op.peer)]) {
+      result = peer_error(r->op.peer);
+    } else if (st != UCS_OK) {
+      result = ucx_error(r->op.kind == Kind::send ? "ucp_tag_send_nbx" : "ucp_tag_recv_nbx", rank, st);
+    } else if (r->op.kind == Kind::recv && received != r->op.bytes) {
+      result = make_error("rank ", std::to_string(r->op.peer), " sent ", std::to_string(received),
+                          " bytes to rank ", std::to_string(rank), ", which expected ", std::to_string(r->op.bytes));
+    }
+    Completion done = std::move(r->op.done);
+    if (ucx_request) ucp_request_free(ucx_request);
+    inflight.erase(r);
+    done(result);
+  }
+
+  void post(Op op) {
+    if (failed[static_cast<std::size_t>(op.peer)]) {
+      op.done(peer_error(op.peer));
+      return;
+    }
+    auto owned = std::make_unique<Request>(Request{this, std::move(op), nullptr});
+    Request* r = owned.get();
+    inflight.emplace(r, std::move(owned));
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.user_data = r;
+    ucs_status_ptr_t sp;
+    if (r->op.kind == Kind::send) {
+      p.cb.send = &on_send;
+      sp = ucp_tag_send_nbx(eps[static_cast<std::size_t>(r->op.peer)], r->op.data, r->op.bytes,
+                            (static_cast<Tag>(rank) << kTagBits) | r->op.tag, &p);
+    } else {
+      p.cb.recv = &on_recv;
+      sp = ucp_tag_recv_nbx(worker.get(), r->op.data, r->op.bytes,
+                            (static_cast<Tag>(r->op.peer) << kTagBits) | r->op.tag, ~Tag{0}, &p);
+    }
+    if (UCS_PTR_IS_ERR(sp)) {
+      finish(r, nullptr, UCS_PTR_STATUS(sp), 0);
+      return;
+    }
+    r->ucx_request = sp;
+  }
+
+  // Progress thread: a peer is dead. Sends on its endpoint fail through UCX;
+  // receives are worker-wide, so cancel those expecting it.
+  void fail_peer(int peer) {
+    failed[static_cast<std::size_t>(peer)] = true;
+    std::vector<void*> cancel;
+    for (auto& [r, owned] : inflight)
+      if (r->op.peer == peer && r->op.kind == Kind::recv && r->ucx_request) cancel.push_back(r->ucx_request);
+    for (void* req : cancel) ucp_request_cancel(worker.get(), req);
+  }
+
+  void drain() {
+    std::deque<Op> ops;
+    std::deque<int> fails;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ops.swap(queue);
+      fails.swap(to_fail);
+    }
+    for (int peer : fails) fail_peer(peer);
+    for (auto& op : ops) post(std::move(op));
+  }
+
+  void loop() {
+    pollfd fds[2] = {{worker_fd, POLLIN, 0}, {wake.fd, POLLIN, 0}};
+    while (!stop.load(std::memory_order_acquire)) {
+      drain();
+      while (ucp_worker_progress(worker.get()) != 0) {
+      }
+      if (ucp_worker_arm(worker.get()) == UCS_ERR_BUSY) continue;
+      ::poll(fds, 2, 100);
+      if (fds[1].revents & POLLIN) {
+        std::uint64_t v;
+        [[maybe_unused]] auto n = ::read(wake.fd, &v, sizeof v);
+      }
+    }
+  }
+
+  void shutdown() {
+    if (progress.joinable()) {
+      stop = true;
+      notify();
+      progress.join();
+    }
+    // Fail whatever is still queued or in flight, then close the endpoints.
+    drain();
+    for (int p = 0; p < size; ++p) failed[static_cast<std::size_t>(p)] = true;
+    for (int p = 0; p < size; ++p) fail_peer(p);
+    for (int i = 0; i < 100 && !inflight.empty(); ++i) ucp_worker_progress(worker.get());
+    for (auto& [r, owned] : inflight)
+      if (owned->op.done) owned->op.done(make_error("transport of rank ", std::to_string(rank), " shut down"));
+    inflight.clear();
+    for (ucp_ep_h ep : eps) {
+      if (!ep) continue;
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &p);
+      if (UCS_PTR_IS_PTR(req)) {
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker.get());
+        ucp_request_free(req);
+      }
+    }
+  }
+};
+
+UcxTransport::UcxTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UcxTransport::~UcxTransport() {
+  if (impl_) impl_->shutdown();
+}
+
+Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size, UcxOptions options) {
+  if (size < 1 || rank < 0 || rank >= size) return make_error("ucx transport: rank ", std::to_string(rank), " of ", std::to_string(size));
+  auto impl = std::make_unique<Impl>(size);
+  impl->rank = rank;
+  impl->size = size;
+  ucp_config_t* config = nullptr;
+  if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK) return ucx_error("ucp_config_read", rank, st);
+  if (options.loopback_only) ucp_config_modify(config, "NET_DEVICES", "lo");
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  ucp_context_h ctx = nullptr;
+  const ucs_status_t init = ucp_init(&params, config, &ctx);
+  ucp_config_release(config);
+  if (init != UCS_OK) return ucx_error("ucp_init", rank, init);
+  impl->context.reset(ctx);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h worker = nullptr;
+  if (auto st = ucp_worker_create(ctx, &wp, &worker); st != UCS_OK) return ucx_error("ucp_worker_create", rank, st);
+  impl->worker.reset(worker);
+  ucp_address_t* addr = nullptr;
+  std::size_t len = 0;
+  if (auto st = ucp_worker_get_address(worker, &addr, &len); st != UCS_OK) return ucx_error("ucp_worker_get_address", rank, st);
+  impl->address.assign(reinterpret_cast<const char*>(addr), len);
+  ucp_worker_release_address(worker, addr);
+  if (auto st = ucp_worker_get_efd(worker, &impl->worker_fd); st != UCS_OK) return ucx_error("ucp_worker_get_efd", rank, st);
+  impl->wake.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->wake.fd < 0) return make_error("eventfd failed on rank ", std::to_string(rank));
+  return std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
+}
+
+const std::string& UcxTransport::address() const { return impl_->address; }
+
+Status UcxTransport::connect(const std::vector<std::string>& addresses) {
+  Impl& m = *impl_;
+  if (static_cast<int>(addresses.size()) != m.size)
+    return make_error("ucx transport: ", std::to_string(addresses.size()), " addresses for ", std::to_string(m.size), " ranks");
+  m.eps.assign(static_cast<std::size_t>(m.size), nullptr);
+  m.ep_args.resize(static_cast<std::size_t>(m.size));
+  for (int p = 0; p < m.size; ++p) {
+    m.ep_args[static_cast<std::size_t>(p)] = {&m, p};
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[static_cast<std::size_t>(p)].data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = &Impl::on_ep_error;
+    ep.err_handler.arg = &m.ep_args[static_cast<std::size_t>(p)];
+    if (auto st = ucp_ep_create(m.worker.get(), &ep, &m.eps[static_cast<std::size_t>(p)]); st != UCS_OK)
+      return ucx_error("ucp_ep_create", m.rank, st);
+  }
+  m.progress = std::thread([&m] { m.loop(); });
+  return Status::success();
+}
+
+int UcxTransport::rank() const { return impl_->rank; }
+int UcxTransport::size() const { return impl_->size; }
+
+void UcxTransport::send(int peer, Tag tag, const void* data, std::size_t bytes, Completion done) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->queue.push_back({Impl::Kind::send, peer, tag, const_cast<void*>(data), bytes, std::move(done)});
+  }
+  impl_->notify();
+}
+
+void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->queue.push_back({Impl::Kind::recv, peer, tag, data, bytes, std::move(done)});
+  }
+  impl_->notify();
+}
+
+bool UcxTransport::peer_failed(int peer) const { return impl_->failed[static_cast<std::size_t>(peer)]; }
+
+void UcxTransport::mark_failed(int peer) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->to_fail.push_back(peer);
+  }
+  impl_->notify();
+}
+
+}  // namespace troupe

@@ -1,0 +1,135 @@
+// UCX transport between workers of this process and between two processes on
+// loopback: matching, collectives, size errors, and a killed peer.
+#include "backends/transport/ucx_transport.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "backends/transport/collectives.hpp"
+
+namespace troupe {
+namespace {
+
+std::vector<std::unique_ptr<UcxTransport>> connected(int n) {
+  std::vector<std::unique_ptr<UcxTransport>> ts;
+  std::vector<std::string> addrs;
+  for (int r = 0; r < n; ++r) {
+    auto t = UcxTransport::create(r, n, {true});
+    REQUIRE(t.ok());
+    addrs.push_back((*t)->address());
+    ts.push_back(std::move(*t));
+  }
+  for (auto& t : ts) REQUIRE(t->connect(addrs).ok());
+  return ts;
+}
+
+// Waits for a completion with a deadline (completions arrive on UCX threads).
+struct Waiter {
+  std::promise<Status> p;
+  std::future<Status> f = p.get_future();
+  Completion cb() {
+    return [this](Status st) { p.set_value(std::move(st)); };
+  }
+  Status get(std::chrono::milliseconds d = std::chrono::milliseconds(5000)) {
+    if (f.wait_for(d) != std::future_status::ready) return make_error("timed out");
+    return f.get();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("UCX moves tagged messages between workers, in order per tag", "[ucx]") {
+  auto ts = connected(2);
+  std::vector<int> out(1000), in(1000, -1);
+  for (int i = 0; i < 1000; ++i) out[static_cast<std::size_t>(i)] = i * 3;
+  Waiter r1, s1;
+  ts[1]->recv(0, 42, in.data(), in.size() * sizeof(int), r1.cb());
+  ts[0]->send(1, 42, out.data(), out.size() * sizeof(int), s1.cb());
+  REQUIRE(r1.get().ok());
+  REQUIRE(s1.get().ok());
+  CHECK(in == out);
+
+  // A message larger than the receive buffer is an error naming the ranks.
+  std::vector<char> small(4), big(64);
+  Waiter r2, s2;
+  ts[0]->recv(1, 7, small.data(), small.size(), r2.cb());
+  ts[1]->send(0, 7, big.data(), big.size(), s2.cb());
+  auto st = r2.get();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("rank 0") != std::string::npos);
+  (void)s2.get();
+}
+
+TEST_CASE("ring all-reduce over UCX matches the direct sum", "[ucx][collectives]") {
+  const int n = 3;
+  auto ts = connected(n);
+  std::vector<std::unique_ptr<Collectives>> cs;
+  for (auto& t : ts) cs.push_back(std::make_unique<Collectives>(*t));
+  const std::size_t count = 100003;
+  std::vector<std::vector<float>> bufs(n, std::vector<float>(count));
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < count; ++i) bufs[static_cast<std::size_t>(r)][i] = static_cast<float>(r + 1) + static_cast<float>(i % 7);
+  std::vector<Waiter> w(n);
+  for (int r = 0; r < n; ++r) cs[static_cast<std::size_t>(r)]->all_reduce({0, 1, 2}, bufs[static_cast<std::size_t>(r)].data(), count, w[static_cast<std::size_t>(r)].cb());
+  for (auto& x : w) REQUIRE(x.get().ok());
+  for (int r = 0; r < n; ++r)
+    for (std::size_t i = 0; i < count; i += 997) REQUIRE(bufs[static_cast<std::size_t>(r)][i] == 6.0f + 3.0f * static_cast<float>(i % 7));
+}
+
+TEST_CASE("a peer killed with SIGKILL: pending receives fail within 1 s of the notice", "[ucx][failure]") {
+  int to_child[2], to_parent[2];
+  REQUIRE(::pipe(to_child) == 0);
+  REQUIRE(::pipe(to_parent) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto t = UcxTransport::create(1, 2, {true});
+    if (!t) ::_exit(2);
+    const std::string& a = (*t)->address();
+    std::uint32_t len = static_cast<std::uint32_t>(a.size());
+    [[maybe_unused]] auto w1 = ::write(to_parent[1], &len, 4);
+    [[maybe_unused]] auto w2 = ::write(to_parent[1], a.data(), len);
+    std::string peer(len, '\0');
+    [[maybe_unused]] auto r1 = ::read(to_child[0], &len, 4);
+    peer.resize(len);
+    [[maybe_unused]] auto r2 = ::read(to_child[0], peer.data(), len);
+    (void)(*t)->connect({peer, a});
+    ::pause();
+    ::_exit(0);
+  }
+  auto t = UcxTransport::create(0, 2, {true});
+  REQUIRE(t.ok());
+  std::uint32_t len = 0;
+  REQUIRE(::read(to_parent[0], &len, 4) == 4);
+  std::string child_addr(len, '\0');
+  REQUIRE(::read(to_parent[0], child_addr.data(), len) == static_cast<ssize_t>(len));
+  const std::string& mine = (*t)->address();
+  len = static_cast<std::uint32_t>(mine.size());
+  REQUIRE(::write(to_child[1], &len, 4) == 4);
+  REQUIRE(::write(to_child[1], mine.data(), len) == static_cast<ssize_t>(len));
+  REQUIRE((*t)->connect({mine, child_addr}).ok());
+
+  std::vector<char> buf(1024);
+  Waiter w;
+  (*t)->recv(1, 3, buf.data(), buf.size(), w.cb());
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // The supervisor (CAF down message) tells the transport; the receive fails.
+  const auto t0 = std::chrono::steady_clock::now();
+  (*t)->mark_failed(1);
+  auto st = w.get(std::chrono::milliseconds(1000));
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("rank 1 failed") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
+  CHECK((*t)->peer_failed(1));
+  Waiter later;
+  (*t)->send(1, 3, buf.data(), 8, later.cb());
+  CHECK_FALSE(later.get(std::chrono::milliseconds(1000)).ok());
+}
+
+}  // namespace troupe
