@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -68,9 +69,13 @@ struct UcxTransport::Impl {
   std::vector<std::atomic<bool>> failed;
   Fd wake;
   int worker_fd = -1;
+  bool event_mode = false;   // sleep on UCX's event fd (restricts UCX to transports with events)
+  bool peer_errors = false;  // UCX-level peer failure detection (restricts UCX to tcp here)
   std::thread progress;
   std::atomic<bool> stop{false};
   std::mutex mu;
+  std::atomic<int> queued{0};  // ops or failures waiting in queue / to_fail
+  std::atomic<bool> sleeping{false};
   std::deque<Op> queue;
   std::deque<int> to_fail;
   std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
@@ -81,7 +86,9 @@ struct UcxTransport::Impl {
     return make_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
   }
 
+  // Called after queued was incremented; wakes the progress thread only if it sleeps.
   void notify() {
+    if (!sleeping.load()) return;
     const std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake.fd, &one, sizeof one);
   }
@@ -107,10 +114,10 @@ struct UcxTransport::Impl {
       result = make_error("rank ", std::to_string(r->op.peer), " sent ", std::to_string(received),
                           " bytes to rank ", std::to_string(rank), ", which expected ", std::to_string(r->op.bytes));
     }
-    Completion done = std::move(r->op.done);
+    Completion done = std::move(r->op.done);  // empty if fail_peer already reported it
     if (ucx_request) ucp_request_free(ucx_request);
     inflight.erase(r);
-    done(result);
+    if (done) done(result);
   }
 
   void post(Op op) {
@@ -141,14 +148,21 @@ struct UcxTransport::Impl {
     r->ucx_request = sp;
   }
 
-  // Progress thread: a peer is dead. Sends on its endpoint fail through UCX;
-  // receives are worker-wide, so cancel those expecting it.
+  // Progress thread: a peer is dead. Receives expecting it are cancelled (UCX
+  // then calls back with UCS_ERR_CANCELED); sends to it are reported failed at
+  // once, since a send over shared memory may never learn of the death. Their
+  // UCX requests are freed whenever UCX completes them.
   void fail_peer(int peer) {
     failed[static_cast<std::size_t>(peer)] = true;
     std::vector<void*> cancel;
-    for (auto& [r, owned] : inflight)
-      if (r->op.peer == peer && r->op.kind == Kind::recv && r->ucx_request) cancel.push_back(r->ucx_request);
+    std::vector<Completion> report;
+    for (auto& [r, owned] : inflight) {
+      if (r->op.peer != peer || !r->ucx_request) continue;
+      if (r->op.kind == Kind::recv) cancel.push_back(r->ucx_request);
+      else if (r->op.done) report.push_back(std::move(r->op.done));
+    }
     for (void* req : cancel) ucp_request_cancel(worker.get(), req);
+    for (auto& done : report) done(peer_error(peer));
   }
 
   void drain() {
@@ -158,29 +172,60 @@ struct UcxTransport::Impl {
       std::lock_guard<std::mutex> lock(mu);
       ops.swap(queue);
       fails.swap(to_fail);
+      queued.store(0, std::memory_order_release);
     }
     for (int peer : fails) fail_peer(peer);
     for (auto& op : ops) post(std::move(op));
   }
 
+  // Polls while there is traffic. After kSpin (20 µs) of quiet it sleeps: on the
+  // worker's event fd in event mode; otherwise (shared memory transports offer
+  // no events in UCX 1.13) on the wake fd alone, for a backoff of 20 µs growing
+  // to 100 µs while operations are in flight (about 1% of a core), and until
+  // woken when none are.
+  // Either way an idle transport costs no CPU.
   void loop() {
-    pollfd fds[2] = {{worker_fd, POLLIN, 0}, {wake.fd, POLLIN, 0}};
+    using Clock = std::chrono::steady_clock;
+    constexpr auto kSpin = std::chrono::microseconds(20);
+    auto last_activity = Clock::now();
+    long backoff_us = 20;
     while (!stop.load(std::memory_order_acquire)) {
-      drain();
-      while (ucp_worker_progress(worker.get()) != 0) {
+      bool busy = queued.load(std::memory_order_acquire) != 0;
+      if (busy) drain();
+      while (ucp_worker_progress(worker.get()) != 0) busy = true;
+      const auto now = Clock::now();
+      if (busy) {
+        last_activity = now;
+        backoff_us = 20;
       }
-      if (ucp_worker_arm(worker.get()) == UCS_ERR_BUSY) continue;
+      if (busy || now - last_activity < kSpin) continue;
+      if (event_mode && ucp_worker_arm(worker.get()) == UCS_ERR_BUSY) continue;
+      // Dekker with notify(): publish "sleeping", then look at the queue once more.
+      sleeping.store(true);
+      if (queued.load() == 0) sleep_once(inflight.empty() ? -1 : backoff_us);
+      sleeping.store(false);
+      if (!event_mode && !inflight.empty()) backoff_us = std::min(backoff_us * 2, 100L);
+    }
+  }
+
+  void sleep_once(long backoff_us) {
+    pollfd fds[2] = {{wake.fd, POLLIN, 0}, {worker_fd, POLLIN, 0}};
+    if (event_mode) {
       ::poll(fds, 2, 100);
-      if (fds[1].revents & POLLIN) {
-        std::uint64_t v;
-        [[maybe_unused]] auto n = ::read(wake.fd, &v, sizeof v);
-      }
+    } else {
+      const timespec ts{0, backoff_us * 1000};
+      ::ppoll(fds, 1, backoff_us < 0 ? nullptr : &ts, nullptr);
+    }
+    if (fds[0].revents & POLLIN) {
+      std::uint64_t v;
+      [[maybe_unused]] auto n = ::read(wake.fd, &v, sizeof v);
     }
   }
 
   void shutdown() {
     if (progress.joinable()) {
       stop = true;
+      sleeping = true;  // force the wake-up write
       notify();
       progress.join();
     }
@@ -222,7 +267,9 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
   if (options.loopback_only) ucp_config_modify(config, "NET_DEVICES", "lo");
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_TAG | (options.event_fd ? UCP_FEATURE_WAKEUP : 0);
+  impl->event_mode = options.event_fd;
+  impl->peer_errors = options.peer_error_detection;
   ucp_context_h ctx = nullptr;
   const ucs_status_t init = ucp_init(&params, config, &ctx);
   ucp_config_release(config);
@@ -239,7 +286,9 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
   if (auto st = ucp_worker_get_address(worker, &addr, &len); st != UCS_OK) return ucx_error("ucp_worker_get_address", rank, st);
   impl->address.assign(reinterpret_cast<const char*>(addr), len);
   ucp_worker_release_address(worker, addr);
-  if (auto st = ucp_worker_get_efd(worker, &impl->worker_fd); st != UCS_OK) return ucx_error("ucp_worker_get_efd", rank, st);
+  if (impl->event_mode)
+    if (auto st = ucp_worker_get_efd(worker, &impl->worker_fd); st != UCS_OK)
+      return ucx_error("ucp_worker_get_efd", rank, st);
   impl->wake.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->wake.fd < 0) return make_error("eventfd failed on rank ", std::to_string(rank));
   return std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
@@ -259,7 +308,7 @@ Status UcxTransport::connect(const std::vector<std::string>& addresses) {
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(addresses[static_cast<std::size_t>(p)].data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_mode = m.peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = &Impl::on_ep_error;
     ep.err_handler.arg = &m.ep_args[static_cast<std::size_t>(p)];
     if (auto st = ucp_ep_create(m.worker.get(), &ep, &m.eps[static_cast<std::size_t>(p)]); st != UCS_OK)
@@ -276,6 +325,7 @@ void UcxTransport::send(int peer, Tag tag, const void* data, std::size_t bytes, 
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->queue.push_back({Impl::Kind::send, peer, tag, const_cast<void*>(data), bytes, std::move(done)});
+    impl_->queued.fetch_add(1);
   }
   impl_->notify();
 }
@@ -284,6 +334,7 @@ void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Comple
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->queue.push_back({Impl::Kind::recv, peer, tag, data, bytes, std::move(done)});
+    impl_->queued.fetch_add(1);
   }
   impl_->notify();
 }
@@ -294,6 +345,7 @@ void UcxTransport::mark_failed(int peer) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->to_fail.push_back(peer);
+    impl_->queued.fetch_add(1);
   }
   impl_->notify();
 }

@@ -1,7 +1,8 @@
 // UCX (ucp tag API) transport between processes: shared memory / cma inside a
 // host, tcp across hosts. One worker per transport, driven by a progress thread
-// that sleeps on the worker's event fd when idle (a spinning thread would take
-// a core from compute). All UCX calls happen on that thread; send/recv enqueue.
+// that spins only while there is traffic and otherwise sleeps (a spinning thread
+// would take a core from compute). All UCX calls happen on that thread;
+// send/recv only enqueue.
 #pragma once
 
 #include <memory>
@@ -15,6 +16,15 @@ namespace troupe {
 struct UcxOptions {
   /// Restrict network transports to the loopback device (tests, one-machine jobs).
   bool loopback_only = false;
+  /// Sleep on UCX's event fd when idle. UCX 1.13 then uses only transports with
+  /// events (tcp here: about 2.5 GB/s between local processes instead of about
+  /// 10 GB/s over shared memory), so the default sleeps with a short backoff.
+  bool event_fd = false;
+  /// UCX's own peer-failure detection (UCP_ERR_HANDLING_MODE_PEER). Shared
+  /// memory transports lack it, so UCX 1.13 would fall back to tcp; by default
+  /// peer death is reported by the supervisor (CAF down message) through
+  /// mark_failed() instead, which fails the peer's pending operations at once.
+  bool peer_error_detection = false;
 };
 
 class UcxTransport final : public Transport {

@@ -10,6 +10,7 @@
 namespace troupe::cli {
 nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
+Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes);
 }
 
 namespace troupe::cli {
@@ -62,6 +63,19 @@ void register_bench(CLI::App& app, Action& action) {
     action = [rz] {
       auto out = bench_rendezvous(rz->ranks, rz->redis, rz->clients);
       if (!out) return fail("bench rendezvous", out.error());
+      std::printf("%s\n", out->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  auto tsizes = std::make_shared<std::vector<std::size_t>>(std::vector<std::size_t>{
+      8, 64, 512, 4096, 32768, 262144, 1 << 20, 8 << 20, 64 << 20});
+  auto* tr = bench->add_subcommand("transport", "Latency and bandwidth between two node processes, beside ucx_perftest");
+  tr->add_option("--sizes", *tsizes, "Message sizes in bytes");
+  tr->callback([tsizes, &action] {
+    action = [tsizes] {
+      auto out = bench_transport(*tsizes);
+      if (!out) return fail("bench transport", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;
     };

@@ -1,0 +1,84 @@
+// run_ranks: redis-server, fork, rendezvous, connect, run.
+#include "tools/troupe/bench_procs.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <atomic>
+#include <memory>
+
+#include "runtime/rendezvous.hpp"
+#include "runtime/testing/redis_server.hpp"
+
+namespace troupe::cli {
+
+Status wait_for(const std::function<void(Completion)>& start) {
+  // Sleeps on a futex: with two processes on two cores, a spinning waiter would
+  // take the core the other side's progress thread needs.
+  struct Slot {
+    std::atomic<int> ready{0};
+    Status status;
+  };
+  auto slot = std::make_shared<Slot>();
+  start([slot](Status st) {
+    slot->status = std::move(st);
+    slot->ready.store(1, std::memory_order_release);
+    slot->ready.notify_one();
+  });
+  slot->ready.wait(0, std::memory_order_acquire);
+  return slot->status;
+}
+
+namespace {
+
+Expected<std::unique_ptr<UcxTransport>> join(const std::string& url, const std::string& job, int rank, int ranks) {
+  auto t = UcxTransport::create(rank, ranks, {true});
+  if (!t) return t.error();
+  auto redis = RedisClient::connect(url, std::chrono::milliseconds(5000));
+  if (!redis) return redis.error();
+  auto m = rendezvous(*redis, {job, rank, ranks, "bench", "0.1.0", (*t)->address(), std::chrono::milliseconds(30000)});
+  if (!m) return m.error();
+  TROUPE_TRY((*t)->connect(m->endpoints));
+  return t;
+}
+
+}  // namespace
+
+Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body) {
+  auto server = testing::RedisServer::start();
+  if (!server) return server.error();
+  const std::string job = "bench-" + std::to_string(::getpid());
+  std::vector<pid_t> children;
+  for (int r = 1; r < ranks; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      auto t = join(server->url(), job, r, ranks);
+      if (!t) {
+        std::fprintf(stderr, "rank %d: %s\n", r, t.error().message.c_str());
+        ::_exit(1);
+      }
+      auto out = body(**t);
+      if (!out) std::fprintf(stderr, "rank %d: %s\n", r, out.error().message.c_str());
+      t->reset();
+      ::_exit(out ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  Expected<nlohmann::json> result = make_error("rank 0 did not run");
+  if (auto t = join(server->url(), job, 0, ranks); t) {
+    result = body(**t);
+  } else {
+    result = t.error();
+  }
+  bool children_ok = true;
+  for (pid_t c : children) {
+    int status = 0;
+    ::waitpid(c, &status, 0);
+    children_ok = children_ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  if (result && !children_ok) return make_error("a benchmark rank failed (see its message above)");
+  return result;
+}
+
+}  // namespace troupe::cli
