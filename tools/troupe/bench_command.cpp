@@ -11,6 +11,7 @@ namespace troupe::cli {
 nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes);
+Expected<nlohmann::json> bench_collectives(int nodes, const std::vector<std::size_t>& sizes, bool with_gloo);
 }
 
 namespace troupe::cli {
@@ -76,6 +77,25 @@ void register_bench(CLI::App& app, Action& action) {
     action = [tsizes] {
       auto out = bench_transport(*tsizes);
       if (!out) return fail("bench transport", out.error());
+      std::printf("%s\n", out->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  struct CollArgs {
+    int nodes = 2;
+    std::vector<std::size_t> sizes{1024, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+    bool no_gloo = false;
+  };
+  auto ca = std::make_shared<CollArgs>();
+  auto* co = bench->add_subcommand("collectives", "Ring collectives between node processes, beside gloo");
+  co->add_option("--nodes", ca->nodes, "Processes")->check(CLI::Range(2, 64));
+  co->add_option("--sizes", ca->sizes, "Buffer sizes in bytes");
+  co->add_flag("--no-gloo", ca->no_gloo, "Skip the gloo peer");
+  co->callback([ca, &action] {
+    action = [ca] {
+      auto out = bench_collectives(ca->nodes, ca->sizes, !ca->no_gloo);
+      if (!out) return fail("bench collectives", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;
     };

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "runtime/testing/redis_server.hpp"
-#include "tools/troupe/bench_procs.hpp"
+#include "runtime/local_ranks.hpp"
 
 namespace troupe::cli {
 namespace {

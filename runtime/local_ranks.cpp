@@ -1,5 +1,5 @@
 // run_ranks: redis-server, fork, rendezvous, connect, run.
-#include "tools/troupe/bench_procs.hpp"
+#include "runtime/local_ranks.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include "runtime/rendezvous.hpp"
 #include "runtime/testing/redis_server.hpp"
 
-namespace troupe::cli {
+namespace troupe {
 
 Status wait_for(const std::function<void(Completion)>& start) {
   // Sleeps on a futex: with two processes on two cores, a spinning waiter would
@@ -81,4 +81,4 @@ Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohm
   return result;
 }
 
-}  // namespace troupe::cli
+}  // namespace troupe

@@ -1,6 +1,7 @@
-// For multi-process benchmarks: fork K ranks that find each other through a
-// private redis-server, each with a connected UCX transport (loopback only),
-// run `body` in each, and collect rank 0's JSON result.
+// K ranks on this machine for benchmarks and tests: fork K-1 processes that
+// find each other through a private redis-server (rendezvous), each with a
+// connected UCX transport (loopback only); run `body` in each and return rank
+// 0's JSON result. Not the job launcher: no actors, no supervision.
 #pragma once
 
 #include <functional>
@@ -9,7 +10,7 @@
 #include "backends/transport/ucx_transport.hpp"
 #include "common/expected.hpp"
 
-namespace troupe::cli {
+namespace troupe {
 
 /// Runs body(transport) in `ranks` processes (this one is rank 0) and returns
 /// what rank 0's body returned; other ranks' bodies return values are ignored.
@@ -19,4 +20,4 @@ Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohm
 /// Blocks until the completion arrives (benchmarks only; actors never block).
 Status wait_for(const std::function<void(Completion)>& start);
 
-}  // namespace troupe::cli
+}  // namespace troupe

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""The peer for `troupe bench collectives`: gloo through Debian's python3-torch
+torch.distributed, K processes on 127.0.0.1, the same sizes; bus bandwidth with
+nccl-tests' definitions. Prints one JSON object (rank 0).
+
+  gloo_collectives.py --nodes K --sizes 1024,65536,...
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def worker(rank, world, port, sizes, iters):
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"})
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    rows = []
+    for size in sizes:
+        n = max(1, size // 4)
+        x = torch.ones(n)
+        row = {"bytes": size}
+        ops = {
+            "all_reduce": (lambda: dist.all_reduce(x), 2.0 * (world - 1) / world),
+            "all_gather": (lambda: dist.all_gather([torch.empty(max(1, n // world)) for _ in range(world)],
+                                                   torch.ones(max(1, n // world))), (world - 1) / world),
+            "reduce_scatter": (lambda: dist.reduce_scatter(torch.empty(max(1, n // world)),
+                                                           [torch.ones(max(1, n // world)) for _ in range(world)]),
+                               (world - 1) / world),
+        }
+        for name, (fn, factor) in ops.items():
+            try:
+                fn()
+                dist.barrier()
+                times = []
+                for _ in range(iters(size)):
+                    t0 = time.perf_counter()
+                    fn()
+                    times.append(time.perf_counter() - t0)
+                t = sorted(times)[len(times) // 2]
+                row[name] = {"time_us": t * 1e6, "busbw_GBps": size / t * factor / 1e9}
+            except Exception as e:  # gloo lacks some collectives
+                row[name] = {"error": str(e).splitlines()[0]}
+        rows.append(row)
+    if rank == 0:
+        print(json.dumps({"peer": "gloo", "torch": torch.__version__, "nodes": world, "results": rows}))
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--sizes", default="1024,65536,1048576,16777216,67108864")
+    p.add_argument("--rank", type=int, default=-1)
+    p.add_argument("--port", type=int, default=0)
+    a = p.parse_args()
+    sizes = [int(s) for s in a.sizes.split(",")]
+    iters = lambda size: max(5, min(200, (64 << 20) // max(size, 1) // 4))
+    if a.rank >= 0:
+        return worker(a.rank, a.nodes, a.port, sizes, iters)
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, __file__, "--nodes", str(a.nodes), "--sizes", a.sizes,
+                               "--rank", str(r), "--port", str(port)],
+                              stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL)
+             for r in range(a.nodes)]
+    out = procs[0].communicate()[0]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        sys.exit("gloo_collectives.py: a rank failed")
+    sys.stdout.write(out.decode())
+
+
+if __name__ == "__main__":
+    main()

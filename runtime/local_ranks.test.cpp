@@ -1,0 +1,58 @@
+// Collectives between 1-4 real processes over UCX, against direct sums, for
+// odd sizes (not multiples of the group size).
+#include "runtime/local_ranks.hpp"
+
+#include <catch2/catch.hpp>
+#include <numeric>
+
+#include "backends/transport/collectives.hpp"
+
+namespace troupe {
+
+TEST_CASE("collectives across processes equal direct sums", "[local_ranks][collectives]") {
+  for (int ranks : {1, 2, 3, 4}) {
+    auto out = run_ranks(ranks, [&](UcxTransport& t) -> Expected<nlohmann::json> {
+      Collectives coll(t);
+      std::vector<int> group(static_cast<std::size_t>(ranks));
+      std::iota(group.begin(), group.end(), 0);
+      nlohmann::json checked = nlohmann::json::array();
+      for (std::size_t count : {std::size_t{1}, std::size_t{5}, std::size_t{1001}, std::size_t{262147}}) {
+        std::vector<float> a(count), g(count), b(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          a[i] = static_cast<float>(t.rank() + 1) + static_cast<float>(i % 5);
+          g[i] = static_cast<float>(t.rank());
+          b[i] = t.rank() == ranks - 1 ? static_cast<float>(i % 11) : -1.0f;
+        }
+        TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(group, a.data(), count, std::move(c)); }));
+        TROUPE_TRY(wait_for([&](Completion c) { coll.all_gather(group, g.data(), count, std::move(c)); }));
+        TROUPE_TRY(wait_for([&](Completion c) { coll.broadcast(group, ranks - 1, b.data(), count, std::move(c)); }));
+        const float rank_sum = static_cast<float>(ranks * (ranks + 1) / 2);
+        for (std::size_t i = 0; i < count; ++i) {
+          if (a[i] != rank_sum + static_cast<float>(ranks) * static_cast<float>(i % 5))
+            return make_error("all_reduce wrong at ", std::to_string(i), " on rank ", std::to_string(t.rank()));
+          if (b[i] != static_cast<float>(i % 11)) return make_error("broadcast wrong at ", std::to_string(i));
+        }
+        for (int j = 0; j < ranks; ++j) {
+          auto [cb, ce] = Collectives::chunk(count, ranks, j);
+          for (std::size_t i = cb; i < ce; ++i)
+            if (g[i] != static_cast<float>(j)) return make_error("all_gather wrong at ", std::to_string(i));
+        }
+        checked.push_back(count);
+      }
+      return checked;
+    });
+    INFO("ranks " << ranks << ": " << (out ? "" : out.error().message));
+    REQUIRE(out.ok());
+    CHECK(out->size() == 4);
+  }
+}
+
+TEST_CASE("a failing rank fails the run with its error", "[local_ranks]") {
+  auto out = run_ranks(2, [](UcxTransport& t) -> Expected<nlohmann::json> {
+    if (t.rank() == 1) return make_error("rank 1 refuses");
+    return nlohmann::json{};
+  });
+  REQUIRE_FALSE(out.ok());
+}
+
+}  // namespace troupe
