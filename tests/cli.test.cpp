@@ -94,6 +94,25 @@ TEST_CASE("bad input is a one-line error naming it", "[cli][errors]") {
   expect_one_line_error(run(t + " train " + job.cfg + " --metrics /no/dir/m.jsonl"), "--metrics");
 }
 
+TEST_CASE("empty token files and a diverging run are one-line errors", "[cli][errors]") {
+  Job job;
+  const auto t = troupe_bin();
+  write_file(job.dir / "empty.bin", "");
+  expect_one_line_error(run(t + " train " + job.cfg + " --set data.train=" + (job.dir / "empty.bin")), "data.train");
+  // A valid header promising no tokens.
+  const std::string header("TROUPETK\x01\0\0\0\x01\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 32);
+  write_file(job.dir / "none.bin", header);
+  expect_one_line_error(run(t + " train " + job.cfg + " --set data.val=" + (job.dir / "none.bin")), "data.val");
+  // lr = 1e30 without clipping: the weights overflow and the loss is NaN.
+  auto r = run(t + " train " + job.cfg + " --set train.lr=1e30 --set train.grad_clip=0 --set train.warmup_steps=0 " +
+               "--metrics " + (job.dir / "nan.jsonl"));
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("training diverged at step") != std::string::npos);
+  // Every metrics line written before the failure is whole.
+  std::istringstream lines(slurp(job.dir / "nan.jsonl"));
+  for (std::string line; std::getline(lines, line);) CHECK_FALSE(nlohmann::json::parse(line, nullptr, false).is_discarded());
+}
+
 TEST_CASE("a failed save leaves earlier weights untouched", "[cli][errors]") {
   Job job;
   const auto w = job.dir / "w.safetensors";
