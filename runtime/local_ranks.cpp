@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "runtime/rendezvous.hpp"
-#include "runtime/testing/redis_server.hpp"
+#include "runtime/redis_server.hpp"
 
 namespace troupe {
 
@@ -46,7 +46,7 @@ Expected<std::unique_ptr<UcxTransport>> join(const std::string& url, const std::
 }  // namespace
 
 Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body) {
-  auto server = testing::RedisServer::start();
+  auto server = RedisServer::start();
   if (!server) return server.error();
   const std::string job = "bench-" + std::to_string(::getpid());
   std::vector<pid_t> children;

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 #include <thread>
 
-#include "runtime/testing/redis_server.hpp"
+#include "runtime/redis_server.hpp"
 
 namespace troupe {
 using namespace std::chrono_literals;
@@ -18,7 +18,7 @@ RendezvousRequest request(const std::string& job, int rank, int world) {
 }  // namespace
 
 TEST_CASE("N nodes join with a constant number of round trips each", "[rendezvous]") {
-  auto server = testing::RedisServer::start();
+  auto server = RedisServer::start();
   REQUIRE(server.ok());
   for (int world : {1, 2, 5, 16}) {
     const std::string job = "job-" + std::to_string(world);
@@ -45,7 +45,7 @@ TEST_CASE("N nodes join with a constant number of round trips each", "[rendezvou
 }
 
 TEST_CASE("a duplicate rank, a different config or version, and a bad rank are refused", "[rendezvous]") {
-  auto server = testing::RedisServer::start();
+  auto server = RedisServer::start();
   REQUIRE(server.ok());
   auto c = *RedisClient::connect(server->url(), 2000ms);
   auto first = request("dup", 0, 3);
@@ -77,7 +77,7 @@ TEST_CASE("a duplicate rank, a different config or version, and a bad rank are r
 }
 
 TEST_CASE("an unreachable Redis is a clear error within the timeout", "[rendezvous]") {
-  const int port = testing::free_loopback_port();  // nothing listens there
+  const int port = free_loopback_port();  // nothing listens there
   const auto t0 = std::chrono::steady_clock::now();
   auto c = RedisClient::connect("redis://127.0.0.1:" + std::to_string(port), 500ms);
   REQUIRE_FALSE(c.ok());
@@ -89,7 +89,7 @@ TEST_CASE("an unreachable Redis is a clear error within the timeout", "[rendezvo
 }
 
 TEST_CASE("the generation is bumped by recovery", "[rendezvous]") {
-  auto server = testing::RedisServer::start();
+  auto server = RedisServer::start();
   REQUIRE(server.ok());
   auto c = *RedisClient::connect(server->url(), 2000ms);
   REQUIRE(rendezvous(c, request("gen", 0, 1))->generation == 1);

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "runtime/rendezvous.hpp"
-#include "runtime/testing/redis_server.hpp"
+#include "runtime/redis_server.hpp"
 #include "runtime/topology.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -111,10 +111,10 @@ Expected<nlohmann::json> bench_one(const std::string& url, int ranks, int client
 }  // namespace
 
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients) {
-  std::optional<testing::RedisServer> server;
+  std::optional<RedisServer> server;
   std::string url = redis_url;
   if (url.empty()) {
-    auto s = testing::RedisServer::start();
+    auto s = RedisServer::start();
     if (!s) return s.error();
     server.emplace(std::move(*s));
     url = server->url();

@@ -7,7 +7,7 @@
 #include <atomic>
 #include <sstream>
 
-#include "runtime/testing/redis_server.hpp"
+#include "runtime/redis_server.hpp"
 #include "runtime/local_ranks.hpp"
 
 namespace troupe::cli {
@@ -66,7 +66,7 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
 
 // The final row of ucx_perftest between two local processes (loopback only).
 nlohmann::json perftest(const char* test, std::size_t bytes, int iters) {
-  const int port = testing::free_loopback_port();
+  const int port = free_loopback_port();
   const std::string env = "UCX_NET_DEVICES=lo ";
   const std::string server = env + "ucx_perftest -p " + std::to_string(port) + " >/dev/null 2>&1 &";
   if (std::system(server.c_str()) != 0) return {{"error", "cannot start ucx_perftest"}};

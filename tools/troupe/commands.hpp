@@ -17,6 +17,8 @@ void register_train(CLI::App& app, Action& action);
 void register_eval(CLI::App& app, Action& action);
 void register_bench(CLI::App& app, Action& action);
 void register_schedule(CLI::App& app, Action& action);
+void register_node(CLI::App& app, Action& action);
+void register_launch(CLI::App& app, Action& action);
 
 /// Prints "troupe <command>: <message>" on stderr and returns exit code 1.
 int fail(const std::string& command, const Error& error);

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   troupe::cli::register_eval(app, action);
   troupe::cli::register_bench(app, action);
   troupe::cli::register_schedule(app, action);
+  troupe::cli::register_node(app, action);
+  troupe::cli::register_launch(app, action);
   CLI11_PARSE(app, argc, argv);
   return action ? action() : 0;
 }

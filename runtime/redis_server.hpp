@@ -1,5 +1,6 @@
-// For tests and benchmarks: a private redis-server on a free loopback port,
-// without persistence, stopped (SIGTERM, then SIGKILL) when the object dies.
+// A private redis-server on a free loopback port, without persistence, stopped
+// (SIGTERM, then SIGKILL) when the object dies: the local launcher's embedded
+// default, and what tests and benchmarks run against.
 #pragma once
 
 #include <fcntl.h>
@@ -16,7 +17,7 @@
 #include "common/expected.hpp"
 #include "runtime/redis_client.hpp"
 
-namespace troupe::testing {
+namespace troupe {
 
 /// A loopback TCP port that was free a moment ago.
 inline int free_loopback_port() {
@@ -74,4 +75,4 @@ class RedisServer {
   int port_ = 0;
 };
 
-}  // namespace troupe::testing
+}  // namespace troupe

@@ -1,0 +1,29 @@
+// The coordinator: owns the job plan and the membership generation, monitors
+// every node actor and decides what a failure means.
+//
+//  SV-1  every node actor is monitored from the moment the plan is sent; a
+//        node's death reaches the coordinator as a down message.
+//  SV-2  on a death the coordinator bumps the generation in Redis before it
+//        tells anyone, then tells every survivor (lost) in the new generation.
+//  SV-3  messages of an older generation are dropped and counted, never acted on.
+//  SV-4  the coordinator alone ends the job (finish), with its outcome.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct CoordinatorConfig {
+  std::vector<caf::actor> nodes;  ///< by rank
+  std::string redis_url;
+  std::string job_id;
+  std::uint64_t generation = 1;
+  double hold_seconds = 0;
+  float expected_checksum = 0;
+};
+
+caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg);
+
+}  // namespace troupe

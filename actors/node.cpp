@@ -1,0 +1,195 @@
+// run_node: transport, actor system, rendezvous, coordinator (node 0), and the
+// node actor that verifies the fabric and follows the coordinator's word.
+#include "actors/node.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "actors/coordinator.hpp"
+#include "backends/transport/collectives.hpp"
+#include "backends/transport/ucx_transport.hpp"
+#include "runtime/job_config.hpp"
+#include "runtime/messages.hpp"
+#include "runtime/rendezvous.hpp"
+
+namespace troupe {
+namespace {
+
+constexpr std::size_t kSmokeElements = 1 << 16;
+constexpr const char* kVersion = "0.1.0";
+
+struct NodeState {
+  int rank = 0;
+  std::uint64_t generation = 0;
+  UcxTransport* transport = nullptr;
+  std::unique_ptr<Collectives> collectives;
+  std::shared_ptr<std::vector<float>> buffer;  // shared with the in-flight all-reduce
+  caf::actor coordinator;
+  std::uint64_t dropped = 0;
+  std::shared_ptr<std::atomic<int>> exit_code;
+  static inline const char* name = "troupe.node";
+};
+
+using NodeSelf = caf::stateful_actor<NodeState>;
+
+bool stale(NodeSelf* self, std::uint64_t gen) {
+  if (gen >= self->state.generation) return false;
+  ++self->state.dropped;
+  return true;
+}
+
+caf::behavior node_actor(NodeSelf* self, int rank, UcxTransport* transport, std::shared_ptr<std::atomic<int>> code) {
+  auto& st = self->state;
+  st.rank = rank;
+  st.transport = transport;
+  st.collectives = std::make_unique<Collectives>(*transport);
+  st.exit_code = std::move(code);
+  self->set_down_handler([self](caf::down_msg&) {
+    spdlog::error("node {}: lost the coordinator; stopping", self->state.rank);
+    self->state.exit_code->store(1);
+    self->quit();
+  });
+  return {
+      [self](msg::plan_atom, std::uint64_t gen, int world) {
+        auto& s = self->state;
+        if (stale(self, gen)) return;
+        s.generation = gen;
+        s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+        self->monitor(s.coordinator);
+        auto buffer = std::make_shared<std::vector<float>>(kSmokeElements, static_cast<float>(s.rank + 1));
+        s.buffer = buffer;
+        std::vector<int> everyone(static_cast<std::size_t>(world));
+        for (int r = 0; r < world; ++r) everyone[static_cast<std::size_t>(r)] = r;
+        caf::actor me = caf::actor_cast<caf::actor>(self);
+        // The completion arrives on the transport's thread and becomes a message.
+        s.collectives->all_reduce(everyone, buffer->data(), buffer->size(), [me, gen, buffer](Status result) {
+          caf::anon_send(me, msg::reduced_atom::value, gen, result.ok(), result.ok() ? buffer->back() : -1.0f);
+        });
+      },
+      [self](msg::reduced_atom, std::uint64_t gen, bool ok, float checksum) {
+        if (stale(self, gen)) return;
+        if (!ok) spdlog::error("node {}: all-reduce failed", self->state.rank);
+        self->send(self->state.coordinator, msg::ready_atom::value, gen, self->state.rank, checksum);
+      },
+      [self](msg::lost_atom, std::uint64_t gen, int peer) {
+        if (stale(self, gen)) return;
+        self->state.generation = gen;
+        self->state.transport->mark_failed(peer);
+        spdlog::warn("node {}: peer {} lost; generation {}", self->state.rank, peer, gen);
+      },
+      [self](msg::finish_atom, std::uint64_t gen, bool ok) {
+        if (stale(self, gen)) return;
+        self->state.exit_code->store(ok ? 0 : 1);
+        self->quit();
+      },
+  };
+}
+
+int env_int(const char* a, const char* b) {
+  for (const char* name : {a, b})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return -1;
+}
+
+std::string endpoint_of(const std::string& host, std::uint16_t port, const std::string& ucx) {
+  return host + ":" + std::to_string(port) + "\n" + ucx;
+}
+
+struct Endpoint {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string ucx;
+};
+
+Endpoint parse_endpoint(const std::string& e) {
+  const auto nl = e.find('\n'), colon = e.rfind(':', nl);
+  return Endpoint{e.substr(0, colon), static_cast<std::uint16_t>(std::stoi(e.substr(colon + 1, nl - colon - 1))),
+                  e.substr(nl + 1)};
+}
+
+int fail(const Error& e) {
+  std::fprintf(stderr, "troupe node: %s\n", e.message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int run_node(NodeOptions o) {
+  if (o.rank < 0) o.rank = env_int("SLURM_PROCID", "RANK");
+  if (o.world < 0) o.world = env_int("SLURM_NTASKS", "WORLD_SIZE");
+  if (o.world < 1) return fail(make_error("--nodes is required (or SLURM_NTASKS / WORLD_SIZE)"));
+  if (o.rank < 0 || o.rank >= o.world)
+    return fail(make_error("--node-rank ", std::to_string(o.rank), " is out of range for ", std::to_string(o.world),
+                           " nodes"));
+  auto job = load_job_config(o.config_path, o.overrides);
+  if (!job) return fail(job.error());
+  std::stringstream text;
+  text << std::ifstream(o.config_path).rdbuf();
+  for (auto& s : o.overrides) text << "\n--set " << s;
+  auto redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000));
+  if (!redis) return fail(make_error("--redis: ", redis.error().message));
+
+  auto transport = UcxTransport::create(o.rank, o.world, {o.host == "127.0.0.1", false, false});
+  if (!transport) return fail(transport.error());
+  auto exit_code = std::make_shared<std::atomic<int>>(1);
+  int result = 1;
+  {
+    caf::actor_system_config cfg;
+    cfg.load<caf::io::middleman>();
+    caf::actor_system sys{cfg};
+    auto node = sys.spawn(node_actor, o.rank, transport->get(), exit_code);
+    auto port = sys.middleman().publish(node, 0, o.host.c_str());
+    if (!port) {
+      caf::anon_send_exit(node, caf::exit_reason::kill);
+      return fail(make_error("cannot publish the node actor on ", o.host, ": ", sys.render(port.error())));
+    }
+    RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str()), kVersion,
+                          endpoint_of(o.host, *port, (*transport)->address()),
+                          std::chrono::milliseconds(o.rendezvous_timeout_ms)};
+    auto members = rendezvous(*redis, req);
+    if (!members) {
+      caf::anon_send_exit(node, caf::exit_reason::kill);
+      return fail(members.error());
+    }
+    std::vector<Endpoint> peers;
+    std::vector<std::string> ucx;
+    for (auto& e : members->endpoints) {
+      peers.push_back(parse_endpoint(e));
+      ucx.push_back(peers.back().ucx);
+    }
+    if (auto st = (*transport)->connect(ucx); !st) {
+      caf::anon_send_exit(node, caf::exit_reason::kill);
+      return fail(st.error());
+    }
+    spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}", o.rank, o.world, o.job_id,
+                 members->generation, o.host, *port);
+    if (o.rank == 0) {
+      CoordinatorConfig cc{{}, o.redis_url, o.job_id, members->generation, o.hold_seconds, 0.0f};
+      for (int r = 0; r < o.world; ++r) {
+        if (r == 0) {
+          cc.nodes.push_back(node);
+          continue;
+        }
+        auto remote = sys.middleman().remote_actor(peers[static_cast<std::size_t>(r)].host, peers[static_cast<std::size_t>(r)].port);
+        if (!remote) {
+          caf::anon_send_exit(node, caf::exit_reason::kill);
+          return fail(make_error("cannot reach node ", std::to_string(r), ": ", sys.render(remote.error())));
+        }
+        cc.nodes.push_back(*remote);
+      }
+      cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
+      spawn_coordinator(sys, std::move(cc));
+    }
+    sys.await_all_actors_done();
+    result = exit_code->load();
+  }
+  return result;
+}
+
+}  // namespace troupe

@@ -1,0 +1,175 @@
+// launch(): fork/exec the nodes, relay their output line by line, supervise.
+#include "runtime/launcher.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <thread>
+
+#include "runtime/redis_server.hpp"
+
+namespace troupe {
+namespace {
+
+std::atomic<int> g_interrupted{0};
+extern "C" void on_signal(int sig) { g_interrupted.store(sig); }
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out = -1;  // read end of the child's stdout+stderr
+  std::string partial;
+  bool exited = false;
+  int status = 0;
+};
+
+pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& job, int rank, int* out_fd) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid != 0) {
+    ::close(fds[1]);
+    *out_fd = fds[0];
+    return pid;
+  }
+  ::dup2(fds[1], 1);
+  ::dup2(fds[1], 2);
+  ::close(fds[0]);
+  std::vector<std::string> args{o.troupe_binary, "node", o.config_path, "--redis", url, "--node-rank",
+                                std::to_string(rank), "--nodes", std::to_string(o.nodes), "--job", job};
+  for (auto& s : o.overrides) {
+    args.push_back("--set");
+    args.push_back(s);
+  }
+  for (auto& a : o.extra_node_args) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(o.troupe_binary.c_str(), argv.data());
+  std::fprintf(stderr, "troupe launch: cannot run %s: %s\n", o.troupe_binary.c_str(), std::strerror(errno));
+  ::_exit(127);
+}
+
+// Prints complete lines from the child's pipe with a "[node R] " prefix.
+void relay(Child& c, bool flush_rest) {
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(c.out, buf, sizeof buf);
+    if (n <= 0) break;
+    c.partial.append(buf, static_cast<std::size_t>(n));
+    if (n < static_cast<ssize_t>(sizeof buf)) break;
+  }
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = c.partial.find('\n', start)) != std::string::npos; start = nl + 1)
+    std::fprintf(stderr, "[node %d] %.*s\n", c.rank, static_cast<int>(nl - start), c.partial.data() + start);
+  c.partial.erase(0, start);
+  if (flush_rest && !c.partial.empty()) {
+    std::fprintf(stderr, "[node %d] %s\n", c.rank, c.partial.c_str());
+    c.partial.clear();
+  }
+}
+
+void terminate_all(std::vector<Child>& children) {
+  for (auto& c : children)
+    if (!c.exited) ::kill(c.pid, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (auto& c : children) {
+    while (!c.exited && std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(c.pid, &c.status, WNOHANG) == c.pid) c.exited = true;
+      else std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!c.exited) {
+      ::kill(c.pid, SIGKILL);
+      ::waitpid(c.pid, &c.status, 0);
+      c.exited = true;
+    }
+  }
+}
+
+}  // namespace
+
+int launch(const LaunchOptions& o) {
+  if (o.nodes < 1) {
+    std::fprintf(stderr, "troupe launch: --nodes must be >= 1 (got %d)\n", o.nodes);
+    return 2;
+  }
+  std::optional<RedisServer> server;
+  std::string url = o.redis_url;
+  if (url.empty()) {
+    auto s = RedisServer::start();
+    if (!s) {
+      std::fprintf(stderr, "troupe launch: %s (is redis-server installed?)\n", s.error().message.c_str());
+      return 1;
+    }
+    server.emplace(std::move(*s));
+    url = server->url();
+  }
+  const std::string job = "launch-" + std::to_string(::getpid()) + "-" +
+                          std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  std::vector<Child> children;
+  for (int r = 0; r < o.nodes; ++r) {
+    Child c;
+    c.rank = r;
+    c.pid = spawn(o, url, job, r, &c.out);
+    if (c.pid < 0) {
+      terminate_all(children);
+      std::fprintf(stderr, "troupe launch: cannot start node %d\n", r);
+      return 1;
+    }
+    children.push_back(std::move(c));
+  }
+  int failed_rank = -1;
+  while (true) {
+    std::vector<pollfd> fds;
+    for (auto& c : children) fds.push_back({c.out, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 50);
+    for (std::size_t i = 0; i < children.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP)) relay(children[i], false);
+    bool all_done = true;
+    for (auto& c : children) {
+      if (!c.exited && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.exited = true;
+        relay(c, true);
+        const bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+        if (!ok && failed_rank < 0) failed_rank = c.rank;
+      }
+      all_done = all_done && c.exited;
+    }
+    if (all_done) break;
+    if (g_interrupted.load() || failed_rank >= 0) {
+      // Give the others a moment to report the failure themselves, then stop them.
+      if (failed_rank >= 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      for (auto& c : children) relay(c, false);
+      terminate_all(children);
+      for (auto& c : children) relay(c, true);
+      break;
+    }
+  }
+  for (auto& c : children) ::close(c.out);
+  if (g_interrupted.load()) {
+    std::fprintf(stderr, "troupe launch: interrupted; all nodes stopped\n");
+    return 130;
+  }
+  if (failed_rank >= 0) {
+    const Child& c = children[static_cast<std::size_t>(failed_rank)];
+    if (WIFSIGNALED(c.status))
+      std::fprintf(stderr, "troupe launch: node %d was killed by signal %d; job failed\n", failed_rank, WTERMSIG(c.status));
+    else
+      std::fprintf(stderr, "troupe launch: node %d exited with %d; job failed\n", failed_rank, WEXITSTATUS(c.status));
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace troupe

@@ -1,0 +1,24 @@
+// The local launcher: `troupe launch` on one machine. Starts a private
+// redis-server on a free loopback port unless a URL is given, starts N node
+// processes, prefixes their output with the node rank, and stops everything —
+// on success, on Ctrl-C, and as soon as one node fails.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct LaunchOptions {
+  std::string troupe_binary;  ///< the executable to run as `troupe node`
+  std::string config_path;
+  std::vector<std::string> overrides;
+  int nodes = 1;
+  std::string redis_url;  ///< empty: start a private redis-server
+  std::vector<std::string> extra_node_args;  ///< passed to every node (e.g. --hold 2)
+};
+
+/// Returns 0 when every node exits 0, else non-zero; errors are one line each.
+int launch(const LaunchOptions& options);
+
+}  // namespace troupe

@@ -1,0 +1,115 @@
+// `troupe launch` and `troupe node` end to end: nodes join through an embedded
+// redis-server, verify the fabric, and a node killed with SIGKILL is noticed by
+// the coordinator within 1 s and fails the job; bad input is a one-line error.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+
+#include "runtime/redis_server.hpp"
+#include "tests/test_support.hpp"
+
+namespace troupe::testing {
+namespace {
+
+std::string job_config(const ScratchDir& dir) {
+  const auto path = dir / "job.toml";
+  write_file(path, "[model]\nlayers = 2\n[train]\nthreads = 1\n");
+  return path;
+}
+
+bool wait_for_text(const std::string& path, const std::string& needle, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (slurp(path).find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("troupe launch runs N nodes that verify the fabric", "[launch]") {
+  ScratchDir dir("launch");
+  const auto cfg = job_config(dir);
+  for (int nodes : {1, 2, 4}) {
+    auto r = run(troupe_bin() + " launch " + cfg + " --nodes " + std::to_string(nodes));
+    INFO(r.err);
+    CHECK(r.exit_code == 0);
+    CHECK(r.err.find("all " + std::to_string(nodes) + " nodes verified the fabric") != std::string::npos);
+    CHECK(r.err.find("[node " + std::to_string(nodes - 1) + "]") != std::string::npos);
+  }
+}
+
+TEST_CASE("a node killed with SIGKILL is noticed within 1 s and fails the job", "[launch][failure]") {
+  ScratchDir dir("kill");
+  const auto cfg = job_config(dir);
+  const auto out = dir / "launch.log";
+  const pid_t launcher = ::fork();
+  if (launcher == 0) {
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    const std::string bin = troupe_bin();
+    ::execl(bin.c_str(), bin.c_str(), "launch", cfg.c_str(), "--nodes", "3", "--hold", "20", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  REQUIRE(wait_for_text(out, "verified the fabric", std::chrono::seconds(20)));
+  const std::string find = "pgrep -f -- '--node-rank 2 --nodes 3 --job launch-" + std::to_string(launcher) + "-'";
+  auto pids = run(find);
+  REQUIRE(pids.exit_code == 0);
+  const pid_t victim = std::stoi(pids.out);
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(victim, SIGKILL);
+  REQUIRE(wait_for_text(out, "node 2 lost", std::chrono::seconds(5)));
+  const auto noticed = std::chrono::steady_clock::now() - t0;
+  CHECK(noticed < std::chrono::seconds(1));
+  int status = 0;
+  ::waitpid(launcher, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  const auto log = slurp(out);
+  CHECK(log.find("generation is now 2") != std::string::npos);
+  CHECK(log.find("job failed") != std::string::npos);
+}
+
+TEST_CASE("troupe node rejects bad input with a one-line error", "[launch][errors]") {
+  ScratchDir dir("nodeerr");
+  const auto cfg = job_config(dir);
+  const auto t = troupe_bin() + " node " + cfg;
+  auto check = [](const RunResult& r, const std::string& needle) {
+    INFO(r.err);
+    CHECK(r.exit_code != 0);
+    CHECK(r.err.find(needle) != std::string::npos);
+  };
+  const int dead_port = free_loopback_port();
+  const auto t0 = std::chrono::steady_clock::now();
+  check(run(t + " --redis redis://127.0.0.1:" + std::to_string(dead_port) + " --node-rank 0 --nodes 1"), "--redis");
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  auto server = RedisServer::start();
+  REQUIRE(server.ok());
+  check(run(t + " --redis " + server->url() + " --node-rank 3 --nodes 2"), "--node-rank 3 is out of range");
+  // Two nodes with the same rank, and a node with a different config, in one job.
+  const pid_t first = ::fork();
+  if (first == 0) {
+    const std::string bin = troupe_bin(), url = server->url();
+    const int fd = ::open("/dev/null", O_WRONLY);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::execl(bin.c_str(), bin.c_str(), "node", cfg.c_str(), "--redis", url.c_str(), "--node-rank", "0", "--nodes",
+            "2", "--job", "dup", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  check(run(t + " --redis " + server->url() + " --node-rank 0 --nodes 2 --job dup"), "already joined");
+  check(run(t + " --redis " + server->url() + " --node-rank 1 --nodes 2 --job dup --set train.steps=7"),
+        "different config");
+  ::kill(first, SIGKILL);
+  ::waitpid(first, nullptr, 0);
+}
+
+}  // namespace troupe::testing

@@ -1,0 +1,23 @@
+// troupe node: one node of a job (by hand, or under `srun`).
+#include "actors/node.hpp"
+#include "tools/troupe/commands.hpp"
+
+namespace troupe::cli {
+
+void register_node(CLI::App& app, Action& action) {
+  auto o = std::make_shared<NodeOptions>();
+  auto* cmd = app.add_subcommand("node", "Run one node of a job");
+  cmd->add_option("config", o->config_path, "Job config (TOML)")->required();
+  cmd->add_option("--redis", o->redis_url, "Redis URL every node shares")->required();
+  cmd->add_option("--node-rank", o->rank, "This node's rank (default: SLURM_PROCID or RANK)");
+  cmd->add_option("--nodes", o->world, "Number of nodes (default: SLURM_NTASKS or WORLD_SIZE)");
+  cmd->add_option("--job", o->job_id, "Job ID (namespaces the Redis keys)");
+  cmd->add_option("--host", o->host, "Address to bind and publish");
+  cmd->add_option("--hold", o->hold_seconds, "Keep the job up this many seconds after it is verified");
+  cmd->add_option("--set", o->overrides, "Override a config key")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  cmd->callback([o, &action] { action = [o] { return run_node(*o); }; });
+}
+
+}  // namespace troupe::cli
