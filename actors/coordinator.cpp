@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/messages.hpp"
@@ -43,7 +44,8 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
   if (st.finished) return;
   auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000));
   auto gen = redis ? bump_generation(*redis, st.cfg.job_id) : Expected<std::uint64_t>(redis.error());
-  st.cfg.generation = gen ? *gen : st.cfg.generation + 1;
+  // Monotonic even if Redis is unreachable or was reset.
+  st.cfg.generation = std::max(gen ? *gen : 0, st.cfg.generation + 1);
   spdlog::error("coordinator: node {} lost ({}); generation is now {}", rank, self->system().render(reason),
                 st.cfg.generation);
   for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r)

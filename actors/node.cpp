@@ -144,10 +144,11 @@ int run_node(NodeOptions o) {
     cfg.load<caf::io::middleman>();
     caf::actor_system sys{cfg};
     auto node = sys.spawn(node_actor, o.rank, transport->get(), exit_code);
-    auto port = sys.middleman().publish(node, 0, o.host.c_str());
+    auto port = sys.middleman().publish(node, static_cast<std::uint16_t>(o.port), o.host.c_str());
     if (!port) {
       caf::anon_send_exit(node, caf::exit_reason::kill);
-      return fail(make_error("cannot publish the node actor on ", o.host, ": ", sys.render(port.error())));
+      return fail(make_error("--port ", std::to_string(o.port), ": cannot publish the node actor on ", o.host, ":",
+                             std::to_string(o.port), " (in use?): ", sys.render(port.error())));
     }
     RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str()), kVersion,
                           endpoint_of(o.host, *port, (*transport)->address()),

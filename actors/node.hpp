@@ -17,6 +17,7 @@ struct NodeOptions {
   int rank = -1;   ///< -1: from SLURM_PROCID or RANK
   int world = -1;  ///< -1: from SLURM_NTASKS or WORLD_SIZE
   std::string host = "127.0.0.1";  ///< address this node publishes and binds
+  int port = 0;                    ///< port of the node actor; 0 = any free one
   double hold_seconds = 0;         ///< keep the job up this long after it is verified
   int rendezvous_timeout_ms = 30000;
 };
