@@ -47,45 +47,37 @@ Error peer_error(int peer) { return make_error("local transport: rank ", std::to
 }  // namespace
 
 void LocalFabric::post_send(int src, int dst, Tag tag, const void* data, std::size_t bytes, Completion done) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (failed_[static_cast<std::size_t>(dst)] || failed_[static_cast<std::size_t>(src)]) {
-    lock.unlock();
-    done(peer_error(failed_[static_cast<std::size_t>(dst)] ? dst : src));
-    return;
-  }
-  auto& waiting = recvs_[{src, dst, tag}];
-  if (waiting.empty()) {
-    sends_[{src, dst, tag}].push_back(Pending{data, nullptr, bytes, std::move(done)});
-    return;
-  }
-  Pending r = std::move(waiting.front());
-  waiting.erase(waiting.begin());
-  lock.unlock();
-  Status st = size_check(bytes, r.bytes, src, dst);
-  if (st) std::memcpy(r.recv_data, data, bytes);
-  r.done(st);
-  done(st);
+  post(src, dst, tag, Pending{data, nullptr, bytes, std::move(done)}, true);
 }
 
 void LocalFabric::post_recv(int src, int dst, Tag tag, void* data, std::size_t bytes, Completion done) {
+  post(src, dst, tag, Pending{nullptr, data, bytes, std::move(done)}, false);
+}
+
+// Matches `mine` with the oldest opposite operation on (src, dst, tag), or
+// queues it; on a match copies sender to receiver once and completes both.
+void LocalFabric::post(int src, int dst, Tag tag, Pending mine, bool is_send) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (failed_[static_cast<std::size_t>(src)] || failed_[static_cast<std::size_t>(dst)]) {
-    lock.unlock();
-    done(peer_error(failed_[static_cast<std::size_t>(src)] ? src : dst));
+  for (int rank : {src, dst})
+    if (failed_[static_cast<std::size_t>(rank)]) {
+      lock.unlock();
+      mine.done(peer_error(rank));
+      return;
+    }
+  auto& opposite = (is_send ? recvs_ : sends_)[{src, dst, tag}];
+  if (opposite.empty()) {
+    (is_send ? sends_ : recvs_)[{src, dst, tag}].push_back(std::move(mine));
     return;
   }
-  auto& waiting = sends_[{src, dst, tag}];
-  if (waiting.empty()) {
-    recvs_[{src, dst, tag}].push_back(Pending{nullptr, data, bytes, std::move(done)});
-    return;
-  }
-  Pending s = std::move(waiting.front());
-  waiting.erase(waiting.begin());
+  Pending other = std::move(opposite.front());
+  opposite.erase(opposite.begin());
   lock.unlock();
-  Status st = size_check(s.bytes, bytes, src, dst);
-  if (st) std::memcpy(data, s.send_data, bytes);
-  s.done(st);
-  done(st);
+  const Pending& send = is_send ? mine : other;
+  const Pending& recv = is_send ? other : mine;
+  Status st = size_check(send.bytes, recv.bytes, src, dst);
+  if (st) std::memcpy(recv.recv_data, send.send_data, send.bytes);
+  other.done(st);
+  mine.done(st);
 }
 
 void LocalFabric::fail(int rank) {

@@ -35,6 +35,7 @@ class LocalFabric : public std::enable_shared_from_this<LocalFabric> {
   using Key = std::tuple<int, int, Tag>;  // src, dst, tag
   void post_send(int src, int dst, Tag tag, const void* data, std::size_t bytes, Completion done);
   void post_recv(int src, int dst, Tag tag, void* data, std::size_t bytes, Completion done);
+  void post(int src, int dst, Tag tag, Pending mine, bool is_send);
 
   int size_;
   mutable std::mutex mu_;
