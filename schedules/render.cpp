@@ -66,7 +66,10 @@ std::string render_ascii(const Schedule& s, const Simulation& sim, const Costs& 
                 sim.bubble_fraction);
   out += tail;
   out += "peak activations per stage:";
-  for (auto& tl : sim.stages) out += " " + std::to_string(tl.peak_in_flight);
+  for (auto& tl : sim.stages) {
+    out += ' ';
+    out += std::to_string(tl.peak_in_flight);
+  }
   out += '\n';
   return out;
 }

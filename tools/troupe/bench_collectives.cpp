@@ -62,7 +62,10 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
 
 nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
   std::string list;
-  for (auto s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+  for (auto s : sizes) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(s);
+  }
   const std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/gloo_collectives.py --nodes " +
                           std::to_string(nodes) + " --sizes " + list + " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
