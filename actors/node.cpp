@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "actors/actor_registry.hpp"
 #include "actors/coordinator.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/ucx_transport.hpp"
@@ -24,12 +25,32 @@ namespace {
 constexpr std::size_t kSmokeElements = 1 << 16;
 constexpr const char* kVersion = "0.1.0";
 
+// The built-in work actor "troupe.fabric_check": an all-reduce over every node
+// whose result goes to the node actor; then it quits.
+caf::behavior fabric_check(caf::event_based_actor* self, ActorArgs args) {
+  auto buffer = std::make_shared<std::vector<float>>(kSmokeElements, static_cast<float>(args.rank + 1));
+  std::vector<int> everyone(static_cast<std::size_t>(args.world));
+  for (int r = 0; r < args.world; ++r) everyone[static_cast<std::size_t>(r)] = r;
+  auto collectives = std::make_shared<Collectives>(*args.transport);
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  // The completion arrives on the transport's thread and becomes a message.
+  collectives->all_reduce(everyone, buffer->data(), buffer->size(), [me, buffer](Status result) {
+    caf::anon_send(me, msg::reduced_atom::value, result.ok(), result.ok() ? buffer->back() : -1.0f);
+  });
+  return {
+      [self, args, collectives](msg::reduced_atom, bool ok, float checksum) {
+        self->send(args.report_to, msg::reduced_atom::value, args.generation, ok, checksum);
+        self->quit();
+      },
+  };
+}
+
 struct NodeState {
   int rank = 0;
   std::uint64_t generation = 0;
   UcxTransport* transport = nullptr;
-  std::unique_ptr<Collectives> collectives;
-  std::shared_ptr<std::vector<float>> buffer;  // shared with the in-flight all-reduce
+  const ActorRegistry* registry = nullptr;
+  std::string work_actor;
   caf::actor coordinator;
   std::uint64_t dropped = 0;
   std::shared_ptr<std::atomic<int>> exit_code;
@@ -44,13 +65,16 @@ bool stale(NodeSelf* self, std::uint64_t gen) {
   return true;
 }
 
-caf::behavior node_actor(NodeSelf* self, int rank, UcxTransport* transport, std::shared_ptr<std::atomic<int>> code) {
+caf::behavior node_actor(NodeSelf* self, int rank, UcxTransport* transport, const ActorRegistry* registry,
+                         std::string work_actor, std::shared_ptr<std::atomic<int>> code) {
   auto& st = self->state;
   st.rank = rank;
   st.transport = transport;
-  st.collectives = std::make_unique<Collectives>(*transport);
+  st.registry = registry;
+  st.work_actor = std::move(work_actor);
   st.exit_code = std::move(code);
-  self->set_down_handler([self](caf::down_msg&) {
+  self->set_down_handler([self](caf::down_msg& dm) {
+    if (dm.source != self->state.coordinator.address()) return;  // work actors end on their own
     spdlog::error("node {}: lost the coordinator; stopping", self->state.rank);
     self->state.exit_code->store(1);
     self->quit();
@@ -62,15 +86,12 @@ caf::behavior node_actor(NodeSelf* self, int rank, UcxTransport* transport, std:
         s.generation = gen;
         s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(s.coordinator);
-        auto buffer = std::make_shared<std::vector<float>>(kSmokeElements, static_cast<float>(s.rank + 1));
-        s.buffer = buffer;
-        std::vector<int> everyone(static_cast<std::size_t>(world));
-        for (int r = 0; r < world; ++r) everyone[static_cast<std::size_t>(r)] = r;
-        caf::actor me = caf::actor_cast<caf::actor>(self);
-        // The completion arrives on the transport's thread and becomes a message.
-        s.collectives->all_reduce(everyone, buffer->data(), buffer->size(), [me, gen, buffer](Status result) {
-          caf::anon_send(me, msg::reduced_atom::value, gen, result.ok(), result.ok() ? buffer->back() : -1.0f);
-        });
+        ActorArgs args{s.rank, world, gen, s.transport, caf::actor_cast<caf::actor>(self), {}};
+        auto work = s.registry->spawn(s.work_actor, self->system(), args);
+        if (!work) {
+          spdlog::error("node {}: {}", s.rank, work.error().message);
+          self->send(s.coordinator, msg::ready_atom::value, gen, s.rank, -1.0f);
+        }
       },
       [self](msg::reduced_atom, std::uint64_t gen, bool ok, float checksum) {
         if (stale(self, gen)) return;
@@ -120,7 +141,13 @@ int fail(const Error& e) {
 
 }  // namespace
 
-int run_node(NodeOptions o) {
+void register_builtin_actors(ActorRegistry& registry) {
+  (void)registry.add("troupe.fabric_check", [](caf::actor_system& sys, const ActorArgs& args) {
+    return sys.spawn(fabric_check, args);
+  });
+}
+
+int run_node(NodeOptions o, const ActorRegistry& registry) {
   if (o.rank < 0) o.rank = env_int("SLURM_PROCID", "RANK");
   if (o.world < 0) o.world = env_int("SLURM_NTASKS", "WORLD_SIZE");
   if (o.world < 1) return fail(make_error("--nodes is required (or SLURM_NTASKS / WORLD_SIZE)"));
@@ -129,6 +156,8 @@ int run_node(NodeOptions o) {
                            " nodes"));
   auto job = load_job_config(o.config_path, o.overrides);
   if (!job) return fail(job.error());
+  if (auto known = registry.check(job->parallel.stage_actor); !known)
+    return fail(make_error(o.config_path, ": parallel.stage_actor: ", known.error().message));
   std::stringstream text;
   text << std::ifstream(o.config_path).rdbuf();
   for (auto& s : o.overrides) text << "\n--set " << s;
@@ -143,7 +172,7 @@ int run_node(NodeOptions o) {
     caf::actor_system_config cfg;
     cfg.load<caf::io::middleman>();
     caf::actor_system sys{cfg};
-    auto node = sys.spawn(node_actor, o.rank, transport->get(), exit_code);
+    auto node = sys.spawn(node_actor, o.rank, transport->get(), &registry, job->parallel.stage_actor, exit_code);
     auto port = sys.middleman().publish(node, static_cast<std::uint16_t>(o.port), o.host.c_str());
     if (!port) {
       caf::anon_send_exit(node, caf::exit_reason::kill);

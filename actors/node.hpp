@@ -1,7 +1,8 @@
 // One node of a job: a CAF actor system with the middleman, a published node
 // actor, a UCX transport, Redis rendezvous; node 0 also runs the coordinator.
-// Until the stage actors arrive, a node's work is to verify the fabric: an
-// all-reduce over every node whose result the coordinator checks.
+// A node's work is done by the actor type the config names (parallel.stage_actor);
+// the built-in "troupe.fabric_check" verifies the fabric with an all-reduce over
+// every node whose result the coordinator checks.
 #pragma once
 
 #include <string>
@@ -22,8 +23,15 @@ struct NodeOptions {
   int rendezvous_timeout_ms = 30000;
 };
 
-/// Runs the node until the job finishes; returns the process exit code.
+class ActorRegistry;
+
+/// Registers the built-in work actors ("troupe.fabric_check").
+void register_builtin_actors(ActorRegistry& registry);
+
+/// Runs the node until the job finishes; returns the process exit code. The
+/// node's work is the actor type named by parallel.stage_actor in `registry`
+/// (a user's own types are registered before calling this).
 /// Errors are printed as one line naming the cause.
-int run_node(NodeOptions options);
+int run_node(NodeOptions options, const ActorRegistry& registry);
 
 }  // namespace troupe

@@ -69,7 +69,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"model.parallel_block", boolean(m.parallel_block)}, {"model.window", integer(m.window)},
       {"parallel.dp", integer(p.dp)}, {"parallel.pp", integer(p.pp)}, {"parallel.tp", integer(p.tp)},
       {"parallel.schedule", string(p.schedule)}, {"parallel.chunks", integer(p.chunks)},
-      {"parallel.microbatches", integer(p.microbatches)}, {"parallel.layers", int_list(p.layers)},
+      {"parallel.microbatches", integer(p.microbatches)}, {"parallel.layers", int_list(p.layers)}, {"parallel.stage_actor", string(p.stage_actor)},
       {"train.steps", integer(t.steps)}, {"train.batch", integer(t.batch)},
       {"train.optimizer", string(t.optimizer)}, {"train.lr", real(t.lr)}, {"train.min_lr", real(t.min_lr)},
       {"train.warmup_steps", integer(t.warmup_steps)}, {"train.lr_schedule", string(t.lr_schedule)},

@@ -29,6 +29,7 @@ struct ParallelSection {
   int chunks = 1;
   int microbatches = 1;      ///< per step and data-parallel replica; gradients accumulate over them
   std::vector<int> layers;   ///< layers per pipeline stage; empty = even split
+  std::string stage_actor = "troupe.fabric_check";  ///< registered actor type each node runs
 };
 
 struct TrainSection {

@@ -1,4 +1,5 @@
 // troupe node: one node of a job (by hand, or under `srun`).
+#include "actors/actor_registry.hpp"
 #include "actors/node.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -18,7 +19,13 @@ void register_node(CLI::App& app, Action& action) {
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->callback([o, &action] { action = [o] { return run_node(*o); }; });
+  cmd->callback([o, &action] {
+    action = [o] {
+      ActorRegistry registry;
+      register_builtin_actors(registry);
+      return run_node(*o, registry);
+    };
+  });
 }
 
 }  // namespace troupe::cli

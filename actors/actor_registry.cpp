@@ -1,0 +1,39 @@
+// ActorRegistry.
+#include "actors/actor_registry.hpp"
+
+#include <caf/actor_system.hpp>
+
+namespace troupe {
+
+Status ActorRegistry::add(const std::string& name, ActorFactory factory) {
+  if (name.empty()) return make_error("actor registry: an actor type needs a name");
+  if (!factories_.emplace(name, std::move(factory)).second)
+    return make_error("actor registry: actor type '", name, "' is already registered");
+  return Status::success();
+}
+
+Status ActorRegistry::check(const std::string& name) const {
+  if (factories_.count(name) != 0) return Status::success();
+  std::string known;
+  for (auto& [n, f] : factories_) {
+    if (!known.empty()) known += ", ";
+    known += n;
+  }
+  return make_error("actor type '", name, "' is not registered (registered: ", known.empty() ? "none" : known, ")");
+}
+
+Expected<caf::actor> ActorRegistry::spawn(const std::string& name, caf::actor_system& sys, const ActorArgs& args) const {
+  TROUPE_TRY(check(name));
+  auto it = factories_.find(name);
+  caf::actor a = it->second(sys, args);
+  if (!a) return make_error("actor type '", name, "' failed to spawn");
+  return a;
+}
+
+std::vector<std::string> ActorRegistry::names() const {
+  std::vector<std::string> out;
+  for (auto& [n, f] : factories_) out.push_back(n);
+  return out;
+}
+
+}  // namespace troupe
