@@ -74,6 +74,9 @@ TEST_CASE("a node killed with SIGKILL is noticed within 1 s and fails the job", 
   CHECK(WEXITSTATUS(status) != 0);
   const auto log = slurp(out);
   CHECK(log.find("generation is now 2") != std::string::npos);
+  // The survivors hear of it as a message and fail the dead peer's transfers.
+  CHECK(log.find("[node 1]") != std::string::npos);
+  CHECK(log.find("node 1: peer 2 lost; generation 2") != std::string::npos);
   CHECK(log.find("job failed") != std::string::npos);
 }
 
