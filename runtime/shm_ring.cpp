@@ -1,0 +1,137 @@
+// ShmRing: shm_open + ftruncate + mmap, a small header with the creator's pid.
+#include "runtime/shm_ring.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace troupe {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x474e495254505254ull;  // "TRPTRING"
+constexpr std::size_t kHeaderBytes = 64;                  // keeps slots 64-byte aligned
+
+struct Header {
+  std::uint64_t magic;
+  std::uint64_t slot_bytes;
+  std::int64_t slots;
+  std::int64_t creator_pid;
+};
+
+std::size_t round_up(std::size_t n) { return (n + 63) / 64 * 64; }
+
+Error sys_error(const std::string& name, const char* what) {
+  return make_error("shared memory ", name, ": ", what, " (", std::strerror(errno), ")");
+}
+
+bool process_alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+// Maps `fd` of `bytes`; closes fd.
+Expected<void*> map(int fd, std::size_t bytes, const std::string& name) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) return sys_error(name, "mmap failed");
+  return p;
+}
+
+}  // namespace
+
+std::string shm_ring_name(const std::string& job_id, int node_rank) {
+  std::string safe;
+  for (char c : job_id) safe += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '_';
+  return "/troupe." + safe + "." + std::to_string(node_rank);
+}
+
+Expected<ShmRing> ShmRing::create(const std::string& name, std::size_t slot_bytes, int slots) {
+  if (slots < 1 || slot_bytes == 0) return make_error("shared memory ", name, ": needs at least one non-empty slot");
+  // A leftover from a crashed creator is removed; a live creator's is not ours to take.
+  if (auto existing = open(name); existing.ok()) {
+    const auto* h = static_cast<const Header*>(existing->base_);
+    if (process_alive(static_cast<pid_t>(h->creator_pid)))
+      return make_error("shared memory ", name, " belongs to running process ", std::to_string(h->creator_pid));
+    ::shm_unlink(name.c_str());
+  } else {
+    ::shm_unlink(name.c_str());  // unreadable or foreign leftovers too
+  }
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return sys_error(name, "cannot create");
+  const std::size_t bytes = kHeaderBytes + round_up(slot_bytes) * static_cast<std::size_t>(slots);
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return sys_error(name, "cannot size");
+  }
+  auto p = map(fd, bytes, name);
+  if (!p) {
+    ::shm_unlink(name.c_str());
+    return p.error();
+  }
+  ShmRing r;
+  r.name_ = name;
+  r.base_ = *p;
+  r.bytes_ = bytes;
+  r.owner_ = true;
+  *static_cast<Header*>(r.base_) = Header{kMagic, slot_bytes, slots, ::getpid()};
+  return r;
+}
+
+Expected<ShmRing> ShmRing::open(const std::string& name) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) return sys_error(name, "cannot open");
+  struct stat st {};
+  ::fstat(fd, &st);
+  if (static_cast<std::size_t>(st.st_size) < kHeaderBytes) {
+    ::close(fd);
+    return make_error("shared memory ", name, ": not a Troupe ring (too small)");
+  }
+  auto p = map(fd, static_cast<std::size_t>(st.st_size), name);
+  if (!p) return p.error();
+  ShmRing r;
+  r.name_ = name;
+  r.base_ = *p;
+  r.bytes_ = static_cast<std::size_t>(st.st_size);
+  const auto* h = static_cast<const Header*>(r.base_);
+  if (h->magic != kMagic ||
+      kHeaderBytes + round_up(h->slot_bytes) * static_cast<std::size_t>(h->slots) > r.bytes_)
+    return make_error("shared memory ", name, ": not a Troupe ring");
+  return r;
+}
+
+ShmRing::ShmRing(ShmRing&& o) noexcept { *this = std::move(o); }
+
+ShmRing& ShmRing::operator=(ShmRing&& o) noexcept {
+  if (this != &o) {
+    release();
+    name_ = std::move(o.name_);
+    base_ = std::exchange(o.base_, nullptr);
+    bytes_ = o.bytes_;
+    owner_ = std::exchange(o.owner_, false);
+  }
+  return *this;
+}
+
+ShmRing::~ShmRing() { release(); }
+
+void ShmRing::release() {
+  if (base_) ::munmap(base_, bytes_);
+  if (owner_) ::shm_unlink(name_.c_str());
+  base_ = nullptr;
+  owner_ = false;
+}
+
+int ShmRing::slots() const { return static_cast<int>(static_cast<const Header*>(base_)->slots); }
+
+std::size_t ShmRing::slot_bytes() const { return static_cast<const Header*>(base_)->slot_bytes; }
+
+void* ShmRing::slot(int i) const {
+  return static_cast<char*>(base_) + kHeaderBytes + round_up(slot_bytes()) * static_cast<std::size_t>(i);
+}
+
+}  // namespace troupe

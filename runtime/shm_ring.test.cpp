@@ -1,0 +1,66 @@
+#include "runtime/shm_ring.hpp"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+
+namespace troupe {
+
+TEST_CASE("a ring is shared between processes, private, and removed by its creator", "[shm]") {
+  const auto name = shm_ring_name("test job/" + std::to_string(::getpid()), 3);
+  CHECK(name.find('/') == 0);
+  CHECK(name.find(' ') == std::string::npos);
+  {
+    auto ring = ShmRing::create(name, 1000, 4);
+    REQUIRE(ring.ok());
+    CHECK(ring->slots() == 4);
+    CHECK(reinterpret_cast<std::uintptr_t>(ring->slot(1)) % 64 == 0);
+    struct stat st {};
+    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    REQUIRE(fd >= 0);
+    ::fstat(fd, &st);
+    ::close(fd);
+    CHECK((st.st_mode & 0777) == 0600);
+    // Another process writes a slot; this one reads it in place.
+    const pid_t child = ::fork();
+    if (child == 0) {
+      auto reader = ShmRing::open(name);
+      if (!reader) ::_exit(1);
+      std::strcpy(static_cast<char*>(reader->slot(2)), "batch 7");
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    REQUIRE(WEXITSTATUS(status) == 0);
+    CHECK(std::string(static_cast<const char*>(ring->slot(2))) == "batch 7");
+    // A second creator while the first lives is refused.
+    auto second = ShmRing::create(name, 1000, 4);
+    REQUIRE_FALSE(second.ok());
+    CHECK(second.error().message.find("belongs to running process") != std::string::npos);
+  }
+  CHECK_FALSE(ShmRing::open(name).ok());  // removed with its creator
+}
+
+TEST_CASE("a ring left behind by a crashed creator is removed on the next start", "[shm]") {
+  const auto name = shm_ring_name("crash-" + std::to_string(::getpid()), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto ring = ShmRing::create(name, 64, 2);
+    ::_exit(ring.ok() ? 0 : 1);  // exits without the destructor: the segment stays
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(ShmRing::open(name).ok());  // the leftover
+  auto ring = ShmRing::create(name, 128, 3);
+  REQUIRE(ring.ok());
+  CHECK(ring->slots() == 3);
+  CHECK(ring->slot_bytes() == 128);
+}
+
+}  // namespace troupe

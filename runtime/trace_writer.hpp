@@ -1,0 +1,39 @@
+// Timelines in Chrome trace event format (viewable in Perfetto): one track per
+// actor, complete ("X") events for forward, backward, send, recv, blocked,
+// grad-sync and optimizer spans. Thread-safe; written atomically at the end.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+
+namespace troupe {
+
+class TraceWriter {
+ public:
+  TraceWriter();
+  /// The id of the track called `name` (created on first use).
+  int track(const std::string& name);
+  /// Microseconds since this writer was created (the trace's time origin).
+  double now_us() const;
+  /// Records a span on `track`.
+  void span(int track, const std::string& name, const std::string& category, double start_us, double duration_us,
+            nlohmann::json args = nlohmann::json::object());
+  std::size_t spans() const;
+  /// The trace as Chrome trace event JSON.
+  nlohmann::json to_json() const;
+  /// Writes to_json() to `path` atomically; errors name the path.
+  Status write(const std::string& path) const;
+
+ private:
+  std::chrono::steady_clock::time_point origin_;
+  mutable std::mutex mu_;
+  std::vector<std::string> tracks_;
+  std::vector<nlohmann::json> events_;
+};
+
+}  // namespace troupe
