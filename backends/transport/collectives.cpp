@@ -145,9 +145,20 @@ std::pair<std::size_t, std::size_t> Collectives::chunk(std::size_t count, int n,
   return {count * ui / un, count * (ui + 1) / un};
 }
 
-Tag Collectives::next_tag_base() {
-  const std::uint64_t op = next_op_.fetch_add(1) & ((std::uint64_t{1} << (40 - kStepBits)) - 1);
-  return op << kStepBits;
+// Collective tags have bit 39 set; point-to-point users keep to bits 0-38.
+// The group's hash in the middle bits keeps different groups' tags apart even
+// between the same pair of ranks.
+Tag Collectives::next_tag_base(const std::vector<int>& group) {
+  std::uint64_t op;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    op = next_op_[group]++;
+  }
+  std::uint64_t h = 1469598103934665603ull;
+  for (int r : group) h = (h ^ static_cast<std::uint64_t>(r)) * 1099511628211ull;
+  const std::uint64_t group_bits = (h >> 40) & 0xfff;                      // 12 bits
+  const std::uint64_t op_bits = op & ((std::uint64_t{1} << (39 - 12 - kStepBits)) - 1);  // 11 bits
+  return kCollectiveTagBit | (group_bits << (39 - 12)) | (op_bits << kStepBits);
 }
 
 namespace {
@@ -183,19 +194,19 @@ void start_ring(Transport& t, const std::vector<int>& group, float* data, std::s
 }  // namespace
 
 void Collectives::all_reduce(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, group, data, count, next_tag_base(), RingOp::Phase::reduce_scatter, true, std::move(done));
+  start_ring(t_, group, data, count, next_tag_base(group), RingOp::Phase::reduce_scatter, true, std::move(done));
 }
 
 void Collectives::reduce_scatter(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, group, data, count, next_tag_base(), RingOp::Phase::reduce_scatter, false, std::move(done));
+  start_ring(t_, group, data, count, next_tag_base(group), RingOp::Phase::reduce_scatter, false, std::move(done));
 }
 
 void Collectives::all_gather(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, group, data, count, next_tag_base(), RingOp::Phase::all_gather, false, std::move(done));
+  start_ring(t_, group, data, count, next_tag_base(group), RingOp::Phase::all_gather, false, std::move(done));
 }
 
 void Collectives::broadcast(const std::vector<int>& group, int root, float* data, std::size_t count, Completion done) {
-  const Tag tag = next_tag_base();
+  const Tag tag = next_tag_base(group);
   const int n = static_cast<int>(group.size());
   const int me = index_in(group, t_.rank());
   if (me == n || root < 0 || root >= n) {

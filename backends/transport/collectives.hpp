@@ -2,11 +2,13 @@
 // reduce-scatter, all-gather and broadcast of f32 sums, for any group of ranks
 // and any element count. Non-blocking: a call returns at once and `done` runs
 // (on the transport's completion thread) when this rank's part is finished.
-// Several may be in flight; every member must issue the same collectives on
-// the same group in the same order (their tags are derived from that order).
+// Several may be in flight; every member of a group must issue that group's
+// collectives in the same order (tags come from a per-group sequence number,
+// so collectives on other groups may interleave freely).
 #pragma once
 
-#include <atomic>
+#include <map>
+#include <mutex>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -14,6 +16,10 @@
 #include "backends/transport/transport.hpp"
 
 namespace troupe {
+
+/// Tags with this bit belong to collectives; point-to-point traffic on the same
+/// transport must use tags below it.
+inline constexpr Tag kCollectiveTagBit = Tag{1} << 39;
 
 class Collectives {
  public:
@@ -36,9 +42,10 @@ class Collectives {
   static double gather_bus_factor(int n) { return static_cast<double>(n - 1) / n; }
 
  private:
-  Tag next_tag_base();
+  Tag next_tag_base(const std::vector<int>& group);
   Transport& t_;
-  std::atomic<std::uint64_t> next_op_{0};
+  std::mutex mu_;
+  std::map<std::vector<int>, std::uint64_t> next_op_;  // per group
 };
 
 }  // namespace troupe

@@ -20,6 +20,11 @@ Expected<StageOptimizer> StageOptimizer::create(Device& device, const GptStage& 
 
 double StageOptimizer::step(GptStage& stage, float lr, int t, Stream& s) {
   const double sq = sum_squares(stage.flat_grads(), s);
+  step_with_global_norm(stage, lr, t, sq, s);
+  return std::sqrt(sq);
+}
+
+void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, double sq, Stream& s) {
   const float scale = clip_scale(sq, cfg_.grad_clip);
   AdamHyper h = cfg_.hyper;
   h.lr = lr;
@@ -35,7 +40,6 @@ double StageOptimizer::step(GptStage& stage, float lr, int t, Stream& s) {
       lamb_apply(w, g, lr, lamb_trust_ratio(norms), s);
     }
   }
-  return std::sqrt(sq);
 }
 
 }  // namespace troupe

@@ -25,6 +25,9 @@ class StageOptimizer {
   /// One update with learning rate `lr` at step t >= 1 from the stage's
   /// accumulated gradients; returns the global gradient norm before clipping.
   double step(GptStage& stage, float lr, int t, Stream& s);
+  /// The same update when the gradients are spread over several stages or
+  /// shards: `global_sum_squares` is the sum of every part's squared gradients.
+  void step_with_global_norm(GptStage& stage, float lr, int t, double global_sum_squares, Stream& s);
 
   Tensor& first_moment() { return m_; }
   Tensor& second_moment() { return v_; }
