@@ -22,6 +22,7 @@ struct CoordinatorConfig {
   std::uint64_t generation = 1;
   double hold_seconds = 0;
   float expected_checksum = 0;
+  bool check_checksum = true;  ///< compare each node's result with expected_checksum
 };
 
 caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg);

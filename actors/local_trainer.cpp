@@ -8,6 +8,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "actors/batches.hpp"
 #include "actors/evaluation.hpp"
 #include "actors/job_model.hpp"
 #include "backends/cpu/cpu_device.hpp"
@@ -21,27 +22,6 @@ namespace troupe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Fills tokens/targets (B,T) for microbatch `mb` of `step` from `file`.
-void fill_batch(const TokenFile& file, std::uint64_t seed, int step, int mb, Tensor& tokens, Tensor& targets) {
-  const int B = static_cast<int>(tokens.dim(0)), T = static_cast<int>(tokens.dim(1));
-  std::vector<std::int32_t> window(static_cast<std::size_t>(T) + 1);
-  for (int r = 0; r < B; ++r) {
-    const auto row = static_cast<std::uint64_t>(mb) * static_cast<std::uint64_t>(B) + static_cast<std::uint64_t>(r);
-    const auto off = sample_offset(seed, static_cast<std::uint64_t>(step), row, file.size(), static_cast<std::uint64_t>(T));
-    file.read(off, window.size(), window.data());
-    std::copy(window.begin(), window.end() - 1, tokens.data<std::int32_t>() + r * T);
-    std::copy(window.begin() + 1, window.end(), targets.data<std::int32_t>() + r * T);
-  }
-}
-
-Expected<TokenFile> open_data(const std::string& path, const char* key, int ctx) {
-  auto f = TokenFile::open(path);
-  if (!f) return make_error(key, ": ", f.error().message);
-  if (f->size() < static_cast<std::uint64_t>(ctx) + 2)
-    return make_error(key, ": ", path, " holds ", std::to_string(f->size()), " tokens, fewer than model.ctx + 2");
-  return f;
-}
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <map>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "actors/actor_registry.hpp"
 #include "actors/coordinator.hpp"
+#include "actors/gpt_stage_actor.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/ucx_transport.hpp"
 #include "runtime/job_config.hpp"
@@ -51,6 +53,7 @@ struct NodeState {
   UcxTransport* transport = nullptr;
   const ActorRegistry* registry = nullptr;
   std::string work_actor;
+  std::map<std::string, std::string> settings;  // for the work actor
   caf::actor coordinator;
   std::uint64_t dropped = 0;
   std::shared_ptr<std::atomic<int>> exit_code;
@@ -66,8 +69,10 @@ bool stale(NodeSelf* self, std::uint64_t gen) {
 }
 
 caf::behavior node_actor(NodeSelf* self, int rank, UcxTransport* transport, const ActorRegistry* registry,
-                         std::string work_actor, std::shared_ptr<std::atomic<int>> code) {
+                         std::string work_actor, std::map<std::string, std::string> settings,
+                         std::shared_ptr<std::atomic<int>> code) {
   auto& st = self->state;
+  st.settings = std::move(settings);
   st.rank = rank;
   st.transport = transport;
   st.registry = registry;
@@ -86,7 +91,7 @@ caf::behavior node_actor(NodeSelf* self, int rank, UcxTransport* transport, cons
         s.generation = gen;
         s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(s.coordinator);
-        ActorArgs args{s.rank, world, gen, s.transport, caf::actor_cast<caf::actor>(self), {}};
+        ActorArgs args{s.rank, world, gen, s.transport, caf::actor_cast<caf::actor>(self), s.settings};
         auto work = s.registry->spawn(s.work_actor, self->system(), args);
         if (!work) {
           spdlog::error("node {}: {}", s.rank, work.error().message);
@@ -145,6 +150,7 @@ void register_builtin_actors(ActorRegistry& registry) {
   (void)registry.add("troupe.fabric_check", [](caf::actor_system& sys, const ActorArgs& args) {
     return sys.spawn(fabric_check, args);
   });
+  register_gpt_stage_actor(registry);
 }
 
 int run_node(NodeOptions o, const ActorRegistry& registry) {
@@ -172,7 +178,11 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     caf::actor_system_config cfg;
     cfg.load<caf::io::middleman>();
     caf::actor_system sys{cfg};
-    auto node = sys.spawn(node_actor, o.rank, transport->get(), &registry, job->parallel.stage_actor, exit_code);
+    std::string joined;
+    for (auto& ov : o.overrides) joined += ov + "\n";
+    std::map<std::string, std::string> settings{{"config", o.config_path}, {"overrides", joined}};
+    auto node = sys.spawn(node_actor, o.rank, transport->get(), &registry, job->parallel.stage_actor, settings,
+                          exit_code);
     auto port = sys.middleman().publish(node, static_cast<std::uint16_t>(o.port), o.host.c_str());
     if (!port) {
       caf::anon_send_exit(node, caf::exit_reason::kill);
@@ -213,6 +223,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
         }
         cc.nodes.push_back(*remote);
       }
+      cc.check_checksum = job->parallel.stage_actor == "troupe.fabric_check";
       cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
       spawn_coordinator(sys, std::move(cc));
     }
