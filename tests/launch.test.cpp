@@ -100,7 +100,7 @@ TEST_CASE("troupe node rejects bad input with a one-line error", "[launch][error
   REQUIRE(server.ok());
   check(run(t + " --redis " + server->url() + " --node-rank 3 --nodes 2"), "--node-rank 3 is out of range");
   check(run(t + " --redis " + server->url() + " --node-rank 0 --nodes 1 --set parallel.stage_actor=user.mine"),
-        "parallel.stage_actor: actor type 'user.mine' is not registered (registered: troupe.fabric_check)");
+        "parallel.stage_actor: actor type 'user.mine' is not registered (registered: troupe.fabric_check, troupe.gpt_stage)");
   check(run(t + " --redis " + server->url() + " --node-rank 0 --nodes 1 --port " + std::to_string(server->port())),
         "--port " + std::to_string(server->port()));
   // Two nodes with the same rank, and a node with a different config, in one job.
