@@ -5,11 +5,17 @@
 
 namespace troupe {
 
-Status ActorRegistry::add(const std::string& name, ActorFactory factory) {
+Status ActorRegistry::add(const std::string& name, ActorFactory factory, ActorValidator validator) {
   if (name.empty()) return make_error("actor registry: an actor type needs a name");
   if (!factories_.emplace(name, std::move(factory)).second)
     return make_error("actor registry: actor type '", name, "' is already registered");
+  if (validator) validators_.emplace(name, std::move(validator));
   return Status::success();
+}
+
+Status ActorRegistry::validate(const std::string& name, const ActorArgs& args) const {
+  auto it = validators_.find(name);
+  return it == validators_.end() ? Status::success() : it->second(args);
 }
 
 Status ActorRegistry::check(const std::string& name) const {

@@ -28,11 +28,15 @@ struct ActorArgs {
 };
 
 using ActorFactory = std::function<caf::actor(caf::actor_system&, const ActorArgs&)>;
+/// Checks a job before any node joins (e.g. that the parallel sizes fit the nodes).
+using ActorValidator = std::function<Status(const ActorArgs&)>;
 
 class ActorRegistry {
  public:
   /// Registers `name`; a name registered twice is an error naming it.
-  Status add(const std::string& name, ActorFactory factory);
+  Status add(const std::string& name, ActorFactory factory, ActorValidator validator = {});
+  /// Runs the type's validator (success if it has none or the name is unknown).
+  Status validate(const std::string& name, const ActorArgs& args) const;
   /// Spawns the actor type called `name`; an unknown name is an error that
   /// lists the registered ones.
   Expected<caf::actor> spawn(const std::string& name, caf::actor_system& sys, const ActorArgs& args) const;
@@ -42,6 +46,7 @@ class ActorRegistry {
 
  private:
   std::map<std::string, ActorFactory> factories_;
+  std::map<std::string, ActorValidator> validators_;
 };
 
 }  // namespace troupe

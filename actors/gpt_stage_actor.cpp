@@ -40,11 +40,19 @@ std::vector<std::string> split_lines(const std::string& text) {
   return out;
 }
 
-// Trains this node's stage; returns the last stage's final loss (0 elsewhere).
-Expected<double> train_stage(const ActorArgs& args) {
+// The job's plan for this actor type: config, stage split and schedule.
+struct Plan {
+  JobConfig job;
+  GptConfig cfg;
+  std::vector<StageSpec> specs;
+  schedules::Schedule schedule;
+};
+
+Expected<Plan> make_plan(const ActorArgs& args) {
   auto job = load_job_config(args.settings.at("config"), split_lines(args.settings.at("overrides")));
   if (!job) return job.error();
   const GptConfig cfg = gpt_config(*job);
+  TROUPE_TRY(validate(cfg));
   const auto& par = job->parallel;
   if (par.dp != 1 || par.tp != 1) return make_error("troupe.gpt_stage: parallel.dp and parallel.tp must be 1 for now");
   if (par.pp != args.world)
@@ -55,7 +63,19 @@ Expected<double> train_stage(const ActorArgs& args) {
   if (!kind) return make_error("parallel.schedule: ", kind.error().message);
   auto schedule = schedules::build_schedule(*kind, par.pp, par.microbatches, par.chunks);
   if (!schedule) return make_error("parallel: ", schedule.error().message);
-  const auto& spec = (*specs)[static_cast<std::size_t>(args.rank)];
+  if (schedule->chunks != 1) return make_error("parallel.chunks: interleaved stages are not supported by troupe.gpt_stage yet");
+  return Plan{*job, cfg, *specs, *schedule};
+}
+
+// Trains this node's stage; returns the last stage's final loss (0 elsewhere).
+Expected<double> train_stage(const ActorArgs& args) {
+  auto plan = make_plan(args);
+  if (!plan) return plan.error();
+  const JobConfig* job = &plan->job;
+  const GptConfig& cfg = plan->cfg;
+  const auto& par = job->parallel;
+  const auto* schedule = &plan->schedule;
+  const auto& spec = plan->specs[static_cast<std::size_t>(args.rank)];
   const auto& t = job->train;
   std::optional<TokenFile> data;
   if (spec.embedding || spec.head) {
@@ -113,9 +133,14 @@ void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
 }  // namespace
 
 void register_gpt_stage_actor(ActorRegistry& registry) {
-  (void)registry.add("troupe.gpt_stage", [](caf::actor_system& sys, const ActorArgs& args) {
-    return sys.spawn<caf::detached>(gpt_stage_main, args);
-  });
+  (void)registry.add(
+      "troupe.gpt_stage",
+      [](caf::actor_system& sys, const ActorArgs& args) { return sys.spawn<caf::detached>(gpt_stage_main, args); },
+      [](const ActorArgs& args) -> Status {
+        auto plan = make_plan(args);
+        if (!plan) return plan.error();
+        return Status::success();
+      });
 }
 
 }  // namespace troupe

@@ -164,6 +164,12 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   if (!job) return fail(job.error());
   if (auto known = registry.check(job->parallel.stage_actor); !known)
     return fail(make_error(o.config_path, ": parallel.stage_actor: ", known.error().message));
+  {
+    std::string joined;
+    for (auto& ov : o.overrides) joined += ov + "\n";
+    ActorArgs probe{o.rank, o.world, 0, nullptr, {}, {{"config", o.config_path}, {"overrides", joined}}};
+    if (auto ok = registry.validate(job->parallel.stage_actor, probe); !ok) return fail(ok.error());
+  }
   std::stringstream text;
   text << std::ifstream(o.config_path).rdbuf();
   for (auto& s : o.overrides) text << "\n--set " << s;
