@@ -7,11 +7,13 @@
 
 namespace troupe {
 
-void fill_batch(const TokenFile& file, std::uint64_t seed, int step, int mb, Tensor& tokens, Tensor& targets) {
+void fill_batch(const TokenFile& file, std::uint64_t seed, int step, int mb, Tensor& tokens, Tensor& targets,
+                int replica, int replicas) {
   const int B = static_cast<int>(tokens.dim(0)), T = static_cast<int>(tokens.dim(1));
   std::vector<std::int32_t> window(static_cast<std::size_t>(T) + 1);
   for (int r = 0; r < B; ++r) {
-    const auto row = static_cast<std::uint64_t>(mb) * static_cast<std::uint64_t>(B) + static_cast<std::uint64_t>(r);
+    const auto row = static_cast<std::uint64_t>(mb * replicas + replica) * static_cast<std::uint64_t>(B) +
+                     static_cast<std::uint64_t>(r);
     const auto off = sample_offset(seed, static_cast<std::uint64_t>(step), row, file.size(), static_cast<std::uint64_t>(T));
     file.read(off, window.size(), window.data());
     std::copy(window.begin(), window.end() - 1, tokens.data<std::int32_t>() + r * T);

@@ -11,9 +11,12 @@
 
 namespace troupe {
 
-/// Fills tokens/targets (B,T) i32 for microbatch `mb` of `step`: row r is the
-/// window at sample_offset(seed, step, mb*B + r).
-void fill_batch(const TokenFile& file, std::uint64_t seed, int step, int mb, Tensor& tokens, Tensor& targets);
+/// Fills tokens/targets (B,T) i32 for microbatch `mb` of `step` of data-parallel
+/// `replica` (of `replicas`): row r is the window at sample_offset(seed, step,
+/// (mb * replicas + replica) * B + r) — so dp replicas of batch B read exactly
+/// the rows one process with batch dp*B reads.
+void fill_batch(const TokenFile& file, std::uint64_t seed, int step, int mb, Tensor& tokens, Tensor& targets,
+                int replica = 0, int replicas = 1);
 
 /// Opens a token file that holds at least ctx+2 tokens; errors name `key`.
 Expected<TokenFile> open_data(const std::string& path, const char* key, int ctx);

@@ -16,6 +16,7 @@
 #include "backends/transport/collectives.hpp"
 #include "ops/optim/optimizer_math.hpp"
 #include "runtime/messages.hpp"
+#include "runtime/topology.hpp"
 
 namespace troupe {
 namespace {
@@ -54,9 +55,10 @@ Expected<Plan> make_plan(const ActorArgs& args) {
   const GptConfig cfg = gpt_config(*job);
   TROUPE_TRY(validate(cfg));
   const auto& par = job->parallel;
-  if (par.dp != 1 || par.tp != 1) return make_error("troupe.gpt_stage: parallel.dp and parallel.tp must be 1 for now");
-  if (par.pp != args.world)
-    return make_error("parallel.pp = ", std::to_string(par.pp), " but the job has ", std::to_string(args.world), " nodes");
+  if (par.tp != 1) return make_error("troupe.gpt_stage: parallel.tp must be 1 for now");
+  if (par.pp * par.dp != args.world)
+    return make_error("parallel.dp x parallel.pp = ", std::to_string(par.dp * par.pp), " but the job has ",
+                      std::to_string(args.world), " nodes");
   auto specs = split_stages(cfg, par.pp, par.layers);
   if (!specs) return specs.error();
   auto kind = schedules::parse_kind(par.schedule);
@@ -75,7 +77,9 @@ Expected<double> train_stage(const ActorArgs& args) {
   const GptConfig& cfg = plan->cfg;
   const auto& par = job->parallel;
   const auto* schedule = &plan->schedule;
-  const auto& spec = plan->specs[static_cast<std::size_t>(args.rank)];
+  const ParallelDims dims{par.dp, par.pp, 1};
+  const Coord me = coord_of(dims, args.rank);
+  const auto& spec = plan->specs[static_cast<std::size_t>(me.pp)];
   const auto& t = job->train;
   std::optional<TokenFile> data;
   if (spec.embedding || spec.head) {
@@ -86,39 +90,52 @@ Expected<double> train_stage(const ActorArgs& args) {
   CpuDevice device(resolved_threads(t));
   Stream& s = device.default_stream();
   const TokenFile* file = data ? &*data : nullptr;
-  StageLinks links{args.transport, args.rank > 0 ? args.rank - 1 : -1, args.rank < par.pp - 1 ? args.rank + 1 : -1,
-                   [file, seed = t.seed](int step, int mb, Tensor& tokens, Tensor& targets) {
-                     fill_batch(*file, seed, step, mb, tokens, targets);
+  const int prev = me.pp > 0 ? rank_of(dims, Coord{me.dp, me.pp - 1, 0}) : -1;
+  const int next = me.pp < par.pp - 1 ? rank_of(dims, Coord{me.dp, me.pp + 1, 0}) : -1;
+  StageLinks links{args.transport, prev, next,
+                   [file, seed = t.seed, replica = me.dp, replicas = par.dp](int step, int mb, Tensor& tokens,
+                                                                            Tensor& targets) {
+                     fill_batch(*file, seed, step, mb, tokens, targets, replica, replicas);
                    }};
-  auto runner = StageRunner::create(device, cfg, spec, *schedule, args.rank, t.batch, cfg.ctx, links);
+  auto runner = StageRunner::create(device, cfg, spec, *schedule, me.pp, t.batch, cfg.ctx, links, par.dp);
   if (!runner) return runner.error();
   GptStage& model = (*runner)->model();
   model.init_weights(t.seed);
   auto opt = StageOptimizer::create(device, model, optimizer_config(*job));
   if (!opt) return opt.error();
   Collectives coll(*args.transport);
-  std::vector<int> everyone;
-  for (int r = 0; r < par.pp; ++r) everyone.push_back(r);
+  const std::vector<int> stages = pp_group(dims, args.rank), replicas = dp_group(dims, args.rank);
+  const int first_stage = stages.front(), last_stage = stages.back();
   const LrSchedule lrs = lr_schedule(*job);
   double loss = 0;
   for (int step = 0; step < t.steps; ++step) {
     auto l = (*runner)->run_step(step, s);
     if (!l) return l.error();
     loss = *l;
-    // grad_sync: the tied embedding's halves, then the global gradient norm.
+    // grad_sync: sum over data-parallel replicas, then the tied embedding's
+    // halves, then the global gradient norm over the pipeline.
+    Tensor& grads = model.flat_grads();
+    if (par.dp > 1) {
+      TROUPE_TRY(wait_for([&](Completion c) {
+        coll.all_reduce(replicas, grads.f32(), static_cast<std::size_t>(grads.numel()), std::move(c));
+      }));
+      float loss_f = static_cast<float>(loss / par.dp);
+      TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(replicas, &loss_f, 1, std::move(c)); }));
+      loss = loss_f;
+    }
     Tensor& wte = model.find("wte.weight")->grad;
     const bool tied_split = par.pp > 1 && (spec.embedding || spec.head);
     if (tied_split)
       TROUPE_TRY(wait_for([&](Completion c) {
-        coll.all_reduce({0, par.pp - 1}, wte.f32(), static_cast<std::size_t>(wte.numel()), std::move(c));
+        coll.all_reduce({first_stage, last_stage}, wte.f32(), static_cast<std::size_t>(wte.numel()), std::move(c));
       }));
-    double sq = sum_squares(model.flat_grads(), s);
+    double sq = sum_squares(grads, s);
     if (tied_split && spec.head) sq -= sum_squares(wte, s);  // counted once, on the first stage
     float sq_f = static_cast<float>(sq);
-    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, &sq_f, 1, std::move(c)); }));
+    if (par.pp > 1) TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(stages, &sq_f, 1, std::move(c)); }));
     const double lr = learning_rate(lrs, step);
     opt->step_with_global_norm(model, static_cast<float>(lr), step + 1, sq_f, s);
-    if (spec.head) spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e}", step, loss, lr);
+    if (spec.head && me.dp == 0) spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e}", step, loss, lr);
   }
   return loss;
 }

@@ -39,7 +39,7 @@ Tag tag_of(int step, bool grad, int mb) {
 
 struct StageRunner::Impl {
   schedules::StageProgram program;
-  int microbatches = 1, slots = 1;
+  int microbatches = 1, slots = 1, replicas = 1;
   StageLinks links;
   std::vector<Tensor> act_in, grad_in, grad_out, tokens, targets;
   std::vector<std::unique_ptr<Flag>> act_flags, grad_flags, send_act_flags, send_grad_flags;
@@ -49,7 +49,7 @@ StageRunner::~StageRunner() = default;
 
 Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const GptConfig& cfg, const StageSpec& spec,
                                                            const schedules::Schedule& schedule, int stage, int B,
-                                                           int T, StageLinks links) {
+                                                           int T, StageLinks links, int replicas) {
   if (schedule.chunks != 1) return make_error("stage runner: interleaved schedules need one GptStage per chunk");
   if (stage < 0 || stage >= schedule.stages) return make_error("stage runner: stage out of range");
   auto impl = std::make_unique<Impl>();
@@ -57,6 +57,7 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
   impl->microbatches = schedule.microbatches;
   impl->slots = schedules::activation_bound(schedule.kind, schedule.stages, schedule.microbatches, 1, stage);
   impl->links = std::move(links);
+  impl->replicas = replicas;
   auto model = GptStage::create(device, cfg, spec, B, T, impl->slots);
   if (!model) return model.error();
   const std::int64_t C = cfg.dim;
@@ -86,7 +87,7 @@ Expected<double> StageRunner::run_step(int step, Stream& s) {
   GptStage& g = *model_;
   const bool first = g.spec().embedding, last = g.spec().head;
   Transport& t = *m.links.transport;
-  const float dloss = 1.0f / static_cast<float>(g.batch() * g.seq() * m.microbatches);
+  const float dloss = 1.0f / static_cast<float>(g.batch() * g.seq() * m.microbatches * m.replicas);
   g.zero_grads();
   for (auto* flags : {&m.act_flags, &m.grad_flags, &m.send_act_flags, &m.send_grad_flags})
     for (auto& f : *flags) f->reset();

@@ -27,9 +27,11 @@ struct StageLinks {
 class StageRunner {
  public:
   /// `schedule` must have one chunk per stage (interleaving needs several GptStages).
+  /// `replicas`: data-parallel replicas whose gradients will be summed (the
+  /// loss gradient is scaled so that the sum is the mean over all of them).
   static Expected<std::unique_ptr<StageRunner>> create(Device& device, const GptConfig& cfg, const StageSpec& spec,
                                                        const schedules::Schedule& schedule, int stage, int B, int T,
-                                                       StageLinks links);
+                                                       StageLinks links, int replicas = 1);
   ~StageRunner();
   GptStage& model() { return *model_; }
   /// Zeroes the gradients and runs the step's instructions up to grad_sync;

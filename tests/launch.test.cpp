@@ -126,11 +126,12 @@ TEST_CASE("troupe node rejects bad input with a one-line error", "[launch][error
 
 namespace troupe::testing {
 
-// Pipeline parallelism across node processes: `troupe launch --nodes 2` with
-// pp = 2 produces the per-step losses of `troupe train` with the same
-// microbatches, seed and data (to 1e-5: the tied embedding's gradient halves
-// and the global norm are summed in a different order).
-TEST_CASE("troupe launch with pp=2 matches troupe train step by step", "[launch][pipeline]") {
+// Pipeline and data parallelism across node processes: `troupe launch` with
+// pp = 2 (and dp = 2) produces the per-step losses of `troupe train` with the
+// same global batch, microbatches, seed and data (to 1e-5: the tied
+// embedding's gradient halves, the replicas' gradients and the global norm are
+// summed in a different order than one process accumulates them).
+TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step", "[launch][pipeline]") {
   ScratchDir dir("pipeline");
   write_file(dir / "corpus.txt", synthetic_text(60000));
   REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
@@ -138,29 +139,40 @@ TEST_CASE("troupe launch with pp=2 matches troupe train step by step", "[launch]
   write_file(cfg, "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 4\n"
                   "log_every = 1\neval_every = 0\nlr = 3e-3\nwarmup_steps = 1\n[parallel]\nmicrobatches = 4\n"
                   "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
-  auto single = run(troupe_bin() + " train " + cfg + " --metrics " + (dir / "m.jsonl"));
-  REQUIRE(single.exit_code == 0);
-  std::vector<double> want;
-  {
+  auto single_losses = [&](int batch) {
+    auto single = run(troupe_bin() + " train " + cfg + " --set train.batch=" + std::to_string(batch) + " --metrics " +
+                      (dir / "m.jsonl"));
+    REQUIRE(single.exit_code == 0);
+    std::vector<double> out;
     std::istringstream lines(slurp(dir / "m.jsonl"));
-    for (std::string line; std::getline(lines, line);)
-      want.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  }
-  REQUIRE(want.size() == 4);
-  for (const char* kind : {"gpipe", "1f1b", "zb-h1"}) {
-    auto r = run(troupe_bin() + " launch " + cfg + " --nodes 2 --set parallel.pp=2 --set parallel.schedule=" + kind +
-                 " --set parallel.stage_actor=troupe.gpt_stage");
-    INFO(kind << "\n" << r.err);
+    for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    return out;
+  };
+  auto launched_losses = [&](const std::string& args) {
+    auto r = run(troupe_bin() + " launch " + cfg + " " + args + " --set parallel.stage_actor=troupe.gpt_stage");
+    INFO(args << "\n" << r.err);
     REQUIRE(r.exit_code == 0);
-    std::vector<double> got;
+    std::vector<double> out;
     std::istringstream lines(r.err);
     for (std::string line; std::getline(lines, line);) {
       const auto at = line.find("| loss ");
-      if (line.rfind("[node 1]", 0) == 0 && at != std::string::npos) got.push_back(std::stod(line.substr(at + 7)));
+      if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 7)));
     }
+    return out;
+  };
+  const auto want = single_losses(2);
+  REQUIRE(want.size() == 4);
+  for (const char* kind : {"gpipe", "1f1b", "zb-h1"}) {
+    const auto got = launched_losses(std::string("--nodes 2 --set parallel.pp=2 --set parallel.schedule=") + kind);
+    INFO(kind);
     REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5));
   }
+  // pp = 2 x dp = 2 with batch 2 per replica is one process with batch 4.
+  const auto want_dp = single_losses(4);
+  const auto got_dp = launched_losses("--nodes 4 --set parallel.pp=2 --set parallel.dp=2");
+  REQUIRE(got_dp.size() == want_dp.size());
+  for (std::size_t i = 0; i < want_dp.size(); ++i) CHECK(got_dp[i] == Approx(want_dp[i]).epsilon(1e-5));
 }
 
 TEST_CASE("a pipeline that does not match the nodes is refused", "[launch][pipeline][errors]") {
@@ -169,7 +181,7 @@ TEST_CASE("a pipeline that does not match the nodes is refused", "[launch][pipel
   write_file(cfg, "[model]\nlayers = 2\n[train]\nthreads = 1\n");
   auto r = run(troupe_bin() + " launch " + cfg + " --nodes 2 --set parallel.pp=3 --set parallel.stage_actor=troupe.gpt_stage");
   CHECK(r.exit_code != 0);
-  CHECK(r.err.find("parallel.pp = 3 but the job has 2 nodes") != std::string::npos);
+  CHECK(r.err.find("parallel.dp x parallel.pp = 3 but the job has 2 nodes") != std::string::npos);
 }
 
 }  // namespace troupe::testing
