@@ -69,8 +69,15 @@ Expected<Plan> make_plan(const ActorArgs& args) {
   return Plan{*job, cfg, *specs, *schedule};
 }
 
-// Trains this node's stage; returns the last stage's final loss (0 elsewhere).
-Expected<double> train_stage(const ActorArgs& args) {
+}  // namespace
+
+Status validate_gpt_stage_job(const ActorArgs& args) {
+  auto plan = make_plan(args);
+  if (!plan) return plan.error();
+  return Status::success();
+}
+
+Expected<double> train_gpt_stage(const ActorArgs& args, const GptStageHooks& hooks) {
   auto plan = make_plan(args);
   if (!plan) return plan.error();
   const JobConfig* job = &plan->job;
@@ -136,12 +143,15 @@ Expected<double> train_stage(const ActorArgs& args) {
     const double lr = learning_rate(lrs, step);
     opt->step_with_global_norm(model, static_cast<float>(lr), step + 1, sq_f, s);
     if (spec.head && me.dp == 0) spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e}", step, loss, lr);
+    if (hooks.after_step) hooks.after_step(step, model, loss);
   }
   return loss;
 }
 
+namespace {
+
 void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
-  auto result = train_stage(args);
+  auto result = train_gpt_stage(args);
   if (!result) spdlog::error("stage {}: {}", args.rank, result.error().message);
   self->send(args.report_to, msg::reduced_atom::value, args.generation, result.ok(),
              result ? static_cast<float>(*result) : -1.0f);
@@ -153,11 +163,7 @@ void register_gpt_stage_actor(ActorRegistry& registry) {
   (void)registry.add(
       "troupe.gpt_stage",
       [](caf::actor_system& sys, const ActorArgs& args) { return sys.spawn<caf::detached>(gpt_stage_main, args); },
-      [](const ActorArgs& args) -> Status {
-        auto plan = make_plan(args);
-        if (!plan) return plan.error();
-        return Status::success();
-      });
+      validate_gpt_stage_job);
 }
 
 }  // namespace troupe
