@@ -17,6 +17,7 @@
 #include "ops/optim/optimizer_math.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/topology.hpp"
+#include "runtime/trace_writer.hpp"
 
 namespace troupe {
 namespace {
@@ -104,6 +105,13 @@ Expected<double> train_gpt_stage(const ActorArgs& args, const GptStageHooks& hoo
                                                                             Tensor& targets) {
                      fill_batch(*file, seed, step, mb, tokens, targets, replica, replicas);
                    }};
+  std::unique_ptr<TraceWriter> trace;
+  const auto trace_path = args.settings.find("trace");
+  if (trace_path != args.settings.end() && !trace_path->second.empty()) {
+    trace = std::make_unique<TraceWriter>();
+    links.trace = trace.get();
+    links.trace_track = trace->track("stage " + std::to_string(me.pp) + " replica " + std::to_string(me.dp));
+  }
   auto runner = StageRunner::create(device, cfg, spec, *schedule, me.pp, t.batch, cfg.ctx, links, par.dp);
   if (!runner) return runner.error();
   GptStage& model = (*runner)->model();
@@ -119,6 +127,7 @@ Expected<double> train_gpt_stage(const ActorArgs& args, const GptStageHooks& hoo
     auto l = (*runner)->run_step(step, s);
     if (!l) return l.error();
     loss = *l;
+    const double sync_start = trace ? trace->now_us() : 0;
     // grad_sync: sum over data-parallel replicas, then the tied embedding's
     // halves, then the global gradient norm over the pipeline.
     Tensor& grads = model.flat_grads();
@@ -141,10 +150,16 @@ Expected<double> train_gpt_stage(const ActorArgs& args, const GptStageHooks& hoo
     float sq_f = static_cast<float>(sq);
     if (par.pp > 1) TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(stages, &sq_f, 1, std::move(c)); }));
     const double lr = learning_rate(lrs, step);
+    const double opt_start = trace ? trace->now_us() : 0;
     opt->step_with_global_norm(model, static_cast<float>(lr), step + 1, sq_f, s);
+    if (trace) {
+      trace->span(links.trace_track, "grad_sync", "grad_sync", sync_start, opt_start - sync_start, {{"step", step}});
+      trace->span(links.trace_track, "optimizer", "optimizer", opt_start, trace->now_us() - opt_start, {{"step", step}});
+    }
     if (spec.head && me.dp == 0) spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e}", step, loss, lr);
     if (hooks.after_step) hooks.after_step(step, model, loss);
   }
+  if (trace) TROUPE_TRY(trace->write(trace_path->second + ".node" + std::to_string(args.rank)));
   return loss;
 }
 

@@ -186,7 +186,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     caf::actor_system sys{cfg};
     std::string joined;
     for (auto& ov : o.overrides) joined += ov + "\n";
-    std::map<std::string, std::string> settings{{"config", o.config_path}, {"overrides", joined}};
+    std::map<std::string, std::string> settings{{"config", o.config_path}, {"overrides", joined}, {"trace", o.trace_path}};
     auto node = sys.spawn(node_actor, o.rank, transport->get(), &registry, job->parallel.stage_actor, settings,
                           exit_code);
     auto port = sys.middleman().publish(node, static_cast<std::uint16_t>(o.port), o.host.c_str());

@@ -21,6 +21,7 @@ struct NodeOptions {
   int port = 0;                    ///< port of the node actor; 0 = any free one
   double hold_seconds = 0;         ///< keep the job up this long after it is verified
   int rendezvous_timeout_ms = 30000;
+  std::string trace_path;  ///< work actors write FILE.node<R> (Chrome trace); empty = none
 };
 
 class ActorRegistry;

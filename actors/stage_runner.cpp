@@ -82,6 +82,23 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
   return r;
 }
 
+// One span per compute instruction, and one per receive that had to wait.
+void StageRunner::record(TraceWriter& trace, const schedules::Instruction& in, int step, double t0) const {
+  const double t1 = trace.now_us();
+  const nlohmann::json args = {{"step", step}, {"mb", in.mb}};
+  const int track = impl_->links.trace_track;
+  switch (in.op) {
+    case Op::forward: trace.span(track, "F" + std::to_string(in.mb), "forward", t0, t1 - t0, args); break;
+    case Op::backward:
+    case Op::backward_input: trace.span(track, "B" + std::to_string(in.mb), "backward", t0, t1 - t0, args); break;
+    case Op::recv_act:
+    case Op::recv_grad:
+      if (t1 - t0 > 1.0) trace.span(track, "blocked", "blocked", t0, t1 - t0, args);
+      break;
+    default: break;
+  }
+}
+
 Expected<double> StageRunner::run_step(int step, Stream& s) {
   Impl& m = *impl_;
   GptStage& g = *model_;
@@ -102,9 +119,11 @@ Expected<double> StageRunner::run_step(int step, Stream& s) {
              m.grad_flags[mb]->callback());
   }
   double loss = 0;
+  TraceWriter* trace = m.links.trace;
   for (const auto& in : m.program) {
     const auto mb = static_cast<std::size_t>(in.mb);
     const int slot = in.mb % m.slots;
+    const double t0 = trace ? trace->now_us() : 0;
     switch (in.op) {
       case Op::recv_act: TROUPE_TRY(m.act_flags[mb]->wait()); break;
       case Op::recv_grad: TROUPE_TRY(m.grad_flags[mb]->wait()); break;
@@ -133,6 +152,7 @@ Expected<double> StageRunner::run_step(int step, Stream& s) {
       case Op::grad_sync:
       case Op::optimizer_step: break;  // the caller's
     }
+    if (trace) record(*trace, in, step, t0);
   }
   for (const auto& in : m.program) {
     if (in.op == Op::send_act) TROUPE_TRY(m.send_act_flags[static_cast<std::size_t>(in.mb)]->wait());

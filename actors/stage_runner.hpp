@@ -12,6 +12,7 @@
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
+#include "runtime/trace_writer.hpp"
 #include "schedules/program.hpp"
 
 namespace troupe {
@@ -22,6 +23,9 @@ struct StageLinks {
   int next = -1;  ///< transport rank of the next stage (-1 on the last)
   /// Fills tokens and targets (B,T) i32 of microbatch `mb` at `step` (first and last stages).
   std::function<void(int step, int mb, Tensor& tokens, Tensor& targets)> batch;
+  /// Where to record forward, backward and blocked-receive spans (optional).
+  TraceWriter* trace = nullptr;
+  int trace_track = 0;
 };
 
 class StageRunner {
@@ -41,6 +45,7 @@ class StageRunner {
  private:
   struct Impl;
   StageRunner() = default;
+  void record(TraceWriter& trace, const schedules::Instruction& in, int step, double t0) const;
   std::unique_ptr<Impl> impl_;
   std::unique_ptr<GptStage> model_;
 };

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "runtime/redis_server.hpp"
+#include "runtime/trace_writer.hpp"
 
 namespace troupe {
 namespace {
@@ -49,6 +50,10 @@ pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& j
     args.push_back(s);
   }
   for (auto& a : o.extra_node_args) args.push_back(a);
+  if (!o.trace_path.empty()) {
+    args.push_back("--trace");
+    args.push_back(o.trace_path);
+  }
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -168,6 +173,14 @@ int launch(const LaunchOptions& o) {
     else
       std::fprintf(stderr, "troupe launch: node %d exited with %d; job failed\n", failed_rank, WEXITSTATUS(c.status));
     return 1;
+  }
+  if (!o.trace_path.empty()) {
+    std::vector<std::string> parts;
+    for (int r = 0; r < o.nodes; ++r) parts.push_back(o.trace_path + ".node" + std::to_string(r));
+    if (auto st = merge_traces(parts, o.trace_path); !st) {
+      std::fprintf(stderr, "troupe launch: --trace %s: %s\n", o.trace_path.c_str(), st.error().message.c_str());
+      return 1;
+    }
   }
   return 0;
 }

@@ -16,6 +16,7 @@ struct LaunchOptions {
   int nodes = 1;
   std::string redis_url;  ///< empty: start a private redis-server
   std::vector<std::string> extra_node_args;  ///< passed to every node (e.g. --hold 2)
+  std::string trace_path;  ///< nodes write parts; merged here into one Chrome trace; empty = none
 };
 
 /// Returns 0 when every node exits 0, else non-zero; errors are one line each.

@@ -1,6 +1,9 @@
 // TraceWriter.
 #include "runtime/trace_writer.hpp"
 
+#include <cstdio>
+#include <fstream>
+
 #include "common/atomic_file.hpp"
 
 namespace troupe {
@@ -44,6 +47,25 @@ nlohmann::json TraceWriter::to_json() const {
 Status TraceWriter::write(const std::string& path) const {
   const std::string text = to_json().dump();
   return write_file_atomically(path, [&](std::ostream& out) { out << text; });
+}
+
+Status merge_traces(const std::vector<std::string>& parts, const std::string& path) {
+  nlohmann::json events = nlohmann::json::array();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    std::ifstream in(parts[i]);
+    if (!in) return make_error(parts[i], ": cannot open trace part");
+    auto part = nlohmann::json::parse(in, nullptr, false);
+    if (part.is_discarded() || !part.contains("traceEvents")) return make_error(parts[i], ": not a trace");
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", i}, {"args", {{"name", "node " + std::to_string(i)}}}});
+    for (auto& e : part["traceEvents"]) {
+      e["pid"] = i;
+      events.push_back(std::move(e));
+    }
+  }
+  const std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  TROUPE_TRY(write_file_atomically(path, [&](std::ostream& out) { out << text; }));
+  for (auto& p : parts) std::remove(p.c_str());
+  return Status::success();
 }
 
 }  // namespace troupe

@@ -36,4 +36,8 @@ class TraceWriter {
   std::vector<nlohmann::json> events_;
 };
 
+/// Merges per-node Chrome traces into one file (node i becomes process i, named
+/// "node i"); the parts are removed once the merged file is written.
+Status merge_traces(const std::vector<std::string>& parts, const std::string& path);
+
 }  // namespace troupe

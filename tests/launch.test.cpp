@@ -11,6 +11,7 @@
 #include <thread>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "runtime/redis_server.hpp"
@@ -167,6 +168,22 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
     INFO(kind);
     REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5));
+  }
+  // The timeline: one track per stage actor with forward, backward and sync spans.
+  {
+    const auto trace = dir / "trace.json";
+    launched_losses("--nodes 2 --set parallel.pp=2 --trace " + trace);
+    auto j = nlohmann::json::parse(slurp(trace));
+    std::set<std::string> cats;
+    std::set<int> pids;
+    for (auto& e : j["traceEvents"])
+      if (e["ph"] == "X") {
+        cats.insert(e["cat"].get<std::string>());
+        pids.insert(e["pid"].get<int>());
+      }
+    CHECK(pids == std::set<int>{0, 1});
+    for (const char* c : {"forward", "backward", "grad_sync", "optimizer"}) CHECK(cats.count(c) == 1);
+    CHECK_FALSE(std::filesystem::exists(trace + ".node0"));
   }
   // pp = 2 x dp = 2 with batch 2 per replica is one process with batch 4.
   const auto want_dp = single_losses(4);

@@ -15,6 +15,7 @@ void register_launch(CLI::App& app, Action& action) {
   cmd->add_option("config", o->config_path, "Job config (TOML)")->required();
   cmd->add_option("--nodes", o->nodes, "Node processes")->check(CLI::Range(1, 1024));
   cmd->add_option("--redis", o->redis_url, "Redis URL (default: a private redis-server on loopback)");
+  cmd->add_option("--trace", o->trace_path, "Write one Chrome trace of every stage actor (opens in Perfetto)");
   cmd->add_option("--hold", *hold, "Keep the job up this many seconds after it is verified");
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
