@@ -14,6 +14,7 @@
 #include "actors/stage_runner.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/transport/collectives.hpp"
+#include "backends/transport/wait.hpp"
 #include "ops/optim/optimizer_math.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/topology.hpp"
@@ -21,18 +22,6 @@
 
 namespace troupe {
 namespace {
-
-Status wait_for(const std::function<void(Completion)>& start) {
-  std::atomic<int> done{0};
-  Status result;
-  start([&](Status st) {
-    result = std::move(st);
-    done.store(1, std::memory_order_release);
-    done.notify_one();
-  });
-  done.wait(0, std::memory_order_acquire);
-  return result;
-}
 
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> out;

@@ -10,6 +10,7 @@
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/local_transport.hpp"
+#include "backends/transport/wait.hpp"
 #include "ops/optim/stage_optimizer.hpp"
 #include "schedules/program.hpp"
 
@@ -87,17 +88,6 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p) {
       auto opt = *StageOptimizer::create(dev, model, optimizer());
       std::vector<int> everyone(static_cast<std::size_t>(p));
       for (int r = 0; r < p; ++r) everyone[static_cast<std::size_t>(r)] = r;
-      auto wait = [](auto start) {
-        std::atomic<int> done{0};
-        Status result;
-        start([&](Status st2) {
-          result = st2;
-          done = 1;
-          done.notify_one();
-        });
-        done.wait(0);
-        return result;
-      };
       for (int step = 0; step < kSteps; ++step) {
         auto loss = (*runner)->run_step(step, s);
         if (!loss) {
@@ -108,10 +98,10 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p) {
         // grad_sync: the tied embedding's two halves, then the global norm.
         Tensor& wte = model.find("wte.weight")->grad;
         if (st == 0 || st == p - 1)
-          (void)wait([&](Completion c) { coll.all_reduce({0, p - 1}, wte.f32(), static_cast<std::size_t>(wte.numel()), c); });
+          (void)wait_for([&](Completion c) { coll.all_reduce({0, p - 1}, wte.f32(), static_cast<std::size_t>(wte.numel()), c); });
         float sq = static_cast<float>(sum_squares(model.flat_grads(), s));
         if (st == p - 1) sq -= static_cast<float>(sum_squares(wte, s));  // counted once, on stage 0
-        (void)wait([&](Completion c) { coll.all_reduce(everyone, &sq, 1, c); });
+        (void)wait_for([&](Completion c) { coll.all_reduce(everyone, &sq, 1, c); });
         opt.step_with_global_norm(model, 3e-3f, step + 1, sq, s);
       }
     });

@@ -5,30 +5,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <atomic>
-#include <memory>
 
 #include "runtime/rendezvous.hpp"
 #include "runtime/redis_server.hpp"
 
 namespace troupe {
-
-Status wait_for(const std::function<void(Completion)>& start) {
-  // Sleeps on a futex: with two processes on two cores, a spinning waiter would
-  // take the core the other side's progress thread needs.
-  struct Slot {
-    std::atomic<int> ready{0};
-    Status status;
-  };
-  auto slot = std::make_shared<Slot>();
-  start([slot](Status st) {
-    slot->status = std::move(st);
-    slot->ready.store(1, std::memory_order_release);
-    slot->ready.notify_one();
-  });
-  slot->ready.wait(0, std::memory_order_acquire);
-  return slot->status;
-}
 
 namespace {
 

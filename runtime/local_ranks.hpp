@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/transport/ucx_transport.hpp"
+#include "backends/transport/wait.hpp"
 #include "common/expected.hpp"
 
 namespace troupe {
@@ -16,8 +17,5 @@ namespace troupe {
 /// what rank 0's body returned; other ranks' bodies return values are ignored.
 /// A failing rank makes the whole run fail with its error.
 Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body);
-
-/// Blocks until the completion arrives (benchmarks only; actors never block).
-Status wait_for(const std::function<void(Completion)>& start);
 
 }  // namespace troupe

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "common/hash.hpp"
+
 namespace troupe {
 namespace {
 
@@ -135,8 +137,7 @@ Expected<std::uint64_t> bump_generation(RedisClient& redis, const std::string& j
 }
 
 std::string content_hash(const std::string& text) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ull;
+  const std::uint64_t h = fnv1a(text);
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -4,6 +4,8 @@
 //   the sum of chunk i. all-gather step k: send chunk (i-k), receive (i-k-1).
 #include "backends/transport/collectives.hpp"
 
+#include "common/hash.hpp"
+
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -154,8 +156,8 @@ Tag Collectives::next_tag_base(const std::vector<int>& group) {
     std::lock_guard<std::mutex> lock(mu_);
     op = next_op_[group]++;
   }
-  std::uint64_t h = 1469598103934665603ull;
-  for (int r : group) h = (h ^ static_cast<std::uint64_t>(r)) * 1099511628211ull;
+  std::uint64_t h = kFnvOffset;
+  for (int r : group) h = (h ^ static_cast<std::uint64_t>(r)) * kFnvPrime;
   const std::uint64_t group_bits = (h >> 40) & 0xfff;                      // 12 bits
   const std::uint64_t op_bits = op & ((std::uint64_t{1} << (39 - 12 - kStepBits)) - 1);  // 11 bits
   return kCollectiveTagBit | (group_bits << (39 - 12)) | (op_bits << kStepBits);

@@ -3,20 +3,9 @@
 
 #include <cmath>
 
+#include "common/hash.hpp"
+
 namespace troupe {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t hash_name(std::string_view name) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ull;
-  return h;
-}
 
 void init_parameter(Tensor& value, const ParamSpec& spec, const GptConfig& cfg, std::uint64_t seed) {
   float* w = value.f32();
@@ -27,7 +16,7 @@ void init_parameter(Tensor& value, const ParamSpec& spec, const GptConfig& cfg, 
     return;
   }
   const double stddev = spec.init == InitKind::residual_projection ? 0.02 / std::sqrt(2.0 * cfg.layers) : 0.02;
-  const std::uint64_t base = splitmix64(seed ^ hash_name(spec.name));
+  const std::uint64_t base = splitmix64(seed ^ fnv1a(spec.name));
   // Box-Muller on pairs of counter-derived uniforms in (0, 1].
   for (std::int64_t i = 0; i < n; i += 2) {
     const std::uint64_t r1 = splitmix64(base + static_cast<std::uint64_t>(i));

@@ -1,0 +1,30 @@
+// Blocking on a transport completion, for callers that may block: benchmarks,
+// tests and detached (blocking) actors. Event-based actors never use this; they
+// turn completions into messages.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+
+#include "backends/transport/transport.hpp"
+
+namespace troupe {
+
+/// Calls start(completion) and sleeps (futex) until the completion has run.
+inline Status wait_for(const std::function<void(Completion)>& start) {
+  struct Slot {
+    std::atomic<int> ready{0};
+    Status status;
+  };
+  auto slot = std::make_shared<Slot>();
+  start([slot](Status st) {
+    slot->status = std::move(st);
+    slot->ready.store(1, std::memory_order_release);
+    slot->ready.notify_one();
+  });
+  slot->ready.wait(0, std::memory_order_acquire);
+  return slot->status;
+}
+
+}  // namespace troupe
