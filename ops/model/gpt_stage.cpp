@@ -114,7 +114,9 @@ Status GptStage::allocate(Device& device, int slots) {
   };
   slots_.resize(static_cast<std::size_t>(slots));
   for (auto& slot : slots_) {
-    for (int l = 0; l <= spec_.layer_count(); ++l) slot.residual.push_back(make({B, T, C}));
+    // residual[0] of a non-embedding stage is the caller's input itself (set by forward).
+    for (int l = 0; l <= spec_.layer_count(); ++l)
+      slot.residual.push_back(l == 0 && !spec_.embedding ? Tensor{} : make({B, T, C}));
     for (int l = 0; l < spec_.layer_count(); ++l) {
       Slot::Layer a;
       a.ln1 = make({B, T, C});
@@ -247,7 +249,7 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
   if (spec_.embedding) {
     encoder_forward(a.residual[0], input, find("wte.weight")->value, find("wpe.weight")->value, s);
   } else {
-    std::memcpy(a.residual[0].raw(), input.raw(), a.residual[0].nbytes());
+    a.residual[0] = input;  // no copy: the caller keeps it unchanged until backward(slot)
   }
   for (int l = 0; l < spec_.layer_count(); ++l)
     block_forward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)],
@@ -279,7 +281,8 @@ GptStage::MemoryUse GptStage::memory_use() const {
   m.params = params_flat_.nbytes();
   m.grads = grads_flat_.nbytes();
   for (auto& slot : slots_) {
-    for (auto& r : slot.residual) m.activations += r.nbytes();
+    for (auto& r : slot.residual)
+      if (r.defined()) m.activations += r.nbytes();
     for (auto& l : slot.layers)
       for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att, &l.x2, &l.ln2,
                               &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fcg})
