@@ -100,6 +100,8 @@ Status GptStage::allocate(Device& device, int slots) {
                             weight(h + "attn.c_proj.bias"), weight(h + "ln_2.weight"), weight(h + "ln_2.bias"),
                             weight(h + "mlp.c_fc.weight"), weight(h + "mlp.c_fc.bias"),
                             weight(h + "mlp.c_proj.weight"), weight(h + "mlp.c_proj.bias")});
+    const StageParam* last = find(h + "mlp.c_proj.bias");
+    block_ranges_.emplace_back(find(h + "ln_1.weight")->offset, last->offset + last->value.numel());
   }
 
   const std::int64_t B = B_, T = T_, C = cfg_.dim, NH = cfg_.heads, V = cfg_.vocab;
@@ -263,17 +265,26 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
   return static_cast<float>(sum / static_cast<double>(a.losses.numel()));
 }
 
-void GptStage::backward(int slot, const Tensor& dout, Stream& s) {
+void GptStage::backward(int slot, const Tensor& dout, Stream& s, const GradsReady& ready) {
   Slot& a = slots_[static_cast<std::size_t>(slot)];
+  // Layout: [wte wpe] blocks... [ln_f [wte]]. The head's part is the tail
+  // after the last block (a whole model's wte is at the front, told last).
+  const std::int64_t embed_end = spec_.embedding ? find("wpe.weight")->offset + find("wpe.weight")->value.numel() : 0;
+  const std::int64_t blocks_end = block_ranges_.empty() ? embed_end : block_ranges_.back().second;
   if (spec_.head) {
     head_backward(a, s);
+    if (ready) ready(blocks_end, grads_flat_.numel());
   } else {
     std::memcpy(scratch_->dres.raw(), dout.raw(), scratch_->dres.nbytes());
   }
-  for (int l = spec_.layer_count() - 1; l >= 0; --l)
+  for (int l = spec_.layer_count() - 1; l >= 0; --l) {
     block_backward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)], s);
-  if (spec_.embedding)
+    if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
+  }
+  if (spec_.embedding) {
     encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, scratch_->dres, a.input, s);
+    if (ready) ready(0, embed_end);
+  }
 }
 
 GptStage::MemoryUse GptStage::memory_use() const {

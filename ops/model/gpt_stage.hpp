@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -63,9 +64,15 @@ class GptStage {
   /// Per-token losses (B*T) of the last forward(slot) on the head stage.
   const Tensor& token_losses(int slot) const;
 
+  /// Told, during backward, each flat element range [begin, end) whose
+  /// gradients this call has finished accumulating (the head, then block after
+  /// block in reverse, then the embedding); every element is told exactly once.
+  using GradsReady = std::function<void(std::int64_t begin, std::int64_t end)>;
+
   /// Accumulates parameter gradients for `slot`; `dout` (B,T,C) is the gradient
-  /// of the stage output (ignored on the head stage).
-  void backward(int slot, const Tensor& dout, Stream& s);
+  /// of the stage output (ignored on the head stage). `ready` (optional) lets a
+  /// caller start reducing gradients while the rest of the backward runs.
+  void backward(int slot, const Tensor& dout, Stream& s, const GradsReady& ready = {});
   /// Gradient (B,T,C) of the stage input after backward (non-embedding stages);
   /// valid until the next backward.
   const Tensor& input_grad() const;
@@ -93,6 +100,7 @@ class GptStage {
   Tensor params_flat_, grads_flat_;
   std::vector<StageParam> params_;
   std::vector<Block> blocks_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> block_ranges_;  // flat range of each block's parameters
   std::vector<Slot> slots_;
   std::unique_ptr<Scratch> scratch_;
 };

@@ -3,6 +3,8 @@
 #include "ops/model/gpt_stage.hpp"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "backends/cpu/cpu_device.hpp"
@@ -191,6 +193,41 @@ TEST_CASE("parameter count and FLOPs follow the GPT-2 formulas", "[model]") {
   CHECK(parameter_count(cfg) == 4 * per_layer + 256 * 128 + 256 * 128 + 2 * 128);
   CHECK(model_flops_per_token(cfg) ==
         Approx(6.0 * (parameter_count(cfg) - 256 * 128) + 12.0 * 4 * 128 * 256));
+}
+
+TEST_CASE("backward tells every gradient element ready exactly once, after it is final", "[model][zero]") {
+  GptConfig cfg;
+  cfg.layers = 3;
+  cfg.dim = 32;
+  cfg.heads = 2;
+  cfg.ctx = 8;
+  cfg.vocab = 40;
+  CpuDevice dev(1);
+  Stream& s = dev.default_stream();
+  for (const StageSpec spec : {whole_model(cfg), StageSpec{0, 1, true, false}, StageSpec{1, 2, false, false},
+                               StageSpec{2, 3, false, true}}) {
+    auto stage = std::move(*GptStage::create(dev, cfg, spec, 1, cfg.ctx));
+    stage->init_weights(1);
+    auto tokens = *Tensor::zeros(dev, {1, cfg.ctx}, DType::i32);
+    auto input = *Tensor::zeros(dev, {1, cfg.ctx, cfg.dim});
+    auto dout = *Tensor::zeros(dev, {1, cfg.ctx, cfg.dim});
+    for (std::int64_t i = 0; i < input.numel(); ++i) input.f32()[i] = 0.01f * static_cast<float>(i % 13);
+    for (std::int64_t i = 0; i < dout.numel(); ++i) dout.f32()[i] = 0.02f * static_cast<float>(i % 7);
+    stage->zero_grads();
+    stage->forward(0, spec.embedding ? tokens : input, spec.head ? &tokens : nullptr, 1.0f, s);
+    std::vector<int> told(static_cast<std::size_t>(stage->flat_grads().numel()), 0);
+    std::vector<float> at_ready(told.size(), 0.0f);
+    stage->backward(0, dout, s, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        ++told[static_cast<std::size_t>(i)];
+        at_ready[static_cast<std::size_t>(i)] = stage->flat_grads().f32()[i];
+      }
+    });
+    INFO("stage layers [" << spec.first_layer << ", " << spec.end_layer << ")");
+    CHECK(std::count(told.begin(), told.end(), 1) == static_cast<std::ptrdiff_t>(told.size()));
+    // Nothing changed after it was told ready.
+    CHECK(std::memcmp(at_ready.data(), stage->flat_grads().raw(), stage->flat_grads().nbytes()) == 0);
+  }
 }
 
 }  // namespace troupe

@@ -1,16 +1,29 @@
 // StageOptimizer.
 #include "ops/optim/stage_optimizer.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 
 namespace troupe {
 
-Expected<StageOptimizer> StageOptimizer::create(Device& device, const GptStage& stage, OptimizerConfig cfg) {
+Expected<StageOptimizer> StageOptimizer::create(Device& device, const GptStage& stage, OptimizerConfig cfg,
+                                                std::vector<ElementRange> owned) {
+  const std::int64_t n = const_cast<GptStage&>(stage).flat_params().numel();
+  if (owned.empty()) owned.push_back({0, n});
+  std::int64_t total = 0, last_end = 0;
+  for (const auto& r : owned) {
+    if (r.begin < last_end || r.end < r.begin || r.end > n)
+      return make_error("optimizer: owned ranges must be sorted, disjoint and inside the ", std::to_string(n),
+                        " parameters");
+    last_end = r.end;
+    total += r.size();
+  }
   StageOptimizer opt;
   opt.cfg_ = cfg;
-  const std::int64_t n = const_cast<GptStage&>(stage).flat_params().numel();
-  auto m = Tensor::zeros(device, {n});
-  auto v = Tensor::zeros(device, {n});
+  opt.owned_ = std::move(owned);
+  auto m = Tensor::zeros(device, {std::max<std::int64_t>(total, 1)});
+  auto v = Tensor::zeros(device, {std::max<std::int64_t>(total, 1)});
   if (!m) return m.error();
   if (!v) return v.error();
   opt.m_ = *m;
@@ -18,28 +31,71 @@ Expected<StageOptimizer> StageOptimizer::create(Device& device, const GptStage& 
   return opt;
 }
 
+void StageOptimizer::for_each_owned_part(
+    const GptStage& stage, const std::function<void(std::size_t, ElementRange, std::int64_t)>& fn) const {
+  const auto& params = stage.params();
+  std::int64_t moment_base = 0;
+  for (const auto& r : owned_) {
+    // Parameters are laid out in order; find the first one ending after r.begin.
+    auto it = std::upper_bound(params.begin(), params.end(), r.begin, [](std::int64_t x, const StageParam& p) {
+      return x < p.offset + p.value.numel();
+    });
+    for (; it != params.end() && it->offset < r.end; ++it) {
+      const ElementRange part{std::max(r.begin, it->offset), std::min(r.end, it->offset + it->value.numel())};
+      fn(static_cast<std::size_t>(it - params.begin()), part, moment_base + (part.begin - r.begin));
+    }
+    moment_base += r.size();
+  }
+}
+
 double StageOptimizer::step(GptStage& stage, float lr, int t, Stream& s) {
-  const double sq = sum_squares(stage.flat_grads(), s);
+  const double sq = owned_sum_squares(stage, s);
   step_with_global_norm(stage, lr, t, sq, s);
   return std::sqrt(sq);
 }
 
-void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, double sq, Stream& s) {
+double StageOptimizer::owned_sum_squares(GptStage& stage, Stream& s, const std::string& skip) const {
+  double sq = 0;
+  for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t) {
+    if (!skip.empty() && stage.params()[p].spec.name == skip) return;
+    sq += sum_squares(stage.flat_grads().view(part.begin, {part.size()}), s);
+  });
+  return sq;
+}
+
+void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, double sq, Stream& s,
+                                           const NormReducer& reduce) {
   const float scale = clip_scale(sq, cfg_.grad_clip);
   AdamHyper h = cfg_.hyper;
   h.lr = lr;
-  for (auto& p : stage.params()) {
-    Tensor m = m_.view(p.offset, {p.value.numel()});
-    Tensor v = v_.view(p.offset, {p.value.numel()});
-    Tensor w = p.value.reshaped({p.value.numel()});
-    Tensor g = p.grad.reshaped({p.value.numel()});
-    if (cfg_.kind == OptimizerKind::adamw) {
-      adamw_update(w, g, m, v, h, t, p.spec.decay, scale, s);
-    } else {
-      auto norms = lamb_direction(g, m, v, w, h, t, p.spec.decay, scale, s);
-      lamb_apply(w, g, lr, lamb_trust_ratio(norms), s);
-    }
+  Tensor& params = stage.flat_params();
+  Tensor& grads = stage.flat_grads();
+  auto views = [&](ElementRange part, std::int64_t at) {
+    return std::array<Tensor, 4>{params.view(part.begin, {part.size()}), grads.view(part.begin, {part.size()}),
+                                 m_.view(at, {part.size()}), v_.view(at, {part.size()})};
+  };
+  if (cfg_.kind == OptimizerKind::adamw) {
+    for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t at) {
+      auto [w, g, m, v] = views(part, at);
+      adamw_update(w, g, m, v, h, t, stage.params()[p].spec.decay, scale, s);
+    });
+    return;
   }
+  // LAMB: directions and partial norms on the owned parts, norms summed over
+  // the shards, then every part moves by its tensor's trust ratio.
+  std::vector<double> sums(2 * stage.params().size(), 0.0);
+  for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t at) {
+    auto [w, g, m, v] = views(part, at);
+    const LambNorms n = lamb_direction(g, m, v, w, h, t, stage.params()[p].spec.decay, scale, s);
+    sums[2 * p] += n.param_sq;
+    sums[2 * p + 1] += n.update_sq;
+  });
+  if (reduce) reduce(sums);
+  for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t) {
+    Tensor w = params.view(part.begin, {part.size()});
+    Tensor g = grads.view(part.begin, {part.size()});
+    lamb_apply(w, g, lr, lamb_trust_ratio(LambNorms{sums[2 * p], sums[2 * p + 1]}), s);
+  });
 }
 
 }  // namespace troupe

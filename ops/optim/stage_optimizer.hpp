@@ -1,7 +1,17 @@
-// The optimizer state of one stage (AdamW or LAMB moments over the stage's flat
-// parameter buffer) and its step: global-norm clipping, then the update per
-// parameter tensor (per-tensor weight-decay flags and LAMB trust ratios).
+// The optimizer state of one stage (AdamW or LAMB moments) and its step:
+// global-norm clipping, then the update per parameter tensor (per-tensor
+// weight-decay flags and LAMB trust ratios).
+//
+// Sharded (ZeRO-1): a stage optimizer may own only some element ranges of the
+// stage's flat parameter buffer; it keeps moments for those alone and updates
+// only them. A parameter tensor may be cut by a range boundary, so LAMB's
+// per-tensor norms are partial sums that the caller adds up over the shards
+// (NormReducer) before the trust ratios are formed. With one shard owning
+// everything this is the ordinary optimizer, bit for bit.
 #pragma once
+
+#include <functional>
+#include <vector>
 
 #include "backends/tensor.hpp"
 #include "common/expected.hpp"
@@ -18,22 +28,47 @@ struct OptimizerConfig {
   float grad_clip = 1.0f;  ///< global-norm limit; 0 = off
 };
 
+/// Elements [begin, end) of a stage's flat parameter (and gradient) buffer.
+struct ElementRange {
+  std::int64_t begin = 0, end = 0;
+  std::int64_t size() const { return end - begin; }
+};
+
+/// Adds up, over every shard, LAMB's partial sums: `sums` holds (||w||^2,
+/// ||update||^2) per parameter tensor of the stage, in params() order.
+using NormReducer = std::function<void(std::vector<double>& sums)>;
+
 class StageOptimizer {
  public:
-  static Expected<StageOptimizer> create(Device& device, const GptStage& stage, OptimizerConfig cfg);
+  /// `owned`: the ranges this optimizer updates, sorted and disjoint; empty = the whole buffer.
+  static Expected<StageOptimizer> create(Device& device, const GptStage& stage, OptimizerConfig cfg,
+                                         std::vector<ElementRange> owned = {});
 
   /// One update with learning rate `lr` at step t >= 1 from the stage's
   /// accumulated gradients; returns the global gradient norm before clipping.
+  /// Only for an optimizer that owns the whole stage.
   double step(GptStage& stage, float lr, int t, Stream& s);
-  /// The same update when the gradients are spread over several stages or
-  /// shards: `global_sum_squares` is the sum of every part's squared gradients.
-  void step_with_global_norm(GptStage& stage, float lr, int t, double global_sum_squares, Stream& s);
+  /// The update when the gradients are spread over several stages or shards:
+  /// `global_sum_squares` is the sum of every part's squared gradients, and
+  /// `reduce` (needed when sharded with LAMB) sums LAMB's norms over the shards.
+  void step_with_global_norm(GptStage& stage, float lr, int t, double global_sum_squares, Stream& s,
+                             const NormReducer& reduce = {});
 
+  /// Sum of squared gradients over the owned ranges, leaving out the parameter
+  /// called `skip` (a tied weight counted on another stage); "" = none.
+  double owned_sum_squares(GptStage& stage, Stream& s, const std::string& skip = "") const;
+
+  const std::vector<ElementRange>& owned() const { return owned_; }
+  /// Moments of the owned elements, range after range.
   Tensor& first_moment() { return m_; }
   Tensor& second_moment() { return v_; }
 
  private:
+  // Calls fn(param index, element range) for each part of a parameter inside an owned range.
+  void for_each_owned_part(const GptStage& stage,
+                           const std::function<void(std::size_t, ElementRange, std::int64_t)>& fn) const;
   OptimizerConfig cfg_;
+  std::vector<ElementRange> owned_;
   Tensor m_, v_;
 };
 
