@@ -5,12 +5,19 @@
 
 namespace troupe {
 
-Status ActorRegistry::add(const std::string& name, ActorFactory factory, ActorValidator validator) {
+Status ActorRegistry::add(const std::string& name, ActorFactory factory, ActorValidator validator,
+                          ActorPlacement placement) {
   if (name.empty()) return make_error("actor registry: an actor type needs a name");
   if (!factories_.emplace(name, std::move(factory)).second)
     return make_error("actor registry: actor type '", name, "' is already registered");
   if (validator) validators_.emplace(name, std::move(validator));
+  placements_.emplace(name, std::move(placement));
   return Status::success();
+}
+
+ActorPlacement ActorRegistry::placement(const std::string& name) const {
+  auto it = placements_.find(name);
+  return it == placements_.end() ? ActorPlacement{} : it->second;
 }
 
 Status ActorRegistry::validate(const std::string& name, const ActorArgs& args) const {

@@ -10,21 +10,38 @@
 #include <string>
 #include <vector>
 
+#include "actors/data_loader.hpp"
 #include "common/expected.hpp"
+#include "runtime/job_config.hpp"
 
 namespace troupe {
 
 class Transport;
 
-/// What a factory gets: the node's identity, the job generation, its transport,
-/// the actor to report to, and free-form key/value settings.
+/// What a factory gets: the actor's rank among the job's actors and its own
+/// transport endpoint, the job generation, the actor to report to (its node),
+/// free-form key/value settings, and the node's data loader if it has one.
 struct ActorArgs {
-  int rank = 0;
-  int world = 1;
+  int rank = 0;   ///< among the job's actors (one per node unless the type places more)
+  int world = 1;  ///< actors in the job
   std::uint64_t generation = 0;
   Transport* transport = nullptr;
   caf::actor report_to;
   std::map<std::string, std::string> settings;
+  int node = 0;
+  int nodes = 1;
+  caf::actor data_loader;  ///< the node's data loader (if the type asked for one)
+  std::string data_ring;   ///< name of the loader's shared-memory ring
+};
+
+/// How many actors of a type a job places on each node, and what the node
+/// runs beside them.
+struct ActorPlacement {
+  /// Actors per node for `job` on `nodes` nodes; unset = one per node. An
+  /// error names the config keys that do not fit.
+  std::function<Expected<int>(const JobConfig& job, int nodes)> per_node;
+  /// The data loader node `node` runs for its `per_node` actors; unset = none.
+  std::function<DataLoaderSpec(const JobConfig& job, int node, int per_node)> data_loader;
 };
 
 using ActorFactory = std::function<caf::actor(caf::actor_system&, const ActorArgs&)>;
@@ -34,7 +51,10 @@ using ActorValidator = std::function<Status(const ActorArgs&)>;
 class ActorRegistry {
  public:
   /// Registers `name`; a name registered twice is an error naming it.
-  Status add(const std::string& name, ActorFactory factory, ActorValidator validator = {});
+  Status add(const std::string& name, ActorFactory factory, ActorValidator validator = {},
+             ActorPlacement placement = {});
+  /// The type's placement (one per node, no loader, for unknown names).
+  ActorPlacement placement(const std::string& name) const;
   /// Runs the type's validator (success if it has none or the name is unknown).
   Status validate(const std::string& name, const ActorArgs& args) const;
   /// Spawns the actor type called `name`; an unknown name is an error that
@@ -47,6 +67,7 @@ class ActorRegistry {
  private:
   std::map<std::string, ActorFactory> factories_;
   std::map<std::string, ActorValidator> validators_;
+  std::map<std::string, ActorPlacement> placements_;
 };
 
 }  // namespace troupe

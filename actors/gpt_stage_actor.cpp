@@ -1,24 +1,17 @@
-// The GPT stage work actor: a detached (blocking) actor that runs the steps.
+// The GPT stage actor: the plan from the config, batches from the node's data
+// loader, then train_stage.
 #include "actors/gpt_stage_actor.hpp"
 
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <caf/all.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 
-#include "actors/actor_registry.hpp"
 #include "actors/batches.hpp"
-#include "actors/job_model.hpp"
-#include "actors/stage_runner.hpp"
 #include "backends/cpu/cpu_device.hpp"
-#include "backends/transport/collectives.hpp"
-#include "backends/transport/wait.hpp"
-#include "ops/optim/optimizer_math.hpp"
 #include "runtime/messages.hpp"
-#include "runtime/topology.hpp"
-#include "runtime/trace_writer.hpp"
 
 namespace troupe {
 namespace {
@@ -31,143 +24,160 @@ std::vector<std::string> split_lines(const std::string& text) {
   return out;
 }
 
-// The job's plan for this actor type: config, stage split and schedule.
-struct Plan {
-  JobConfig job;
-  GptConfig cfg;
-  std::vector<StageSpec> specs;
-  schedules::Schedule schedule;
+std::string setting(const ActorArgs& args, const std::string& key) {
+  auto it = args.settings.find(key);
+  return it == args.settings.end() ? std::string() : it->second;
+}
+
+Expected<StagePlan> plan_of(const ActorArgs& args) {
+  auto job = load_job_config(setting(args, "config"), split_lines(setting(args, "overrides")));
+  if (!job) return job.error();
+  return make_stage_plan(*job, args.world);
+}
+
+// Batches read in place from the node loader's shared-memory ring.
+struct RingBatches {
+  std::shared_ptr<ShmRing> ring;
+  CpuDevice device{1};
+  int step = -1;
+  char* block = nullptr;
 };
 
-Expected<Plan> make_plan(const ActorArgs& args) {
-  auto job = load_job_config(args.settings.at("config"), split_lines(args.settings.at("overrides")));
-  if (!job) return job.error();
-  const GptConfig cfg = gpt_config(*job);
-  TROUPE_TRY(validate(cfg));
-  const auto& par = job->parallel;
-  if (par.tp != 1) return make_error("troupe.gpt_stage: parallel.tp must be 1 for now");
-  if (par.pp * par.dp != args.world)
-    return make_error("parallel.dp x parallel.pp = ", std::to_string(par.dp * par.pp), " but the job has ",
-                      std::to_string(args.world), " nodes");
-  auto specs = split_stages(cfg, par.pp, par.layers);
-  if (!specs) return specs.error();
-  auto kind = schedules::parse_kind(par.schedule);
-  if (!kind) return make_error("parallel.schedule: ", kind.error().message);
-  auto schedule = schedules::build_schedule(*kind, par.pp, par.microbatches, par.chunks);
-  if (!schedule) return make_error("parallel: ", schedule.error().message);
-  if (schedule->chunks != 1) return make_error("parallel.chunks: interleaved stages are not supported by troupe.gpt_stage yet");
-  return Plan{*job, cfg, *specs, *schedule};
-}
-
-}  // namespace
-
-Status validate_gpt_stage_job(const ActorArgs& args) {
-  auto plan = make_plan(args);
-  if (!plan) return plan.error();
-  return Status::success();
-}
-
-Expected<double> train_gpt_stage(const ActorArgs& args, const GptStageHooks& hooks) {
-  auto plan = make_plan(args);
-  if (!plan) return plan.error();
-  const JobConfig* job = &plan->job;
-  const GptConfig& cfg = plan->cfg;
-  const auto& par = job->parallel;
-  const auto* schedule = &plan->schedule;
-  const ParallelDims dims{par.dp, par.pp, 1};
-  const Coord me = coord_of(dims, args.rank);
-  const auto& spec = plan->specs[static_cast<std::size_t>(me.pp)];
-  const auto& t = job->train;
-  std::optional<TokenFile> data;
-  if (spec.embedding || spec.head) {
-    auto f = open_data(job->data.train, "data.train", cfg.ctx);
-    if (!f) return f.error();
-    data.emplace(std::move(*f));
-  }
-  CpuDevice device(resolved_threads(t));
-  Stream& s = device.default_stream();
-  const TokenFile* file = data ? &*data : nullptr;
-  const int prev = me.pp > 0 ? rank_of(dims, Coord{me.dp, me.pp - 1, 0}) : -1;
-  const int next = me.pp < par.pp - 1 ? rank_of(dims, Coord{me.dp, me.pp + 1, 0}) : -1;
-  StageLinks links{args.transport, prev, next,
-                   [file, seed = t.seed, replica = me.dp, replicas = par.dp](int step, int mb, Tensor& tokens,
-                                                                            Tensor& targets) {
-                     fill_batch(*file, seed, step, mb, tokens, targets, replica, replicas);
-                   }};
-  std::unique_ptr<TraceWriter> trace;
-  const auto trace_path = args.settings.find("trace");
-  if (trace_path != args.settings.end() && !trace_path->second.empty()) {
-    trace = std::make_unique<TraceWriter>();
-    links.trace = trace.get();
-    links.trace_track = trace->track("stage " + std::to_string(me.pp) + " replica " + std::to_string(me.dp));
-  }
-  auto runner = StageRunner::create(device, cfg, spec, *schedule, me.pp, t.batch, cfg.ctx, links, par.dp);
-  if (!runner) return runner.error();
-  GptStage& model = (*runner)->model();
-  model.init_weights(t.seed);
-  auto opt = StageOptimizer::create(device, model, optimizer_config(*job));
-  if (!opt) return opt.error();
-  Collectives coll(*args.transport);
-  const std::vector<int> stages = pp_group(dims, args.rank), replicas = dp_group(dims, args.rank);
-  const int first_stage = stages.front(), last_stage = stages.back();
-  const LrSchedule lrs = lr_schedule(*job);
-  double loss = 0;
-  for (int step = 0; step < t.steps; ++step) {
-    auto l = (*runner)->run_step(step, s);
-    if (!l) return l.error();
-    loss = *l;
-    const double sync_start = trace ? trace->now_us() : 0;
-    // grad_sync: sum over data-parallel replicas, then the tied embedding's
-    // halves, then the global gradient norm over the pipeline.
-    Tensor& grads = model.flat_grads();
-    if (par.dp > 1) {
-      TROUPE_TRY(wait_for([&](Completion c) {
-        coll.all_reduce(replicas, grads.f32(), static_cast<std::size_t>(grads.numel()), std::move(c));
-      }));
-      float loss_f = static_cast<float>(loss / par.dp);
-      TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(replicas, &loss_f, 1, std::move(c)); }));
-      loss = loss_f;
+Expected<BatchSource> ring_batches(caf::blocking_actor* self, const ActorArgs& args, const StagePlan& plan,
+                                   int replica) {
+  auto ring = ShmRing::open(args.data_ring);
+  if (!ring) return ring.error();
+  auto state = std::make_shared<RingBatches>();
+  state->ring = std::make_shared<ShmRing>(std::move(*ring));
+  const int B = plan.job.train.batch, T = plan.cfg.ctx;
+  DataLoaderSpec layout;
+  layout.batch = B;
+  layout.ctx = T;
+  layout.microbatches = plan.job.parallel.microbatches;
+  caf::actor loader = args.data_loader;
+  BatchSource src;
+  src.get = [self, loader, state, layout, replica, B, T](int step, int mb) -> Expected<MicroBatch> {
+    if (step != state->step) {
+      Status status;
+      self->request(loader, caf::infinite, msg::batch_atom::value, step, replica)
+          .receive(
+              [&](int slot, int block) {
+                state->block = static_cast<char*>(state->ring->slot(slot)) + static_cast<std::size_t>(block) *
+                                                                                   layout.block_bytes();
+                state->step = step;
+              },
+              [&](caf::error& e) {
+                status = make_error("data loader: step ", std::to_string(step), ": ", self->system().render(e));
+              });
+      TROUPE_TRY(status);
     }
-    Tensor& wte = model.find("wte.weight")->grad;
-    const bool tied_split = par.pp > 1 && (spec.embedding || spec.head);
-    if (tied_split)
-      TROUPE_TRY(wait_for([&](Completion c) {
-        coll.all_reduce({first_stage, last_stage}, wte.f32(), static_cast<std::size_t>(wte.numel()), std::move(c));
-      }));
-    double sq = sum_squares(grads, s);
-    if (tied_split && spec.head) sq -= sum_squares(wte, s);  // counted once, on the first stage
-    float sq_f = static_cast<float>(sq);
-    if (par.pp > 1) TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(stages, &sq_f, 1, std::move(c)); }));
-    const double lr = learning_rate(lrs, step);
-    const double opt_start = trace ? trace->now_us() : 0;
-    opt->step_with_global_norm(model, static_cast<float>(lr), step + 1, sq_f, s);
-    if (trace) {
-      trace->span(links.trace_track, "grad_sync", "grad_sync", sync_start, opt_start - sync_start, {{"step", step}});
-      trace->span(links.trace_track, "optimizer", "optimizer", opt_start, trace->now_us() - opt_start, {{"step", step}});
-    }
-    if (spec.head && me.dp == 0) spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e}", step, loss, lr);
-    if (hooks.after_step) hooks.after_step(step, model, loss);
-  }
-  if (trace) TROUPE_TRY(trace->write(trace_path->second + ".node" + std::to_string(args.rank)));
-  return loss;
+    auto* tokens = state->block + layout.offset_in_block(mb);
+    auto* targets = tokens + static_cast<std::size_t>(B) * T * sizeof(std::int32_t);
+    return MicroBatch{Tensor::borrow(state->device, tokens, {B, T}, DType::i32),
+                      Tensor::borrow(state->device, targets, {B, T}, DType::i32)};
+  };
+  src.release = [self, loader](int step) { self->send(loader, msg::release_atom::value, step); };
+  return src;
 }
 
-namespace {
+// Batches read from the token file by the stage itself (no loader on the node).
+Expected<BatchSource> file_batches(const StagePlan& plan, int replica) {
+  auto f = open_data(plan.job.data.train, "data.train", plan.cfg.ctx);
+  if (!f) return f.error();
+  struct State {
+    TokenFile file;
+    CpuDevice device{1};
+    std::vector<MicroBatch> mbs;
+  };
+  auto st = std::shared_ptr<State>(new State{std::move(*f)});
+  const int B = plan.job.train.batch, T = plan.cfg.ctx;
+  for (int mb = 0; mb < plan.job.parallel.microbatches; ++mb)
+    st->mbs.push_back({*Tensor::empty(st->device, {B, T}, DType::i32), *Tensor::empty(st->device, {B, T}, DType::i32)});
+  BatchSource src;
+  src.get = [st, seed = plan.job.train.seed, replica, dp = plan.dims.dp](int step, int mb) -> Expected<MicroBatch> {
+    auto& m = st->mbs[static_cast<std::size_t>(mb)];
+    fill_batch(st->file, seed, step, mb, m.tokens, m.targets, replica, dp);
+    return m;
+  };
+  return src;
+}
 
 void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
-  auto result = train_gpt_stage(args);
-  if (!result) spdlog::error("stage {}: {}", args.rank, result.error().message);
+  auto result = train_gpt_stage(self, args);
+  if (!result) self->send(args.report_to, msg::failed_atom::value, args.generation, args.rank, result.error().message);
   self->send(args.report_to, msg::reduced_atom::value, args.generation, result.ok(),
              result ? static_cast<float>(*result) : -1.0f);
 }
 
 }  // namespace
 
+Status validate_gpt_stage_job(const ActorArgs& args) {
+  auto plan = plan_of(args);
+  if (!plan) return plan.error();
+  return Status::success();
+}
+
+Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& args, const GptStageHooks& hooks) {
+  auto plan = plan_of(args);
+  if (!plan) return plan.error();
+  const Coord me = coord_of(plan->dims, args.rank);
+  StageTrainerArgs ta;
+  ta.plan = &*plan;
+  ta.rank = args.rank;
+  ta.transport = args.transport;
+  const bool reads_data = me.pp == 0 || me.pp == plan->dims.pp - 1;
+  if (reads_data) {
+    auto src = args.data_loader ? ring_batches(self, args, *plan, me.dp) : file_batches(*plan, me.dp);
+    if (!src) return src.error();
+    ta.batches = std::move(*src);
+  }
+  const std::string trace = setting(args, "trace");
+  if (!trace.empty()) ta.trace_path = trace + ".actor" + std::to_string(args.rank);
+  ta.metrics_path = setting(args, "metrics");
+  ta.init_path = setting(args, "init");
+  ta.save_path = setting(args, "save");
+  ta.hooks = hooks;
+  return train_stage(ta);
+}
+
+ActorPlacement gpt_stage_placement() {
+  ActorPlacement p;
+  p.per_node = [](const JobConfig& job, int nodes) -> Expected<int> {
+    const int actors = job.parallel.dp * job.parallel.pp * job.parallel.tp;
+    if (actors < nodes || actors % nodes != 0)
+      return make_error("parallel.dp x parallel.pp = ", std::to_string(actors),
+                        " stage actors cannot be placed evenly on ", std::to_string(nodes), " nodes");
+    return actors / nodes;
+  };
+  p.data_loader = [](const JobConfig& job, int node, int per_node) {
+    const ParallelDims dims{job.parallel.dp, job.parallel.pp, job.parallel.tp};
+    DataLoaderSpec spec;
+    spec.train_path = job.data.train;
+    spec.batch = job.train.batch;
+    spec.ctx = job.model.ctx;
+    spec.microbatches = job.parallel.microbatches;
+    spec.dp = job.parallel.dp;
+    spec.steps = job.train.steps;
+    spec.seed = job.train.seed;
+    std::set<int> replicas;
+    spec.consumers = 0;
+    for (int r = node * per_node; r < (node + 1) * per_node; ++r) {
+      const Coord c = coord_of(dims, r);
+      if (c.pp != 0 && c.pp != dims.pp - 1) continue;
+      replicas.insert(c.dp);
+      ++spec.consumers;
+    }
+    spec.replicas.assign(replicas.begin(), replicas.end());
+    return spec;
+  };
+  return p;
+}
+
 void register_gpt_stage_actor(ActorRegistry& registry) {
   (void)registry.add(
       "troupe.gpt_stage",
       [](caf::actor_system& sys, const ActorArgs& args) { return sys.spawn<caf::detached>(gpt_stage_main, args); },
-      validate_gpt_stage_job);
+      validate_gpt_stage_job, gpt_stage_placement());
 }
 
 }  // namespace troupe

@@ -1,35 +1,33 @@
-// "troupe.gpt_stage": the work actor that trains one pipeline stage of the GPT
-// on a node (pp stages over pp nodes, dp = 1 for now): StageRunner for the
-// schedule, the tied embedding's gradient summed between the first and last
-// stage, the gradient norm summed over all stages, then the optimizer step.
+// "troupe.gpt_stage": the stage actor that trains one pipeline stage of one
+// data-parallel replica of the GPT (train_stage, in stage_trainer.hpp). It is
+// placed dp x pp / nodes per node, takes its microbatches from the node's data
+// loader (shared memory, read in place), and is a detached (blocking) actor:
+// its compute owns its thread, and transfers progress on the transport's.
 #pragma once
 
-#include <functional>
+#include <caf/fwd.hpp>
 
+#include "actors/actor_registry.hpp"
+#include "actors/stage_trainer.hpp"
 #include "common/expected.hpp"
 
 namespace troupe {
 
-class ActorRegistry;
-class GptStage;
-struct ActorArgs;
+/// Trains this actor's stage of the job in `args` (blocking, inside the
+/// blocking actor `self`); returns the final loss. The body of
+/// "troupe.gpt_stage", open to other actor types (see examples/custom_stage).
+Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& args, const GptStageHooks& hooks = {});
 
-/// Points where a user's stage actor can add its own behaviour to the GPT stage.
-struct GptStageHooks {
-  /// After each step's update, with the step, this stage's model and the loss
-  /// (mean over the microbatches on the last stage, 0 elsewhere).
-  std::function<void(int step, GptStage& stage, double loss)> after_step;
-};
-
-/// Trains this node's stage of the job in `args` (blocking); returns the last
-/// stage's final loss. The body of "troupe.gpt_stage", open to other actor types.
-Expected<double> train_gpt_stage(const ActorArgs& args, const GptStageHooks& hooks = {});
-
-/// Checks the job in `args` for a GPT stage actor (for ActorRegistry::add).
+/// Checks the job in `args` for GPT stage actors (for ActorRegistry::add).
 Status validate_gpt_stage_job(const ActorArgs& args);
 
-/// Registers "troupe.gpt_stage". It reads ActorArgs::settings "config" (path)
-/// and "overrides" (newline-separated key=value).
+/// dp x pp stage actors spread evenly over the nodes, with a data loader on
+/// each node (for ActorRegistry::add, also for a user's own GPT stage types).
+ActorPlacement gpt_stage_placement();
+
+/// Registers "troupe.gpt_stage". It reads ActorArgs::settings "config" (path),
+/// "overrides" (newline-separated key=value), and optionally "trace",
+/// "metrics", "init" and "save" (paths).
 void register_gpt_stage_actor(ActorRegistry& registry);
 
 }  // namespace troupe

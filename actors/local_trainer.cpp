@@ -1,102 +1,88 @@
-// The single-process training loop: sample, forward/backward per microbatch,
-// clip and step, evaluate, report.
+// train_in_process: one actor system, LocalFabric, the data loader, the stage actors.
 #include "actors/local_trainer.hpp"
 
-#include <spdlog/spdlog.h>
+#include <unistd.h>
 
-#include <chrono>
-#include <cmath>
-#include <nlohmann/json.hpp>
+#include <caf/all.hpp>
 
+#include "actors/actor_registry.hpp"
 #include "actors/batches.hpp"
-#include "actors/evaluation.hpp"
-#include "actors/job_model.hpp"
-#include "backends/cpu/cpu_device.hpp"
-#include "backends/cpu/gemm.hpp"
-#include "ops/model/weights.hpp"
-#include "runtime/batch_sampler.hpp"
+#include "actors/data_loader.hpp"
+#include "actors/stage_plan.hpp"
+#include "backends/transport/local_transport.hpp"
+#include "runtime/messages.hpp"
 #include "runtime/metrics_writer.hpp"
-#include "runtime/token_file.hpp"
+#include "runtime/trace_writer.hpp"
 
 namespace troupe {
-namespace {
 
-using Clock = std::chrono::steady_clock;
+Status train_in_process(const std::string& config_path, const std::vector<std::string>& overrides,
+                        const TrainOptions& options, const ActorRegistry& registry) {
+  auto job = load_job_config(config_path, overrides);
+  if (!job) return job.error();
+  const std::string& type = job->parallel.stage_actor;
+  TROUPE_TRY(registry.check(type));
+  const ActorPlacement placement = registry.placement(type);
+  if (!placement.per_node)
+    return make_error("parallel.stage_actor: ", type, " does not train a model (it runs one per node; use troupe launch)");
+  auto per_node = placement.per_node(*job, 1);
+  if (!per_node) return per_node.error();
+  const int actors = *per_node;
+  // Bad input is refused before any actor starts.
+  auto plan = make_stage_plan(*job, actors);
+  if (!plan) return plan.error();
+  for (auto [path, key] : {std::pair{job->data.train, "data.train"}, std::pair{job->data.val, "data.val"}})
+    if (auto f = open_data(path, key, plan->cfg.ctx); !f) return f.error();
+  if (auto m = MetricsWriter::open(options.metrics_path); !m) return m.error();
 
-}  // namespace
-
-Status train_locally(const JobConfig& job, const TrainOptions& options) {
-  const GptConfig cfg = gpt_config(job);
-  TROUPE_TRY(validate(cfg));
-  const auto& t = job.train;
-  const int threads = resolved_threads(t), B = t.batch, T = cfg.ctx, micro = job.parallel.microbatches;
-  auto train = open_data(job.data.train, "data.train", T);
-  if (!train) return train.error();
-  auto val = open_data(job.data.val, "data.val", T);
-  if (!val) return val.error();
-  auto metrics = MetricsWriter::open(options.metrics_path);
-  if (!metrics) return metrics.error();
-
-  CpuDevice device(threads);
-  Stream& s = device.default_stream();
-  auto created = GptStage::create(device, cfg, whole_model(cfg), B, T);
-  if (!created) return created.error();
-  GptStage& stage = **created;
-  if (options.init_path.empty()) {
-    stage.init_weights(t.seed);
-  } else {
-    std::vector<std::string> unused;
-    TROUPE_TRY(load_weights(stage, options.init_path, unused));
-    for (auto& name : unused) spdlog::warn("{}: tensor {} is not used by the model; ignored", options.init_path, name);
+  std::string joined;
+  for (auto& ov : overrides) joined += ov + "\n";
+  std::map<std::string, std::string> settings{{"config", config_path}, {"overrides", joined},
+                                              {"metrics", options.metrics_path}, {"init", options.init_path},
+                                              {"save", options.save_path}, {"trace", options.trace_path}};
+  std::shared_ptr<ShmRing> ring;
+  std::optional<DataLoaderSpec> spec;
+  if (placement.data_loader) {
+    spec = placement.data_loader(*job, 0, actors);
+    auto r = create_data_ring("train-" + std::to_string(::getpid()), 0, *spec);
+    if (!r) return r.error();
+    ring = *r;
   }
-  auto optimizer = StageOptimizer::create(device, stage, optimizer_config(job));
-  if (!optimizer) return optimizer.error();
-  auto tokens = *Tensor::empty(device, {B, T}, DType::i32);
-  auto targets = *Tensor::empty(device, {B, T}, DType::i32);
-
-  const double peak = measure_sgemm_peak(device.cpu_stream().pool()) * 1e9;
-  const double flops_per_token = model_flops_per_token(cfg);
-  const LrSchedule schedule = lr_schedule(job);
-  const std::int64_t eval_windows = std::min<std::int64_t>(t.eval_windows, windows_available(*val, T));
-  spdlog::info("model: {} layers, d={}, {} heads, ctx {}, {:.2f}M parameters; {} threads; sgemm peak {:.1f} GFLOP/s",
-               cfg.layers, cfg.dim, cfg.heads, cfg.ctx, parameter_count(cfg) / 1e6, threads, peak / 1e9);
-
-  for (int step = 0; step < t.steps; ++step) {
-    const auto t0 = Clock::now();
-    stage.zero_grads();
-    double loss = 0;
-    for (int mb = 0; mb < micro; ++mb) {
-      fill_batch(*train, t.seed, step, mb, tokens, targets);
-      loss += stage.forward(0, tokens, &targets, 1.0f / static_cast<float>(B * T * micro), s);
-      stage.backward(0, Tensor{}, s);
+  auto fabric = LocalFabric::create(actors);
+  std::vector<std::shared_ptr<Transport>> endpoints;
+  for (int r = 0; r < actors; ++r) endpoints.push_back(fabric->endpoint(r));
+  Status result;
+  {
+    caf::actor_system_config cfg;
+    caf::actor_system sys{cfg};
+    caf::scoped_actor self{sys};
+    caf::actor loader = spec && spec->consumers > 0 ? spawn_data_loader(sys, ring, *spec) : caf::actor{};
+    for (int r = 0; r < actors; ++r) {
+      ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, settings, 0, 1, loader,
+                     ring ? ring->name() : std::string()};
+      auto a = registry.spawn(type, sys, args);
+      if (!a) return a.error();
     }
-    loss /= micro;
-    const double lr = learning_rate(schedule, step);
-    const double grad_norm = optimizer->step(stage, static_cast<float>(lr), step + 1, s);
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double tok_s = static_cast<double>(B) * T * micro / secs;
-    if (!std::isfinite(loss)) return make_error("training diverged at step ", std::to_string(step), " (loss ", std::to_string(loss), ")");
-
-    nlohmann::json line = {{"step", step},         {"loss", loss},          {"lr", lr},
-                           {"grad_norm", grad_norm}, {"tokens_per_s", tok_s}, {"step_ms", secs * 1e3},
-                           {"mfu", flops_per_token * tok_s / peak}};
-    const bool last = step + 1 == t.steps;
-    if ((t.eval_every > 0 && (step + 1) % t.eval_every == 0) || last) {
-      auto ev = evaluate_windows(stage, *val, eval_windows, s);
-      if (!ev) return ev.error();
-      line["val_loss"] = ev->loss;
-      spdlog::info("step {:5d} | val loss {:.4f} ({} windows)", step, ev->loss, ev->windows);
+    std::string first_failure;
+    for (int reported = 0; reported < actors;) {
+      self->receive(
+          [&](msg::failed_atom, std::uint64_t, int, const std::string& reason) {
+            if (first_failure.empty()) first_failure = reason;
+          },
+          [&](msg::reduced_atom, std::uint64_t, bool ok, float) {
+            ++reported;
+            if (!ok && first_failure.empty()) first_failure = "a stage actor failed";
+          });
     }
-    metrics->write(line.dump());
-    if (t.log_every > 0 && (step % t.log_every == 0 || last))
-      spdlog::info("step {:5d} | loss {:.4f} | lr {:.2e} | {:7.1f} ms | {:8.0f} tok/s | mfu {:.1f}%", step, loss, lr,
-                   secs * 1e3, tok_s, 100 * flops_per_token * tok_s / peak);
+    if (loader) self->send_exit(loader, caf::exit_reason::user_shutdown);
+    if (!first_failure.empty()) result = make_error(first_failure);
   }
-  if (!options.save_path.empty()) {
-    TROUPE_TRY(save_weights(stage, options.save_path));
-    spdlog::info("saved weights to {}", options.save_path);
+  if (result.ok() && !options.trace_path.empty()) {
+    std::vector<std::string> parts;
+    for (int r = 0; r < actors; ++r) parts.push_back(options.trace_path + ".actor" + std::to_string(r));
+    TROUPE_TRY(merge_traces(parts, options.trace_path));
   }
-  return Status::success();
+  return result;
 }
 
 }  // namespace troupe

@@ -1,21 +1,28 @@
-// Training in one process: the whole model as one stage on the CPU device.
-// (The pipeline/data-parallel stage actors run the same GptStage code.)
+// `troupe train`: the job's stage actors in one process — the one-node case
+// of the same actors `troupe launch` runs, over the in-process transport
+// (LocalFabric) with the node's data loader, so single-process and
+// distributed training share one code path. dp x pp actors run side by side.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/expected.hpp"
-#include "runtime/job_config.hpp"
 
 namespace troupe {
+
+class ActorRegistry;
 
 struct TrainOptions {
   std::string metrics_path;  ///< one JSON object per step; empty = none
   std::string init_path;     ///< safetensors weights to start from; empty = random init
   std::string save_path;     ///< safetensors weights written at the end; empty = none
+  std::string trace_path;    ///< Chrome trace of every stage actor; empty = none
 };
 
-/// Runs train.steps steps; progress on stderr, metrics to options.metrics_path.
-Status train_locally(const JobConfig& job, const TrainOptions& options);
+/// Runs the job in `config_path` (with `overrides`) to the end with the stage
+/// actor type parallel.stage_actor names. Errors name their cause.
+Status train_in_process(const std::string& config_path, const std::vector<std::string>& overrides,
+                        const TrainOptions& options, const ActorRegistry& registry);
 
 }  // namespace troupe

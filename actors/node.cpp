@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 
 #include "actors/actor_registry.hpp"
 #include "actors/coordinator.hpp"
+#include "actors/data_loader.hpp"
 #include "actors/gpt_stage_actor.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/ucx_transport.hpp"
@@ -48,13 +50,19 @@ caf::behavior fabric_check(caf::event_based_actor* self, ActorArgs args) {
 }
 
 struct NodeState {
-  int rank = 0;
+  int rank = 0;  // the node's
   std::uint64_t generation = 0;
-  UcxTransport* transport = nullptr;
+  std::vector<UcxTransport*> transports;  // one per work actor on this node
+  int nodes = 1;
   const ActorRegistry* registry = nullptr;
   std::string work_actor;
-  std::map<std::string, std::string> settings;  // for the work actor
+  std::map<std::string, std::string> settings;  // for the work actors
   caf::actor coordinator;
+  caf::actor loader;     // the node's data loader, if the work actor type wants one
+  std::string ring_name;
+  int reports = 0;       // work actors that reported this generation
+  bool all_ok = true;
+  float checksum = 0;
   std::uint64_t dropped = 0;
   std::shared_ptr<std::atomic<int>> exit_code;
   static inline const char* name = "troupe.node";
@@ -68,50 +76,64 @@ bool stale(NodeSelf* self, std::uint64_t gen) {
   return true;
 }
 
-caf::behavior node_actor(NodeSelf* self, int rank, UcxTransport* transport, const ActorRegistry* registry,
-                         std::string work_actor, std::map<std::string, std::string> settings,
-                         std::shared_ptr<std::atomic<int>> code) {
-  auto& st = self->state;
-  st.settings = std::move(settings);
-  st.rank = rank;
-  st.transport = transport;
-  st.registry = registry;
-  st.work_actor = std::move(work_actor);
-  st.exit_code = std::move(code);
+int local_actors(const NodeState& s) { return static_cast<int>(s.transports.size()); }
+
+caf::behavior node_actor(NodeSelf* self, NodeState init) {
+  self->state = std::move(init);
   self->set_down_handler([self](caf::down_msg& dm) {
     if (dm.source != self->state.coordinator.address()) return;  // work actors end on their own
     spdlog::error("node {}: lost the coordinator; stopping", self->state.rank);
     self->state.exit_code->store(1);
+    if (self->state.loader) self->send_exit(self->state.loader, caf::exit_reason::user_shutdown);
     self->quit();
   });
   return {
-      [self](msg::plan_atom, std::uint64_t gen, int world) {
+      [self](msg::plan_atom, std::uint64_t gen, int nodes) {
         auto& s = self->state;
         if (stale(self, gen)) return;
         s.generation = gen;
         s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(s.coordinator);
-        ActorArgs args{s.rank, world, gen, s.transport, caf::actor_cast<caf::actor>(self), s.settings};
-        auto work = s.registry->spawn(s.work_actor, self->system(), args);
-        if (!work) {
-          spdlog::error("node {}: {}", s.rank, work.error().message);
-          self->send(s.coordinator, msg::ready_atom::value, gen, s.rank, -1.0f);
+        const int k = local_actors(s);
+        s.reports = 0;
+        s.all_ok = true;
+        for (int i = 0; i < k; ++i) {
+          ActorArgs args{s.rank * k + i, nodes * k, gen, s.transports[static_cast<std::size_t>(i)],
+                         caf::actor_cast<caf::actor>(self), s.settings, s.rank, nodes, s.loader, s.ring_name};
+          auto work = s.registry->spawn(s.work_actor, self->system(), args);
+          if (!work) {
+            spdlog::error("node {}: {}", s.rank, work.error().message);
+            self->send(s.coordinator, msg::ready_atom::value, gen, s.rank, -1.0f);
+            return;
+          }
         }
       },
       [self](msg::reduced_atom, std::uint64_t gen, bool ok, float checksum) {
+        auto& s = self->state;
         if (stale(self, gen)) return;
-        if (!ok) spdlog::error("node {}: all-reduce failed", self->state.rank);
-        self->send(self->state.coordinator, msg::ready_atom::value, gen, self->state.rank, checksum);
+        if (!ok) spdlog::error("node {}: a work actor failed", s.rank);
+        s.all_ok = s.all_ok && ok;
+        s.checksum = checksum;
+        if (++s.reports < local_actors(s)) return;
+        self->send(s.coordinator, msg::ready_atom::value, gen, s.rank, s.all_ok ? s.checksum : -1.0f);
+      },
+      [self](msg::failed_atom, std::uint64_t gen, int actor, const std::string& reason) {
+        if (stale(self, gen)) return;
+        spdlog::error("node {}: stage actor {}: {}", self->state.rank, actor, reason);
       },
       [self](msg::lost_atom, std::uint64_t gen, int peer) {
+        auto& s = self->state;
         if (stale(self, gen)) return;
-        self->state.generation = gen;
-        self->state.transport->mark_failed(peer);
-        spdlog::warn("node {}: peer {} lost; generation {}", self->state.rank, peer, gen);
+        s.generation = gen;
+        const int k = local_actors(s);
+        for (auto* t : s.transports)
+          for (int i = 0; i < k; ++i) t->mark_failed(peer * k + i);
+        spdlog::warn("node {}: peer {} lost; generation {}", s.rank, peer, gen);
       },
       [self](msg::finish_atom, std::uint64_t gen, bool ok) {
         if (stale(self, gen)) return;
         self->state.exit_code->store(ok ? 0 : 1);
+        if (self->state.loader) self->send_exit(self->state.loader, caf::exit_reason::user_shutdown);
         self->quit();
       },
   };
@@ -123,20 +145,44 @@ int env_int(const char* a, const char* b) {
   return -1;
 }
 
-std::string endpoint_of(const std::string& host, std::uint16_t port, const std::string& ucx) {
-  return host + ":" + std::to_string(port) + "\n" + ucx;
+// A node's endpoint: "host:port\n<k>\n" then k length-prefixed UCX worker
+// addresses (binary), one per work actor on the node.
+std::string endpoint_of(const std::string& host, std::uint16_t port, const std::vector<std::string>& ucx) {
+  std::string out = host;
+  out.append(":").append(std::to_string(port)).append("\n").append(std::to_string(ucx.size())).append("\n");
+  for (auto& a : ucx) out.append(std::to_string(a.size())).append("\n").append(a);
+  return out;
 }
 
 struct Endpoint {
   std::string host;
   std::uint16_t port = 0;
-  std::string ucx;
+  std::vector<std::string> ucx;
 };
 
-Endpoint parse_endpoint(const std::string& e) {
-  const auto nl = e.find('\n'), colon = e.rfind(':', nl);
-  return Endpoint{e.substr(0, colon), static_cast<std::uint16_t>(std::stoi(e.substr(colon + 1, nl - colon - 1))),
-                  e.substr(nl + 1)};
+Expected<Endpoint> parse_endpoint(const std::string& e) {
+  std::size_t pos = 0;
+  auto line = [&]() -> std::string {
+    const auto nl = e.find('\n', pos);
+    if (nl == std::string::npos) return {};
+    std::string out = e.substr(pos, nl - pos);
+    pos = nl + 1;
+    return out;
+  };
+  Endpoint ep;
+  const std::string hp = line();
+  const auto colon = hp.rfind(':');
+  if (colon == std::string::npos) return make_error("rendezvous: malformed node endpoint");
+  ep.host = hp.substr(0, colon);
+  ep.port = static_cast<std::uint16_t>(std::stoi(hp.substr(colon + 1)));
+  const int k = std::stoi(line());
+  for (int i = 0; i < k; ++i) {
+    const auto n = static_cast<std::size_t>(std::stoul(line()));
+    if (pos + n > e.size()) return make_error("rendezvous: truncated node endpoint");
+    ep.ucx.push_back(e.substr(pos, n));
+    pos += n;
+  }
+  return ep;
 }
 
 int fail(const Error& e) {
@@ -162,13 +208,22 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
                            " nodes"));
   auto job = load_job_config(o.config_path, o.overrides);
   if (!job) return fail(job.error());
-  if (auto known = registry.check(job->parallel.stage_actor); !known)
+  const std::string& type = job->parallel.stage_actor;
+  if (auto known = registry.check(type); !known)
     return fail(make_error(o.config_path, ": parallel.stage_actor: ", known.error().message));
+  const ActorPlacement placement = registry.placement(type);
+  int k = 1;  // work actors on this node
+  if (placement.per_node) {
+    auto n = placement.per_node(*job, o.world);
+    if (!n) return fail(n.error());
+    k = *n;
+  }
+  std::string joined;
+  for (auto& ov : o.overrides) joined += ov + "\n";
+  std::map<std::string, std::string> settings{{"config", o.config_path}, {"overrides", joined}, {"trace", o.trace_path}};
   {
-    std::string joined;
-    for (auto& ov : o.overrides) joined += ov + "\n";
-    ActorArgs probe{o.rank, o.world, 0, nullptr, {}, {{"config", o.config_path}, {"overrides", joined}}};
-    if (auto ok = registry.validate(job->parallel.stage_actor, probe); !ok) return fail(ok.error());
+    ActorArgs probe{o.rank * k, o.world * k, 0, nullptr, {}, settings, o.rank, o.world, {}, {}};
+    if (auto ok = registry.validate(type, probe); !ok) return fail(ok.error());
   }
   std::stringstream text;
   text << std::ifstream(o.config_path).rdbuf();
@@ -176,45 +231,72 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   auto redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000));
   if (!redis) return fail(make_error("--redis: ", redis.error().message));
 
-  auto transport = UcxTransport::create(o.rank, o.world, {o.host == "127.0.0.1", false, false});
-  if (!transport) return fail(transport.error());
+  std::vector<std::unique_ptr<UcxTransport>> transports;
+  std::vector<std::string> my_addresses;
+  for (int i = 0; i < k; ++i) {
+    auto t = UcxTransport::create(o.rank * k + i, o.world * k, {o.host == "127.0.0.1", false, false});
+    if (!t) return fail(t.error());
+    my_addresses.push_back((*t)->address());
+    transports.push_back(std::move(*t));
+  }
+  // The node's data loader and its shared-memory ring, if the actor type reads batches.
+  std::shared_ptr<ShmRing> ring;
+  std::optional<DataLoaderSpec> loader_spec;
+  if (placement.data_loader) {
+    DataLoaderSpec spec = placement.data_loader(*job, o.rank, k);
+    if (spec.consumers > 0) {
+      auto r = create_data_ring(o.job_id, o.rank, spec);
+      if (!r) return fail(r.error());
+      ring = *r;
+      loader_spec = spec;
+    }
+  }
   auto exit_code = std::make_shared<std::atomic<int>>(1);
   int result = 1;
   {
     caf::actor_system_config cfg;
     cfg.load<caf::io::middleman>();
     caf::actor_system sys{cfg};
-    std::string joined;
-    for (auto& ov : o.overrides) joined += ov + "\n";
-    std::map<std::string, std::string> settings{{"config", o.config_path}, {"overrides", joined}, {"trace", o.trace_path}};
-    auto node = sys.spawn(node_actor, o.rank, transport->get(), &registry, job->parallel.stage_actor, settings,
-                          exit_code);
+    NodeState init;
+    init.rank = o.rank;
+    init.nodes = o.world;
+    for (auto& t : transports) init.transports.push_back(t.get());
+    init.registry = &registry;
+    init.work_actor = type;
+    init.settings = settings;
+    init.exit_code = exit_code;
+    if (loader_spec) {
+      init.loader = spawn_data_loader(sys, ring, *loader_spec);
+      init.ring_name = ring->name();
+    }
+    caf::actor loader = init.loader;
+    auto node = sys.spawn(node_actor, std::move(init));
+    auto abort = [&](const Error& e) {
+      caf::anon_send_exit(node, caf::exit_reason::kill);
+      if (loader) caf::anon_send_exit(loader, caf::exit_reason::kill);
+      return fail(e);
+    };
     auto port = sys.middleman().publish(node, static_cast<std::uint16_t>(o.port), o.host.c_str());
-    if (!port) {
-      caf::anon_send_exit(node, caf::exit_reason::kill);
-      return fail(make_error("--port ", std::to_string(o.port), ": cannot publish the node actor on ", o.host, ":",
-                             std::to_string(o.port), " (in use?): ", sys.render(port.error())));
-    }
+    if (!port)
+      return abort(make_error("--port ", std::to_string(o.port), ": cannot publish the node actor on ", o.host, ":",
+                              std::to_string(o.port), " (in use?): ", sys.render(port.error())));
     RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str()), kVersion,
-                          endpoint_of(o.host, *port, (*transport)->address()),
-                          std::chrono::milliseconds(o.rendezvous_timeout_ms)};
+                          endpoint_of(o.host, *port, my_addresses), std::chrono::milliseconds(o.rendezvous_timeout_ms)};
     auto members = rendezvous(*redis, req);
-    if (!members) {
-      caf::anon_send_exit(node, caf::exit_reason::kill);
-      return fail(members.error());
-    }
+    if (!members) return abort(members.error());
     std::vector<Endpoint> peers;
-    std::vector<std::string> ucx;
+    std::vector<std::string> ucx;  // by actor rank
     for (auto& e : members->endpoints) {
-      peers.push_back(parse_endpoint(e));
-      ucx.push_back(peers.back().ucx);
+      auto ep = parse_endpoint(e);
+      if (!ep) return abort(ep.error());
+      if (static_cast<int>(ep->ucx.size()) != k) return abort(make_error("rendezvous: nodes place different numbers of actors"));
+      for (auto& a : ep->ucx) ucx.push_back(a);
+      peers.push_back(std::move(*ep));
     }
-    if (auto st = (*transport)->connect(ucx); !st) {
-      caf::anon_send_exit(node, caf::exit_reason::kill);
-      return fail(st.error());
-    }
-    spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}", o.rank, o.world, o.job_id,
-                 members->generation, o.host, *port);
+    for (auto& t : transports)
+      if (auto st = t->connect(ucx); !st) return abort(st.error());
+    spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}, {} work actor{}", o.rank, o.world,
+                 o.job_id, members->generation, o.host, *port, k, k > 1 ? "s" : "");
     if (o.rank == 0) {
       CoordinatorConfig cc{{}, o.redis_url, o.job_id, members->generation, o.hold_seconds, 0.0f};
       for (int r = 0; r < o.world; ++r) {
@@ -223,13 +305,10 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
           continue;
         }
         auto remote = sys.middleman().remote_actor(peers[static_cast<std::size_t>(r)].host, peers[static_cast<std::size_t>(r)].port);
-        if (!remote) {
-          caf::anon_send_exit(node, caf::exit_reason::kill);
-          return fail(make_error("cannot reach node ", std::to_string(r), ": ", sys.render(remote.error())));
-        }
+        if (!remote) return abort(make_error("cannot reach node ", std::to_string(r), ": ", sys.render(remote.error())));
         cc.nodes.push_back(*remote);
       }
-      cc.check_checksum = job->parallel.stage_actor == "troupe.fabric_check";
+      cc.check_checksum = type == "troupe.fabric_check";
       cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
       spawn_coordinator(sys, std::move(cc));
     }

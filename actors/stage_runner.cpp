@@ -1,10 +1,11 @@
-// StageRunner: per-microbatch buffers, completion flags, program interpretation.
+// StageRunner: per-(chunk, microbatch) buffers, completion flags, program interpretation.
 #include "actors/stage_runner.hpp"
 
-#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
+#include "backends/transport/wait.hpp"
 #include "schedules/compute_order.hpp"
 
 namespace troupe {
@@ -12,85 +13,108 @@ namespace {
 
 using schedules::Op;
 
-// A transfer's completion, waited on with a futex.
-struct Flag {
-  std::atomic<int> done{0};
-  Status status;
-  Completion callback() {
-    return [this](Status st) {
-      status = std::move(st);
-      done.store(1, std::memory_order_release);
-      done.notify_all();
-    };
-  }
-  Status wait() {
-    done.wait(0, std::memory_order_acquire);
-    return status;
-  }
-  void reset() { done.store(0); }
-};
+double now_us() {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
-// Tags: step (16 bits) | direction (1 bit) | microbatch (20 bits).
-Tag tag_of(int step, bool grad, int mb) {
-  return (static_cast<Tag>(step & 0xffff) << 21) | (static_cast<Tag>(grad) << 20) | static_cast<Tag>(mb);
+// Point-to-point tags: step (15 bits) | direction (1) | receiver's chunk (3) | microbatch (19).
+// Bits 38 and 39 stay clear: kWholeModelTagBit and collectives.
+constexpr int kChunkBits = 3, kMbBits = 19;
+Tag tag_of(int step, bool grad, int chunk, int mb) {
+  return (static_cast<Tag>(step & 0x7fff) << (1 + kChunkBits + kMbBits)) |
+         (static_cast<Tag>(grad) << (kChunkBits + kMbBits)) | (static_cast<Tag>(chunk) << kMbBits) |
+         static_cast<Tag>(mb);
 }
 
 }  // namespace
 
 struct StageRunner::Impl {
   schedules::StageProgram program;
-  int microbatches = 1, slots = 1, replicas = 1;
+  int stage = 0, stages = 1, microbatches = 1, slots = 1, replicas = 1;
   StageLinks links;
-  std::vector<Tensor> act_in, grad_in, grad_out, tokens, targets;
-  std::vector<std::unique_ptr<Flag>> act_flags, grad_flags, send_act_flags, send_grad_flags;
+  // Indexed by chunk * microbatches + mb.
+  std::vector<Tensor> act_in, grad_in, grad_out;
+  std::vector<MicroBatch> batches;
+  std::vector<CompletionFlag> act_flags, grad_flags, send_act_flags, send_grad_flags;
+  std::vector<std::size_t> last_backward;  // per chunk: program index of the step's last (weight) backward
+  std::size_t at(int chunk, int mb) const { return static_cast<std::size_t>(chunk * microbatches + mb); }
+  // Transport rank of the stage holding virtual stage vs.
+  int rank_of_virtual(int vs) const { return links.stage_ranks[static_cast<std::size_t>(vs % stages)]; }
 };
 
 StageRunner::~StageRunner() = default;
 
-Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const GptConfig& cfg, const StageSpec& spec,
+Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const GptConfig& cfg,
+                                                           const std::vector<StageSpec>& chunk_specs,
                                                            const schedules::Schedule& schedule, int stage, int B,
                                                            int T, StageLinks links, int replicas) {
-  if (schedule.chunks != 1) return make_error("stage runner: interleaved schedules need one GptStage per chunk");
+  if (static_cast<int>(chunk_specs.size()) != schedule.chunks)
+    return make_error("stage runner: ", std::to_string(chunk_specs.size()), " model chunks for a schedule with ",
+                      std::to_string(schedule.chunks));
   if (stage < 0 || stage >= schedule.stages) return make_error("stage runner: stage out of range");
+  if (static_cast<int>(links.stage_ranks.size()) != schedule.stages)
+    return make_error("stage runner: stage_ranks must name every stage");
+  if (schedule.chunks > (1 << kChunkBits) || schedule.microbatches > (1 << kMbBits))
+    return make_error("stage runner: too many chunks or microbatches for the message tags");
   auto impl = std::make_unique<Impl>();
   impl->program = schedule.programs[static_cast<std::size_t>(stage)];
+  impl->stage = stage;
+  impl->stages = schedule.stages;
   impl->microbatches = schedule.microbatches;
-  impl->slots = schedules::activation_bound(schedule.kind, schedule.stages, schedule.microbatches, 1, stage);
+  // In-flight microbatches of one chunk are consecutive and never more than
+  // the stage's bound over all its chunks, so slot = mb % bound is safe.
+  impl->slots = schedules::activation_bound(schedule.kind, schedule.stages, schedule.microbatches, schedule.chunks,
+                                            stage);
   impl->links = std::move(links);
   impl->replicas = replicas;
-  auto model = GptStage::create(device, cfg, spec, B, T, impl->slots);
-  if (!model) return model.error();
+  const std::size_t n = static_cast<std::size_t>(schedule.chunks * schedule.microbatches);
   const std::int64_t C = cfg.dim;
-  auto make = [&](std::vector<Tensor>& v, Shape shape, DType dt) -> Status {
-    for (int mb = 0; mb < impl->microbatches; ++mb) {
-      auto t = Tensor::empty(device, shape, dt);
-      if (!t) return t.error();
-      v.push_back(*t);
-    }
+  std::unique_ptr<StageRunner> r(new StageRunner());
+  auto make = [&](std::vector<Tensor>& v) -> Status {
+    auto t = Tensor::empty(device, {B, T, C});
+    if (!t) return t.error();
+    v.push_back(*t);
     return Status::success();
   };
-  if (!spec.embedding) TROUPE_TRY(make(impl->act_in, {B, T, C}, DType::f32));
-  if (!spec.head) TROUPE_TRY(make(impl->grad_in, {B, T, C}, DType::f32));
-  if (!spec.embedding) TROUPE_TRY(make(impl->grad_out, {B, T, C}, DType::f32));
-  TROUPE_TRY(make(impl->tokens, {B, T}, DType::i32));
-  TROUPE_TRY(make(impl->targets, {B, T}, DType::i32));
-  for (auto* flags : {&impl->act_flags, &impl->grad_flags, &impl->send_act_flags, &impl->send_grad_flags})
-    for (int mb = 0; mb < impl->microbatches; ++mb) flags->push_back(std::make_unique<Flag>());
-  std::unique_ptr<StageRunner> r(new StageRunner());
+  for (int c = 0; c < schedule.chunks; ++c) {
+    const StageSpec& spec = chunk_specs[static_cast<std::size_t>(c)];
+    auto model = GptStage::create(device, cfg, spec, B, T, impl->slots);
+    if (!model) return model.error();
+    r->models_.push_back(std::move(*model));
+    for (int mb = 0; mb < schedule.microbatches; ++mb) {
+      // Chunks without a neighbour on one side keep an empty tensor there.
+      if (!spec.embedding) TROUPE_TRY(make(impl->act_in)); else impl->act_in.emplace_back();
+      if (!spec.head) TROUPE_TRY(make(impl->grad_in)); else impl->grad_in.emplace_back();
+      if (!spec.embedding) TROUPE_TRY(make(impl->grad_out)); else impl->grad_out.emplace_back();
+    }
+  }
+  impl->batches.resize(n);
+  impl->act_flags = std::vector<CompletionFlag>(n);
+  impl->grad_flags = std::vector<CompletionFlag>(n);
+  impl->send_act_flags = std::vector<CompletionFlag>(n);
+  impl->send_grad_flags = std::vector<CompletionFlag>(n);
+  impl->last_backward.assign(static_cast<std::size_t>(schedule.chunks), 0);
+  const bool split = schedule.kind == schedules::Kind::zb_h1;
+  for (std::size_t i = 0; i < impl->program.size(); ++i) {
+    const auto& in = impl->program[i];
+    if (in.op == (split ? Op::backward_input : Op::backward)) impl->last_backward[static_cast<std::size_t>(in.chunk)] = i;
+  }
   r->impl_ = std::move(impl);
-  r->model_ = std::move(*model);
   return r;
 }
 
 // One span per compute instruction, and one per receive that had to wait.
-void StageRunner::record(TraceWriter& trace, const schedules::Instruction& in, int step, double t0) const {
-  const double t1 = trace.now_us();
-  const nlohmann::json args = {{"step", step}, {"mb", in.mb}};
+void StageRunner::record(const schedules::Instruction& in, int step, double t0, double t1) const {
+  TraceWriter& trace = *impl_->links.trace;
+  const nlohmann::json args = {{"step", step}, {"mb", in.mb}, {"chunk", in.chunk}};
   const int track = impl_->links.trace_track;
+  std::string id = std::to_string(in.mb);
+  if (models_.size() > 1) id.append(".").append(std::to_string(in.chunk));
   switch (in.op) {
-    case Op::forward: trace.span(track, "F" + std::to_string(in.mb), "forward", t0, t1 - t0, args); break;
+    case Op::forward: trace.span(track, "F" + id, "forward", t0, t1 - t0, args); break;
     case Op::backward:
-    case Op::backward_input: trace.span(track, "B" + std::to_string(in.mb), "backward", t0, t1 - t0, args); break;
+    case Op::backward_input: trace.span(track, "B" + id, "backward", t0, t1 - t0, args); break;
+    case Op::backward_weight: trace.span(track, "W" + id, "backward", t0, t1 - t0, args); break;
     case Op::recv_act:
     case Op::recv_grad:
       if (t1 - t0 > 1.0) trace.span(track, "blocked", "blocked", t0, t1 - t0, args);
@@ -99,66 +123,94 @@ void StageRunner::record(TraceWriter& trace, const schedules::Instruction& in, i
   }
 }
 
-Expected<double> StageRunner::run_step(int step, Stream& s) {
+Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
   Impl& m = *impl_;
-  GptStage& g = *model_;
-  const bool first = g.spec().embedding, last = g.spec().head;
   Transport& t = *m.links.transport;
-  const float dloss = 1.0f / static_cast<float>(g.batch() * g.seq() * m.microbatches * m.replicas);
-  g.zero_grads();
-  for (auto* flags : {&m.act_flags, &m.grad_flags, &m.send_act_flags, &m.send_grad_flags})
-    for (auto& f : *flags) f->reset();
+  const GptStage& any = *models_.front();
+  const float dloss = 1.0f / static_cast<float>(any.batch() * any.seq() * m.microbatches * m.replicas);
+  for (auto& g : models_) g->zero_grads();
   // Post every receive of the step before any compute.
   for (const auto& in : m.program) {
-    const auto mb = static_cast<std::size_t>(in.mb);
+    const std::size_t i = m.at(in.chunk, in.mb);
+    const int vs = in.chunk * m.stages + m.stage;
     if (in.op == Op::recv_act)
-      t.recv(m.links.prev, tag_of(step, false, in.mb), m.act_in[mb].raw(), m.act_in[mb].nbytes(),
-             m.act_flags[mb]->callback());
+      t.recv(m.rank_of_virtual(vs - 1), tag_of(step, false, in.chunk, in.mb), m.act_in[i].raw(), m.act_in[i].nbytes(),
+             m.act_flags[i].callback());
     if (in.op == Op::recv_grad)
-      t.recv(m.links.next, tag_of(step, true, in.mb), m.grad_in[mb].raw(), m.grad_in[mb].nbytes(),
-             m.grad_flags[mb]->callback());
+      t.recv(m.rank_of_virtual(vs + 1), tag_of(step, true, in.chunk, in.mb), m.grad_in[i].raw(),
+             m.grad_in[i].nbytes(), m.grad_flags[i].callback());
   }
-  double loss = 0;
-  TraceWriter* trace = m.links.trace;
-  for (const auto& in : m.program) {
-    const auto mb = static_cast<std::size_t>(in.mb);
+  StepTimes times;
+  std::vector<bool> params_waited(models_.size(), false);
+  const double start = now_us();
+  for (std::size_t pc = 0; pc < m.program.size(); ++pc) {
+    const auto& in = m.program[pc];
+    const std::size_t i = m.at(in.chunk, in.mb);
+    GptStage& g = *models_[static_cast<std::size_t>(in.chunk)];
+    const bool first = g.spec().embedding, last = g.spec().head;
     const int slot = in.mb % m.slots;
-    const double t0 = trace ? trace->now_us() : 0;
+    const int vs = in.chunk * m.stages + m.stage;
+    const double t0 = now_us();
     switch (in.op) {
-      case Op::recv_act: TROUPE_TRY(m.act_flags[mb]->wait()); break;
-      case Op::recv_grad: TROUPE_TRY(m.grad_flags[mb]->wait()); break;
+      case Op::recv_act: TROUPE_TRY(m.act_flags[i].wait()); break;
+      case Op::recv_grad: TROUPE_TRY(m.grad_flags[i].wait()); break;
       case Op::forward: {
+        if (!params_waited[static_cast<std::size_t>(in.chunk)] && m.links.params_ready) {
+          TROUPE_TRY(m.links.params_ready(in.chunk));
+          params_waited[static_cast<std::size_t>(in.chunk)] = true;
+        }
         // The slot's previous output must have left before it is overwritten.
-        if (!last && in.mb >= m.slots) TROUPE_TRY(m.send_act_flags[mb - static_cast<std::size_t>(m.slots)]->wait());
-        if (first || last) m.links.batch(step, in.mb, m.tokens[mb], m.targets[mb]);
-        const Tensor& input = first ? m.tokens[mb] : m.act_in[mb];
-        loss += g.forward(slot, input, last ? &m.targets[mb] : nullptr, dloss, s);
+        if (!last && in.mb >= m.slots) TROUPE_TRY(m.send_act_flags[m.at(in.chunk, in.mb - m.slots)].wait());
+        if (first || last) {
+          auto batch = m.links.batch(step, in.mb);
+          if (!batch) return batch.error();
+          m.batches[i] = std::move(*batch);
+        }
+        const Tensor& input = first ? m.batches[i].tokens : m.act_in[i];
+        times.loss += g.forward(slot, input, last ? &m.batches[i].targets : nullptr, dloss, s);
         break;
       }
       case Op::send_act:
-        t.send(m.links.next, tag_of(step, false, in.mb), g.output(slot).raw(), g.output(slot).nbytes(),
-               m.send_act_flags[mb]->callback());
+        t.send(m.rank_of_virtual(vs + 1), tag_of(step, false, (vs + 1) / m.stages, in.mb), g.output(slot).raw(),
+               g.output(slot).nbytes(), m.send_act_flags[i].callback());
         break;
       case Op::backward:
-      case Op::backward_input:
-        g.backward(slot, last ? Tensor{} : m.grad_in[mb], s);
+      case Op::backward_input: {
+        GptStage::GradsReady ready;
+        if (pc == m.last_backward[static_cast<std::size_t>(in.chunk)] && m.links.grads_ready)
+          ready = m.links.grads_ready(in.chunk);
+        g.backward(slot, last ? Tensor{} : m.grad_in[i], s, ready);
         break;
+      }
       case Op::backward_weight: break;  // the full backward above already did it
       case Op::send_grad:
-        std::memcpy(m.grad_out[mb].raw(), g.input_grad().raw(), m.grad_out[mb].nbytes());
-        t.send(m.links.prev, tag_of(step, true, in.mb), m.grad_out[mb].raw(), m.grad_out[mb].nbytes(),
-               m.send_grad_flags[mb]->callback());
+        std::memcpy(m.grad_out[i].raw(), g.input_grad().raw(), m.grad_out[i].nbytes());
+        t.send(m.rank_of_virtual(vs - 1), tag_of(step, true, (vs - 1) / m.stages, in.mb), m.grad_out[i].raw(),
+               m.grad_out[i].nbytes(), m.send_grad_flags[i].callback());
         break;
       case Op::grad_sync:
       case Op::optimizer_step: break;  // the caller's
     }
-    if (trace) record(*trace, in, step, t0);
+    const double t1 = now_us();
+    switch (in.op) {
+      case Op::recv_act:
+      case Op::recv_grad: times.blocked_us += t1 - t0; break;
+      case Op::forward: times.forward_us += t1 - t0, ++times.forwards; break;
+      case Op::backward:
+      case Op::backward_input: times.backward_us += t1 - t0, ++times.backwards; break;
+      case Op::backward_weight: times.weight_us += t1 - t0, ++times.weights; break;
+      default: break;
+    }
+    if (m.links.trace) record(in, step, m.links.trace->now_us() - (t1 - t0), m.links.trace->now_us());
   }
   for (const auto& in : m.program) {
-    if (in.op == Op::send_act) TROUPE_TRY(m.send_act_flags[static_cast<std::size_t>(in.mb)]->wait());
-    if (in.op == Op::send_grad) TROUPE_TRY(m.send_grad_flags[static_cast<std::size_t>(in.mb)]->wait());
+    if (in.op == Op::send_act) TROUPE_TRY(m.send_act_flags[m.at(in.chunk, in.mb)].wait());
+    if (in.op == Op::send_grad) TROUPE_TRY(m.send_grad_flags[m.at(in.chunk, in.mb)].wait());
   }
-  return last ? loss / m.microbatches : 0.0;
+  times.wall_us = now_us() - start;
+  const bool has_head = models_.back()->spec().head;
+  times.loss = has_head ? times.loss / m.microbatches : 0.0;
+  return times;
 }
 
 }  // namespace troupe

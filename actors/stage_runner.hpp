@@ -1,13 +1,17 @@
 // Executes one pipeline stage's instruction list (from schedules/) over its
-// GptStage: receives for the whole step are posted before any compute, sends
-// are issued without waiting, and compute runs in program order as soon as
-// its inputs have arrived. The stage actor wraps this; the interpretation of
-// the schedule lives here and nowhere else. grad_sync and optimizer_step are
-// left to the caller, which owns the data-parallel and cross-stage reductions.
+// model chunks (one GptStage per chunk; several with interleaving): receives
+// for the whole step are posted before any compute, sends are issued without
+// waiting, and compute runs in program order as soon as its inputs have
+// arrived. The stage actor wraps this; the interpretation of the schedule
+// lives here and nowhere else. grad_sync and optimizer_step are left to the
+// caller, which owns the data-parallel and cross-stage reductions; the caller
+// hooks into the step where gradients become final and where parameters are
+// first needed, so those reductions overlap the compute.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
@@ -17,37 +21,62 @@
 
 namespace troupe {
 
+/// Tags with this bit carry whole-model gathers; the runner's own tags stay below it.
+inline constexpr Tag kWholeModelTagBit = Tag{1} << 38;
+
+/// One microbatch's input tokens and target tokens, (B,T) i32 each.
+struct MicroBatch {
+  Tensor tokens, targets;
+};
+
 struct StageLinks {
   Transport* transport = nullptr;
-  int prev = -1;  ///< transport rank of the previous stage (-1 on the first)
-  int next = -1;  ///< transport rank of the next stage (-1 on the last)
-  /// Fills tokens and targets (B,T) i32 of microbatch `mb` at `step` (first and last stages).
-  std::function<void(int step, int mb, Tensor& tokens, Tensor& targets)> batch;
+  /// Transport rank of every pipeline stage of this replica, by stage.
+  std::vector<int> stage_ranks;
+  /// Microbatch `mb` of `step`, for the chunks with the embedding or the head.
+  /// The tensors must stay unchanged until run_step returns (they are read in place).
+  std::function<Expected<MicroBatch>(int step, int mb)> batch;
+  /// Optional: an observer for the step's last backward of `chunk`, told which
+  /// gradient ranges are final (ZeRO buckets start reducing from it).
+  std::function<GptStage::GradsReady(int chunk)> grads_ready;
+  /// Optional: called before the step's first forward of `chunk`, e.g. to wait
+  /// for that chunk's parameters to be all-gathered.
+  std::function<Status(int chunk)> params_ready;
   /// Where to record forward, backward and blocked-receive spans (optional).
   TraceWriter* trace = nullptr;
   int trace_track = 0;
 };
 
+/// What one step measured on this stage, in microseconds.
+struct StepTimes {
+  double loss = 0;  ///< mean over the microbatches on the stage with the head, else 0
+  double forward_us = 0, backward_us = 0, weight_us = 0;  ///< totals over the step
+  int forwards = 0, backwards = 0, weights = 0;
+  double blocked_us = 0;  ///< waiting in receives
+  double wall_us = 0;     ///< from the first instruction to the last send done
+};
+
 class StageRunner {
  public:
-  /// `schedule` must have one chunk per stage (interleaving needs several GptStages).
+  /// `chunk_specs`: the model chunks of `stage`, chunk 0 first (one without interleaving).
   /// `replicas`: data-parallel replicas whose gradients will be summed (the
   /// loss gradient is scaled so that the sum is the mean over all of them).
-  static Expected<std::unique_ptr<StageRunner>> create(Device& device, const GptConfig& cfg, const StageSpec& spec,
+  static Expected<std::unique_ptr<StageRunner>> create(Device& device, const GptConfig& cfg,
+                                                       const std::vector<StageSpec>& chunk_specs,
                                                        const schedules::Schedule& schedule, int stage, int B, int T,
                                                        StageLinks links, int replicas = 1);
   ~StageRunner();
-  GptStage& model() { return *model_; }
-  /// Zeroes the gradients and runs the step's instructions up to grad_sync;
-  /// returns the mean loss over the microbatches on the last stage, else 0.
-  Expected<double> run_step(int step, Stream& s);
+  int chunks() const { return static_cast<int>(models_.size()); }
+  GptStage& model(int chunk = 0) { return *models_[static_cast<std::size_t>(chunk)]; }
+  /// Zeroes the gradients and runs the step's instructions up to grad_sync.
+  Expected<StepTimes> run_step(int step, Stream& s);
 
  private:
   struct Impl;
   StageRunner() = default;
-  void record(TraceWriter& trace, const schedules::Instruction& in, int step, double t0) const;
+  void record(const schedules::Instruction& in, int step, double t0, double t1) const;
   std::unique_ptr<Impl> impl_;
-  std::unique_ptr<GptStage> model_;
+  std::vector<std::unique_ptr<GptStage>> models_;
 };
 
 }  // namespace troupe

@@ -1,6 +1,7 @@
 // Pipeline stages run by StageRunner over the in-process transport compute the
 // same per-step losses as the whole model trained in one stage with the same
-// microbatches, for gpipe, 1f1b and zb-h1 on 2 and 3 stages.
+// microbatches, for gpipe, 1f1b and zb-h1 on 2 and 3 stages, and for
+// interleaved 1f1b with 2 chunks per stage.
 #include "actors/stage_runner.hpp"
 
 #include <catch2/catch.hpp>
@@ -63,10 +64,10 @@ std::vector<double> reference_losses() {
   return out;
 }
 
-std::vector<double> pipeline_losses(schedules::Kind kind, int p) {
+std::vector<double> pipeline_losses(schedules::Kind kind, int p, int v = 1) {
   auto cfg = config();
-  auto specs = *split_stages(cfg, p);
-  auto schedule = *schedules::build_schedule(kind, p, kMicro);
+  auto specs = *split_stages(cfg, p * v);
+  auto schedule = *schedules::build_schedule(kind, p, kMicro, v);
   auto fabric = LocalFabric::create(p);
   std::vector<double> losses(kSteps, 0.0);
   std::vector<std::string> errors(static_cast<std::size_t>(p));
@@ -77,15 +78,27 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p) {
       auto& s = dev.default_stream();
       auto transport = fabric->endpoint(st);
       Collectives coll(*transport);
-      StageLinks links{transport.get(), st > 0 ? st - 1 : -1, st < p - 1 ? st + 1 : -1, batch};
-      auto runner = StageRunner::create(dev, cfg, specs[static_cast<std::size_t>(st)], schedule, st, kB, kT, links);
+      std::vector<MicroBatch> data;
+      for (int mb = 0; mb < kMicro; ++mb)
+        data.push_back({*Tensor::empty(dev, {kB, kT}, DType::i32), *Tensor::empty(dev, {kB, kT}, DType::i32)});
+      StageLinks links{transport.get(), {}, [&](int step, int mb) -> Expected<MicroBatch> {
+                         auto& d = data[static_cast<std::size_t>(mb)];
+                         batch(step, mb, d.tokens, d.targets);
+                         return d;
+                       }};
+      for (int r = 0; r < p; ++r) links.stage_ranks.push_back(r);
+      std::vector<StageSpec> mine;
+      for (int c = 0; c < v; ++c) mine.push_back(specs[static_cast<std::size_t>(c * p + st)]);
+      auto runner = StageRunner::create(dev, cfg, mine, schedule, st, kB, kT, links);
       if (!runner) {
         errors[static_cast<std::size_t>(st)] = runner.error().message;
         return;
       }
-      GptStage& model = (*runner)->model();
-      model.init_weights(5);
-      auto opt = *StageOptimizer::create(dev, model, optimizer());
+      std::vector<StageOptimizer> opts;
+      for (int c = 0; c < v; ++c) {
+        (*runner)->model(c).init_weights(5);
+        opts.push_back(*StageOptimizer::create(dev, (*runner)->model(c), optimizer()));
+      }
       std::vector<int> everyone(static_cast<std::size_t>(p));
       for (int r = 0; r < p; ++r) everyone[static_cast<std::size_t>(r)] = r;
       for (int step = 0; step < kSteps; ++step) {
@@ -94,15 +107,19 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p) {
           errors[static_cast<std::size_t>(st)] = loss.error().message;
           return;
         }
-        if (st == p - 1) losses[static_cast<std::size_t>(step)] = *loss;
+        if (st == p - 1) losses[static_cast<std::size_t>(step)] = loss->loss;
         // grad_sync: the tied embedding's two halves, then the global norm.
-        Tensor& wte = model.find("wte.weight")->grad;
-        if (st == 0 || st == p - 1)
+        GptStage& first = (*runner)->model(0);
+        GptStage& last = (*runner)->model(v - 1);
+        if (st == 0 || st == p - 1) {
+          Tensor& wte = (st == 0 ? first : last).find("wte.weight")->grad;
           (void)wait_for([&](Completion c) { coll.all_reduce({0, p - 1}, wte.f32(), static_cast<std::size_t>(wte.numel()), c); });
-        float sq = static_cast<float>(sum_squares(model.flat_grads(), s));
-        if (st == p - 1) sq -= static_cast<float>(sum_squares(wte, s));  // counted once, on stage 0
+        }
+        float sq = 0;
+        for (int c = 0; c < v; ++c) sq += static_cast<float>(sum_squares((*runner)->model(c).flat_grads(), s));
+        if (st == p - 1) sq -= static_cast<float>(sum_squares(last.find("wte.weight")->grad, s));  // counted on stage 0
         (void)wait_for([&](Completion c) { coll.all_reduce(everyone, &sq, 1, c); });
-        opt.step_with_global_norm(model, 3e-3f, step + 1, sq, s);
+        for (int c = 0; c < v; ++c) opts[static_cast<std::size_t>(c)].step_with_global_norm((*runner)->model(c), 3e-3f, step + 1, sq, s);
       }
     });
   for (auto& t : threads) t.join();
@@ -122,6 +139,15 @@ TEST_CASE("pipelined stages reproduce single-stage losses", "[stage_runner]") {
         CHECK(got[static_cast<std::size_t>(step)] == Approx(want[static_cast<std::size_t>(step)]).epsilon(1e-5));
       }
     }
+}
+
+TEST_CASE("interleaved 1f1b with 2 chunks per stage reproduces single-stage losses", "[stage_runner]") {
+  const auto want = reference_losses();
+  const auto got = pipeline_losses(schedules::Kind::interleaved_1f1b, 2, 2);
+  for (int step = 0; step < kSteps; ++step) {
+    INFO("step " << step);
+    CHECK(got[static_cast<std::size_t>(step)] == Approx(want[static_cast<std::size_t>(step)]).epsilon(1e-5));
+  }
 }
 
 }  // namespace troupe

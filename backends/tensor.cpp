@@ -21,6 +21,15 @@ std::string shape_string(const Shape& shape) {
   return s + "]";
 }
 
+Tensor Tensor::borrow(Device& device, void* data, Shape shape, DType dtype) {
+  Tensor t;
+  const auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
+  t.storage_ = std::make_shared<Buffer>(device, data, bytes, [](void*) {});
+  t.shape_ = std::move(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
 Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype) {
   for (auto d : shape)
     if (d < 0) return make_error("tensor: negative dimension in shape ", shape_string(shape));

@@ -29,6 +29,10 @@ class Tensor {
   /// Zero-filled storage.
   static Expected<Tensor> zeros(Device& device, Shape shape, DType dtype = DType::f32);
 
+  /// A tensor over memory someone else owns (e.g. a shared-memory ring slot);
+  /// the memory must outlive every use of the tensor.
+  static Tensor borrow(Device& device, void* data, Shape shape, DType dtype = DType::f32);
+
   /// A tensor sharing this one's storage, starting `offset` elements in.
   Tensor view(std::int64_t offset, Shape shape) const;
   /// Same storage, new shape with the same element count.

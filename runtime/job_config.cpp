@@ -70,6 +70,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"parallel.dp", integer(p.dp)}, {"parallel.pp", integer(p.pp)}, {"parallel.tp", integer(p.tp)},
       {"parallel.schedule", string(p.schedule)}, {"parallel.chunks", integer(p.chunks)},
       {"parallel.microbatches", integer(p.microbatches)}, {"parallel.layers", int_list(p.layers)}, {"parallel.stage_actor", string(p.stage_actor)},
+      {"parallel.bucket_mb", real(p.bucket_mb)}, {"parallel.max_activations", real(p.max_activations)},
       {"train.steps", integer(t.steps)}, {"train.batch", integer(t.batch)},
       {"train.optimizer", string(t.optimizer)}, {"train.lr", real(t.lr)}, {"train.min_lr", real(t.min_lr)},
       {"train.warmup_steps", integer(t.warmup_steps)}, {"train.lr_schedule", string(t.lr_schedule)},
@@ -125,6 +126,8 @@ Status check_ranges(const JobConfig& c) {
   if (t.threads < 0) return make_error(where, ": train.threads must be >= 0");
   if (t.lr <= 0) return make_error(where, ": train.lr must be > 0");
   if (c.parallel.microbatches < 1) return make_error(where, ": parallel.microbatches must be >= 1");
+  if (!(c.parallel.bucket_mb > 0)) return make_error(where, ": parallel.bucket_mb must be > 0");
+  if (!(c.parallel.max_activations >= 0)) return make_error(where, ": parallel.max_activations must be >= 0");
   if (c.parallel.dp < 1 || c.parallel.pp < 1 || c.parallel.tp < 1)
     return make_error(where, ": parallel.dp, parallel.pp and parallel.tp must be >= 1");
   return Status::success();

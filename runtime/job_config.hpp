@@ -29,7 +29,10 @@ struct ParallelSection {
   int chunks = 1;
   int microbatches = 1;      ///< per step and data-parallel replica; gradients accumulate over them
   std::vector<int> layers;   ///< layers per pipeline stage; empty = even split
-  std::string stage_actor = "troupe.fabric_check";  ///< registered actor type each node runs
+  std::string stage_actor = "troupe.gpt_stage";  ///< registered stage actor type the job runs
+  double bucket_mb = 4;      ///< ZeRO-1 gradient bucket size (MiB of f32 gradients)
+  /// schedule = auto: activation memory a stage may hold, in whole-stage microbatches (0 = unlimited).
+  double max_activations = 0;
 };
 
 struct TrainSection {

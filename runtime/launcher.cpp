@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -176,7 +177,9 @@ int launch(const LaunchOptions& o) {
   }
   if (!o.trace_path.empty()) {
     std::vector<std::string> parts;
-    for (int r = 0; r < o.nodes; ++r) parts.push_back(o.trace_path + ".node" + std::to_string(r));
+    // Every stage actor wrote "<path>.actor<rank>", ranks 0, 1, ... without gaps.
+    for (int r = 0; std::filesystem::exists(o.trace_path + ".actor" + std::to_string(r)); ++r)
+      parts.push_back(o.trace_path + ".actor" + std::to_string(r));
     if (auto st = merge_traces(parts, o.trace_path); !st) {
       std::fprintf(stderr, "troupe launch: --trace %s: %s\n", o.trace_path.c_str(), st.error().message.c_str());
       return 1;

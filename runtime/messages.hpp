@@ -18,6 +18,17 @@ using lost_atom = caf::atom_constant<caf::atom("lost")>;
 using finish_atom = caf::atom_constant<caf::atom("finish")>;
 /// node -> itself: (reduced, generation, ok, checksum): the smoke all-reduce completed.
 using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
+/// work actor -> node: (failed, generation, rank, reason): why the actor's work failed
+/// (followed by its (reduced, generation, false, -1)).
+using failed_atom = caf::atom_constant<caf::atom("failed")>;
+/// stage -> data loader: (batch, step, replica) -> (slot, block): where the
+/// replica's microbatches of `step` are in the node's shared-memory ring.
+using batch_atom = caf::atom_constant<caf::atom("batch")>;
+/// work actor -> node: (failed, generation, rank, reason): why the actor's work failed
+/// (followed by its (reduced, generation, false, -1)).
+using failed_atom = caf::atom_constant<caf::atom("failed")>;
+/// stage -> data loader: (release, step): the stage no longer reads that step.
+using release_atom = caf::atom_constant<caf::atom("release")>;
 /// coordinator -> itself: the hold time is over.
 using hold_atom = caf::atom_constant<caf::atom("hold")>;
 

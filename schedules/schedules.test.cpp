@@ -140,4 +140,16 @@ TEST_CASE("latency lengthens the step but never reorders work", "[schedules][sim
   CHECK(slow.stages[0].blocked > fast.stages[0].blocked);
 }
 
+TEST_CASE("per-stage costs: a slow last stage sets the pace of gpipe", "[schedules][simulator]") {
+  // GPipe, p = 2, m = 4: stage 1 forwards at 2 per microbatch. Its forwards end
+  // at 1 + 4*2 = 9 and its backwards (1 each) at 13; stage 0's backwards follow.
+  auto s = *build_schedule(Kind::gpipe, 2, 4);
+  auto sim = *simulate(s, std::vector<Costs>{Costs{1, 1, 0, 0}, Costs{2, 1, 0, 0}});
+  CHECK(sim.stages[1].busy == Approx(12));
+  CHECK(sim.stages[0].busy == Approx(8));
+  CHECK(sim.step_time == Approx(14));
+  CHECK(sim.stages[0].blocked > 0);
+  CHECK_FALSE(simulate(s, std::vector<Costs>{Costs{}}));  // one cost for two stages
+}
+
 }  // namespace troupe::schedules

@@ -57,7 +57,14 @@ class Mailboxes {
 }  // namespace
 
 Expected<Simulation> simulate(const Schedule& s, const Costs& costs) {
+  return simulate(s, std::vector<Costs>(static_cast<std::size_t>(s.stages), costs));
+}
+
+Expected<Simulation> simulate(const Schedule& s, const std::vector<Costs>& stage_costs) {
   const int p = s.stages;
+  if (stage_costs.size() != static_cast<std::size_t>(p))
+    return make_error("simulate: ", std::to_string(stage_costs.size()), " stage costs for ", std::to_string(p),
+                      " stages");
   Mailboxes mail(s.virtual_stages(), s.microbatches);
   std::vector<std::size_t> pc(static_cast<std::size_t>(p), 0);
   std::vector<double> clock(static_cast<std::size_t>(p), 0.0);
@@ -74,6 +81,7 @@ Expected<Simulation> simulate(const Schedule& s, const Costs& costs) {
     const auto ust = static_cast<std::size_t>(st);
     auto& tl = sim.stages[ust];
     const StageProgram& prog = s.programs[ust];
+    const Costs& costs = stage_costs[ust];
     waiting_for[ust] = -1;
     for (; pc[ust] < prog.size(); ++pc[ust]) {
       const Instruction& in = prog[pc[ust]];

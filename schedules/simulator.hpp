@@ -48,5 +48,8 @@ struct Simulation {
 /// Simulates `s`; an error (S-4) names the stage and instruction where every
 /// stage is stuck if the schedule deadlocks.
 Expected<Simulation> simulate(const Schedule& s, const Costs& costs);
+/// The same with each stage's own costs (measured stages are rarely equal:
+/// the head stage also runs the LM head and loss).
+Expected<Simulation> simulate(const Schedule& s, const std::vector<Costs>& stage_costs);
 
 }  // namespace troupe::schedules

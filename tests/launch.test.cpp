@@ -22,7 +22,7 @@ namespace {
 
 std::string job_config(const ScratchDir& dir) {
   const auto path = dir / "job.toml";
-  write_file(path, "[model]\nlayers = 2\n[train]\nthreads = 1\n");
+  write_file(path, "[model]\nlayers = 2\n[train]\nthreads = 1\n[parallel]\nstage_actor = \"troupe.fabric_check\"\n");
   return path;
 }
 
@@ -161,14 +161,35 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
     }
     return out;
   };
-  const auto want = single_losses(2);
+  // pp = 2 x dp = 2 with batch 2 per replica is one process with batch 4:
+  // four stage actors on two nodes (Megatron order: both replicas of stage 0
+  // on node 0, of stage 1 on node 1), for every schedule.
+  const auto want = single_losses(4);
   REQUIRE(want.size() == 4);
-  for (const char* kind : {"gpipe", "1f1b", "zb-h1"}) {
-    const auto got = launched_losses(std::string("--nodes 2 --set parallel.pp=2 --set parallel.schedule=") + kind);
+  for (const char* kind : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
+    std::string args = std::string("--nodes 2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.schedule=") + kind;
+    if (std::string(kind) == "interleaved-1f1b") args += " --set parallel.chunks=2";
+    const auto got = launched_losses(args);
     INFO(kind);
     REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5));
   }
+  // One stage actor per node (4 nodes), and small buckets so that ZeRO-1 cuts
+  // the gradients into many reduce-scatters.
+  const auto got4 = launched_losses("--nodes 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.bucket_mb=0.01");
+  REQUIRE(got4.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(got4[i] == Approx(want[i]).epsilon(1e-5));
+  // troupe train runs the same four actors in one process.
+  std::vector<double> in_process;
+  {
+    auto r = run(troupe_bin() + " train " + cfg + " --set parallel.pp=2 --set parallel.dp=2 --metrics " + (dir / "p.jsonl"));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    std::istringstream lines(slurp(dir / "p.jsonl"));
+    for (std::string line; std::getline(lines, line);) in_process.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  }
+  REQUIRE(in_process.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) CHECK(in_process[i] == Approx(want[i]).epsilon(1e-5));
   // The timeline: one track per stage actor with forward, backward and sync spans.
   {
     const auto trace = dir / "trace.json";
@@ -183,13 +204,8 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
       }
     CHECK(pids == std::set<int>{0, 1});
     for (const char* c : {"forward", "backward", "grad_sync", "optimizer"}) CHECK(cats.count(c) == 1);
-    CHECK_FALSE(std::filesystem::exists(trace + ".node0"));
+    CHECK_FALSE(std::filesystem::exists(trace + ".actor0"));
   }
-  // pp = 2 x dp = 2 with batch 2 per replica is one process with batch 4.
-  const auto want_dp = single_losses(4);
-  const auto got_dp = launched_losses("--nodes 4 --set parallel.pp=2 --set parallel.dp=2");
-  REQUIRE(got_dp.size() == want_dp.size());
-  for (std::size_t i = 0; i < want_dp.size(); ++i) CHECK(got_dp[i] == Approx(want_dp[i]).epsilon(1e-5));
 }
 
 TEST_CASE("a pipeline that does not match the nodes is refused", "[launch][pipeline][errors]") {
@@ -198,7 +214,7 @@ TEST_CASE("a pipeline that does not match the nodes is refused", "[launch][pipel
   write_file(cfg, "[model]\nlayers = 2\n[train]\nthreads = 1\n");
   auto r = run(troupe_bin() + " launch " + cfg + " --nodes 2 --set parallel.pp=3 --set parallel.stage_actor=troupe.gpt_stage");
   CHECK(r.exit_code != 0);
-  CHECK(r.err.find("parallel.dp x parallel.pp = 3 but the job has 2 nodes") != std::string::npos);
+  CHECK(r.err.find("parallel.dp x parallel.pp = 3 stage actors cannot be placed evenly on 2 nodes") != std::string::npos);
 }
 
 }  // namespace troupe::testing

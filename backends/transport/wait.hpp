@@ -27,4 +27,27 @@ inline Status wait_for(const std::function<void(Completion)>& start) {
   return slot->status;
 }
 
+/// A reusable completion for an operation whose owner outlives it: callback()
+/// arms it for one operation, wait() sleeps (futex) until that one completed.
+class CompletionFlag {
+ public:
+  Completion callback() {
+    done_.store(0, std::memory_order_relaxed);
+    return [this](Status st) {
+      status_ = std::move(st);
+      done_.store(1, std::memory_order_release);
+      done_.notify_all();
+    };
+  }
+  Status wait() {
+    done_.wait(0, std::memory_order_acquire);
+    return status_;
+  }
+  bool done() const { return done_.load(std::memory_order_acquire) != 0; }
+
+ private:
+  std::atomic<int> done_{1};  // nothing pending: wait() returns at once
+  Status status_;
+};
+
 }  // namespace troupe

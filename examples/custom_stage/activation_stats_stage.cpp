@@ -30,8 +30,9 @@ void log_stats(int rank, int step, troupe::GptStage& stage) {
 void activation_stats_main(caf::blocking_actor* self, troupe::ActorArgs args) {
   troupe::GptStageHooks hooks;
   hooks.after_step = [rank = args.rank](int step, troupe::GptStage& stage, double) { log_stats(rank, step, stage); };
-  auto result = troupe::train_gpt_stage(args, hooks);
-  if (!result) spdlog::error("node {}: {}", args.rank, result.error().message);
+  auto result = troupe::train_gpt_stage(self, args, hooks);
+  if (!result)
+    self->send(args.report_to, troupe::msg::failed_atom::value, args.generation, args.rank, result.error().message);
   self->send(args.report_to, troupe::msg::reduced_atom::value, args.generation, result.ok(),
              result ? static_cast<float>(*result) : -1.0f);
 }
@@ -44,7 +45,7 @@ void register_activation_stats_stage(troupe::ActorRegistry& registry) {
       [](caf::actor_system& sys, const troupe::ActorArgs& args) {
         return sys.spawn<caf::detached>(activation_stats_main, args);
       },
-      troupe::validate_gpt_stage_job);
+      troupe::validate_gpt_stage_job, troupe::gpt_stage_placement());
 }
 
 }  // namespace example

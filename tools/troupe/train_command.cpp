@@ -6,7 +6,9 @@
 
 #include "actors/evaluation.hpp"
 #include "actors/job_model.hpp"
+#include "actors/actor_registry.hpp"
 #include "actors/local_trainer.hpp"
+#include "actors/node.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "ops/model/weights.hpp"
 #include "runtime/job_config.hpp"
@@ -28,9 +30,9 @@ struct EvalArgs {
 };
 
 int run_train(const TrainArgs& a) {
-  auto job = load_job_config(a.config, a.overrides);
-  if (!job) return fail("train", job.error());
-  if (auto st = train_locally(*job, a.options); !st) return fail("train", st.error());
+  ActorRegistry registry;
+  register_builtin_actors(registry);
+  if (auto st = train_in_process(a.config, a.overrides, a.options, registry); !st) return fail("train", st.error());
   return 0;
 }
 
@@ -65,6 +67,7 @@ void register_train(CLI::App& app, Action& action) {
   cmd->add_option("--metrics", args->options.metrics_path, "Write one JSON object per step to FILE");
   cmd->add_option("--init", args->options.init_path, "Start from these safetensors weights");
   cmd->add_option("--save", args->options.save_path, "Save the final weights (safetensors)");
+  cmd->add_option("--trace", args->options.trace_path, "Write a Chrome trace of every stage actor (opens in Perfetto)");
   cmd->callback([args, &action] { action = [args] { return run_train(*args); }; });
 }
 

@@ -1,0 +1,103 @@
+// The data loader actor.
+#include "actors/data_loader.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <caf/all.hpp>
+#include <map>
+#include <optional>
+
+#include "actors/batches.hpp"
+#include "runtime/messages.hpp"
+
+namespace troupe {
+namespace {
+
+struct LoaderState {
+  std::shared_ptr<ShmRing> ring;
+  DataLoaderSpec spec;
+  std::optional<TokenFile> file;
+  int next_fill = 0;      // next step to write
+  int released_upto = 0;  // every step below this one was released by every consumer
+  std::map<int, int> releases;  // step -> consumers that released it (-1: all did)
+  std::map<int, std::vector<std::pair<caf::response_promise, int>>> waiting;  // step -> (promise, block)
+  static inline const char* name = "troupe.data_loader";
+};
+
+using LoaderSelf = caf::stateful_actor<LoaderState>;
+
+int block_of(const DataLoaderSpec& spec, int replica) {
+  for (std::size_t i = 0; i < spec.replicas.size(); ++i)
+    if (spec.replicas[i] == replica) return static_cast<int>(i);
+  return -1;
+}
+
+// Writes every step the ring has room for, then answers the stages waiting on them.
+void fill_ahead(LoaderSelf* self) {
+  auto& st = self->state;
+  const auto& sp = st.spec;
+  while (st.next_fill < sp.steps && st.next_fill < st.released_upto + sp.depth) {
+    const int step = st.next_fill++;
+    auto* base = static_cast<char*>(st.ring->slot(step % sp.depth));
+    for (std::size_t b = 0; b < sp.replicas.size(); ++b)
+      for (int mb = 0; mb < sp.microbatches; ++mb) {
+        auto* tokens = reinterpret_cast<std::int32_t*>(base + b * sp.block_bytes() + sp.offset_in_block(mb));
+        fill_batch_rows(*st.file, sp.seed, step, mb, sp.batch, sp.ctx, tokens, tokens + sp.batch * sp.ctx,
+                        sp.replicas[b], sp.dp);
+      }
+    if (auto it = st.waiting.find(step); it != st.waiting.end()) {
+      for (auto& [promise, block] : it->second) promise.deliver(step % sp.depth, block);
+      st.waiting.erase(it);
+    }
+  }
+}
+
+caf::behavior data_loader(LoaderSelf* self, std::shared_ptr<ShmRing> ring, DataLoaderSpec spec) {
+  auto& st = self->state;
+  st.ring = std::move(ring);
+  st.spec = std::move(spec);
+  auto file = TokenFile::open(st.spec.train_path);
+  if (!file) {
+    spdlog::error("data loader: data.train: {}", file.error().message);
+    self->quit(caf::sec::runtime_error);
+    return {};
+  }
+  st.file.emplace(std::move(*file));
+  fill_ahead(self);
+  return {
+      [self](msg::batch_atom, int step, int replica) -> caf::result<int, int> {
+        auto& s = self->state;
+        const int block = block_of(s.spec, replica);
+        if (block < 0 || step < s.released_upto || step >= s.spec.steps) return caf::sec::invalid_argument;
+        if (step < s.next_fill) return {step % s.spec.depth, block};
+        auto promise = self->make_response_promise();
+        s.waiting[step].emplace_back(promise, block);
+        return caf::delegated<int, int>();
+      },
+      [self](msg::release_atom, int step) {
+        auto& s = self->state;
+        if (++s.releases[step] < s.spec.consumers) return;
+        s.releases[step] = -1;  // released by every consumer
+        for (auto it = s.releases.find(s.released_upto); it != s.releases.end() && it->second == -1;
+             it = s.releases.find(s.released_upto)) {
+          s.releases.erase(it);
+          ++s.released_upto;
+        }
+        fill_ahead(self);
+      },
+  };
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<ShmRing>> create_data_ring(const std::string& job_id, int node, const DataLoaderSpec& spec) {
+  auto ring = ShmRing::create(shm_ring_name(job_id, node), spec.slot_bytes(), spec.depth);
+  if (!ring) return ring.error();
+  return std::make_shared<ShmRing>(std::move(*ring));
+}
+
+caf::actor spawn_data_loader(caf::actor_system& sys, std::shared_ptr<ShmRing> ring, DataLoaderSpec spec) {
+  return sys.spawn(data_loader, std::move(ring), std::move(spec));
+}
+
+}  // namespace troupe

@@ -1,0 +1,67 @@
+// make_stage_plan: validation of the parallel layout and the schedule choice.
+#include "actors/stage_plan.hpp"
+
+#include "actors/job_model.hpp"
+#include "schedules/auto_pick.hpp"
+
+namespace troupe {
+
+std::vector<StageSpec> StagePlan::chunks_of(int stage) const {
+  std::vector<StageSpec> out;
+  for (int c = 0; c < schedule.chunks; ++c)
+    out.push_back(virtual_specs[static_cast<std::size_t>(schedule.virtual_stage(stage, c))]);
+  return out;
+}
+
+Expected<StagePlan> make_stage_plan(const JobConfig& job, int actors) {
+  StagePlan plan;
+  plan.job = job;
+  plan.cfg = gpt_config(job);
+  TROUPE_TRY(validate(plan.cfg));
+  const auto& par = job.parallel;
+  if (par.tp != 1) return make_error("parallel.tp = ", std::to_string(par.tp), ": tensor parallelism is not built yet; use 1");
+  plan.dims = ParallelDims{par.dp, par.pp, 1};
+  if (par.dp * par.pp != actors)
+    return make_error("parallel.dp x parallel.pp = ", std::to_string(par.dp * par.pp), " stage actors, but ",
+                      std::to_string(actors), " can be placed");
+  int chunks = par.chunks;
+  schedules::Kind kind{};
+  if (par.schedule == "auto") {
+    schedules::AutoPickRequest req;
+    req.stages = par.pp;
+    req.microbatches = par.microbatches;
+    req.costs = schedules::Costs{1, 1, 1, 0};  // F = B = W: the usual transformer proportions
+    if (par.max_activations > 0) req.memory_limit = par.max_activations;
+    // Chunks need layers: at most layers / pp per stage.
+    req.max_chunks = std::max(1, std::min(4, plan.cfg.layers / par.pp));
+    auto pick = schedules::auto_pick(req);
+    if (!pick) return make_error("parallel.schedule = auto: ", pick.error().message);
+    kind = pick->chosen.kind;
+    chunks = pick->chosen.chunks;
+    plan.schedule_reason = pick->reason;
+  } else {
+    auto parsed = schedules::parse_kind(par.schedule);
+    if (!parsed) return make_error("parallel.schedule: ", parsed.error().message);
+    kind = *parsed;
+  }
+  if (par.microbatches < par.pp)
+    return make_error("parallel.microbatches = ", std::to_string(par.microbatches), " is fewer than the ",
+                      std::to_string(par.pp), " stages ", std::string(schedules::kind_name(kind)),
+                      " needs to fill the pipeline");
+  auto schedule = schedules::build_schedule(kind, par.pp, par.microbatches, chunks);
+  if (!schedule) return make_error("parallel: ", schedule.error().message);
+  plan.schedule = std::move(*schedule);
+  // Layers: split over the pp * chunks virtual stages; parallel.layers lists
+  // them per virtual stage.
+  const int virtual_stages = par.pp * plan.schedule.chunks;
+  if (par.layers.empty() && plan.cfg.layers % virtual_stages != 0)
+    return make_error("model.layers = ", std::to_string(plan.cfg.layers), " cannot be divided evenly over ",
+                      std::to_string(virtual_stages),
+                      " (parallel.pp x parallel.chunks) stages; list them in parallel.layers");
+  auto specs = split_stages(plan.cfg, virtual_stages, par.layers);
+  if (!specs) return specs.error();
+  plan.virtual_specs = std::move(*specs);
+  return plan;
+}
+
+}  // namespace troupe

@@ -1,0 +1,50 @@
+// Training one stage actor's share of the job — the body every GPT stage actor
+// runs, whether the job is one process (troupe train, in-process transport) or
+// many nodes (troupe launch / troupe node, UCX): the schedule's steps through
+// StageRunner, ZeRO-1 data parallelism per model chunk, the tied embedding
+// summed between the pipeline's ends, the global gradient norm, the sharded
+// optimizer, then per-step metrics with the measured bubble beside the
+// simulator's prediction. No actor framework here: the actor wraps it.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "actors/stage_plan.hpp"
+#include "actors/stage_runner.hpp"
+#include "common/expected.hpp"
+
+namespace troupe {
+
+/// Where this stage actor's microbatches come from (the node's data loader,
+/// or the token file directly).
+struct BatchSource {
+  /// Microbatch `mb` of `step` for this replica; valid until release(step).
+  std::function<Expected<MicroBatch>(int step, int mb)> get;
+  /// The step's batches are no longer read (optional).
+  std::function<void(int step)> release;
+};
+
+/// Points where a user's stage actor can add its own behaviour to the GPT stage.
+struct GptStageHooks {
+  /// After each step's update, with the step, this stage's first model chunk
+  /// and the loss (mean over the microbatches and replicas).
+  std::function<void(int step, GptStage& stage, double loss)> after_step;
+};
+
+struct StageTrainerArgs {
+  const StagePlan* plan = nullptr;
+  int rank = 0;  ///< this actor's rank in the job (Megatron order over dp x pp)
+  Transport* transport = nullptr;
+  BatchSource batches;
+  std::string trace_path;    ///< this actor's part of the Chrome trace ("" = none)
+  std::string metrics_path;  ///< per-step JSON lines, written by the whole-model root ("" = none)
+  std::string init_path;     ///< start from these weights ("" = initialise from the seed)
+  std::string save_path;     ///< write the trained whole model here ("" = don't)
+  GptStageHooks hooks;
+};
+
+/// Trains for plan->job.train.steps steps (blocking); returns the final loss.
+Expected<double> train_stage(const StageTrainerArgs& args);
+
+}  // namespace troupe

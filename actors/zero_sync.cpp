@@ -1,0 +1,166 @@
+// ZeroChunk: buckets, readiness counting, sharded optimizer, gathers.
+#include "actors/zero_sync.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+
+namespace troupe {
+
+std::vector<ElementRange> make_buckets(const GptStage& model, std::int64_t bucket_elements, const std::string& alone) {
+  std::vector<ElementRange> out;
+  const auto& params = model.params();
+  std::int64_t end = model.params().empty() ? 0 : params.back().offset + params.back().value.numel();
+  std::int64_t begin = end;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    const bool single = !alone.empty() && it->spec.name == alone;
+    if (single && begin < end) {  // close what is open before the lone tensor
+      out.push_back({begin, end});
+      end = begin;
+    }
+    begin = it->offset;
+    if (single || end - begin >= bucket_elements) {
+      out.push_back({begin, end});
+      end = begin;
+    }
+  }
+  if (begin < end) out.push_back({begin, end});
+  return out;
+}
+
+struct ZeroChunk::Impl {
+  GptStage* model = nullptr;
+  Collectives* coll = nullptr;
+  std::vector<int> replicas;
+  int me = 0;
+  ZeroOptions options;
+  std::vector<ElementRange> buckets;
+  std::vector<std::int64_t> remaining;  // gradient elements not yet final, per bucket
+  std::size_t deferred = SIZE_MAX;      // index of the deferred bucket
+  std::vector<CompletionFlag> reduced, gathered;
+  std::vector<bool> launched;
+  std::optional<StageOptimizer> optimizer;
+  bool sharded() const { return replicas.size() > 1; }
+};
+
+ZeroChunk::ZeroChunk(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ZeroChunk::~ZeroChunk() = default;
+
+Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(Device& device, GptStage& model, Collectives& collectives,
+                                                       std::vector<int> replicas, int me, OptimizerConfig optimizer,
+                                                       ZeroOptions options) {
+  if (options.bucket_elements < 1) return make_error("parallel.bucket_mb must be > 0");
+  auto impl = std::make_unique<Impl>();
+  impl->model = &model;
+  impl->coll = &collectives;
+  impl->replicas = std::move(replicas);
+  impl->me = me;
+  impl->options = options;
+  impl->buckets = make_buckets(model, options.bucket_elements, options.deferred_param);
+  if (!options.deferred_param.empty()) {
+    const StageParam* p = model.find(options.deferred_param);
+    if (!p) return make_error("zero: no parameter ", options.deferred_param, " on this stage");
+    for (std::size_t b = 0; b < impl->buckets.size(); ++b)
+      if (impl->buckets[b].begin == p->offset) impl->deferred = b;
+  }
+  const std::size_t n = impl->buckets.size();
+  impl->remaining.assign(n, 0);
+  impl->launched.assign(n, false);
+  impl->reduced = std::vector<CompletionFlag>(n);
+  impl->gathered = std::vector<CompletionFlag>(n);
+  // This replica's shard of every bucket, in ascending offset order.
+  std::vector<ElementRange> owned;
+  const int group = static_cast<int>(impl->replicas.size());
+  for (const auto& b : impl->buckets) {
+    auto [lo, hi] = Collectives::chunk(static_cast<std::size_t>(b.size()), group, me);
+    if (hi > lo) owned.push_back({b.begin + static_cast<std::int64_t>(lo), b.begin + static_cast<std::int64_t>(hi)});
+  }
+  std::sort(owned.begin(), owned.end(), [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
+  auto opt = StageOptimizer::create(device, model, optimizer, owned);
+  if (!opt) return opt.error();
+  impl->optimizer.emplace(std::move(*opt));
+  return std::unique_ptr<ZeroChunk>(new ZeroChunk(std::move(impl)));
+}
+
+int ZeroChunk::bucket_count() const { return static_cast<int>(impl_->buckets.size()); }
+const std::vector<ElementRange>& ZeroChunk::buckets() const { return impl_->buckets; }
+const StageOptimizer& ZeroChunk::optimizer() const { return *impl_->optimizer; }
+
+void ZeroChunk::start_reduce(std::size_t b) {
+  Impl& m = *impl_;
+  m.launched[b] = true;
+  if (!m.sharded()) return;
+  const ElementRange r = m.buckets[b];
+  m.coll->reduce_scatter(m.replicas, m.model->flat_grads().f32() + r.begin, static_cast<std::size_t>(r.size()),
+                         m.reduced[b].callback());
+}
+
+GptStage::GradsReady ZeroChunk::grads_ready() {
+  Impl& m = *impl_;
+  for (std::size_t b = 0; b < m.buckets.size(); ++b) {
+    m.remaining[b] = m.buckets[b].size();
+    m.launched[b] = false;
+  }
+  return [this](std::int64_t begin, std::int64_t end) {
+    Impl& z = *impl_;
+    for (std::size_t b = 0; b < z.buckets.size(); ++b) {
+      const std::int64_t lo = std::max(begin, z.buckets[b].begin), hi = std::min(end, z.buckets[b].end);
+      if (hi <= lo) continue;
+      z.remaining[b] -= hi - lo;
+      if (z.remaining[b] == 0 && b != z.deferred) start_reduce(b);
+    }
+  };
+}
+
+void ZeroChunk::reduce_deferred() {
+  if (impl_->deferred != SIZE_MAX) start_reduce(impl_->deferred);
+}
+
+int ZeroChunk::finished_buckets() const {
+  int n = 0;
+  for (std::size_t b = 0; b < impl_->buckets.size(); ++b)
+    if (impl_->launched[b] && impl_->reduced[b].done()) ++n;
+  return n;
+}
+
+Status ZeroChunk::wait_grads() {
+  Impl& m = *impl_;
+  for (std::size_t b = 0; b < m.buckets.size(); ++b) {
+    if (!m.launched[b]) return make_error("zero: bucket ", std::to_string(b), " was never reduced this step");
+    TROUPE_TRY(m.reduced[b].wait());
+  }
+  return Status::success();
+}
+
+double ZeroChunk::owned_sum_squares(Stream& s, bool skip_deferred) const {
+  return impl_->optimizer->owned_sum_squares(*impl_->model, s, skip_deferred ? impl_->options.deferred_param : "");
+}
+
+Status ZeroChunk::step(float lr, int t, double global_sum_squares, Stream& s) {
+  Impl& m = *impl_;
+  Status status;
+  NormReducer reduce;
+  if (m.sharded())
+    reduce = [&](std::vector<double>& sums) {
+      std::vector<float> f(sums.begin(), sums.end());
+      status = wait_for([&](Completion c) { m.coll->all_reduce(m.replicas, f.data(), f.size(), std::move(c)); });
+      std::copy(f.begin(), f.end(), sums.begin());
+    };
+  m.optimizer->step_with_global_norm(*m.model, lr, t, global_sum_squares, s, reduce);
+  return status;
+}
+
+void ZeroChunk::gather_params() {
+  Impl& m = *impl_;
+  if (!m.sharded()) return;
+  for (std::size_t b = 0; b < m.buckets.size(); ++b)
+    m.coll->all_gather(m.replicas, m.model->flat_params().f32() + m.buckets[b].begin,
+                       static_cast<std::size_t>(m.buckets[b].size()), m.gathered[b].callback());
+}
+
+Status ZeroChunk::wait_params() {
+  for (auto& g : impl_->gathered) TROUPE_TRY(g.wait());
+  return Status::success();
+}
+
+}  // namespace troupe

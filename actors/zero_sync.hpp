@@ -1,0 +1,81 @@
+// ZeRO-1 data parallelism for one model chunk (MegaScale §3.2): the chunk's
+// flat gradient buffer is cut into buckets at parameter boundaries; a bucket is
+// reduce-scattered over the replicas as soon as the step's last backward has
+// finished it, while the rest of the backward runs. Each replica then owns one
+// shard of every bucket: it keeps optimizer moments for its shards only and
+// updates only them, and the updated parameters are all-gathered back while
+// the next step starts (the first forward of the chunk waits for them).
+//
+// Invariants (cited by zero_sync.test.cpp):
+//  Z-1 buckets tile the flat buffer, in parameter boundaries, largest offsets first;
+//  Z-2 every replica issues the same collectives in the same order (bucket
+//      readiness follows the program, which is the same on every replica);
+//  Z-3 after wait_grads(), each owned shard holds the sum over replicas;
+//  Z-4 after wait_params(), every replica holds identical parameters equal to
+//      the unsharded optimizer's (AdamW, LAMB with norms summed over shards).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/transport/collectives.hpp"
+#include "backends/transport/wait.hpp"
+#include "common/expected.hpp"
+#include "ops/model/gpt_stage.hpp"
+#include "ops/optim/stage_optimizer.hpp"
+
+namespace troupe {
+
+struct ZeroOptions {
+  std::int64_t bucket_elements = 1 << 20;
+  /// A parameter whose gradient the caller must first sum with another stage's
+  /// (the tied embedding on the pipeline's ends): its bucket waits for
+  /// reduce_deferred(). Empty = none.
+  std::string deferred_param;
+};
+
+class ZeroChunk {
+ public:
+  /// `replicas`: transport ranks of this chunk's data-parallel group; `me` is
+  /// this rank's index in it.
+  static Expected<std::unique_ptr<ZeroChunk>> create(Device& device, GptStage& model, Collectives& collectives,
+                                                     std::vector<int> replicas, int me, OptimizerConfig optimizer,
+                                                     ZeroOptions options);
+  ~ZeroChunk();
+
+  /// The observer for the step's last backward: reduce-scatters each bucket
+  /// (except the deferred one) the moment its gradients are final.
+  GptStage::GradsReady grads_ready();
+  /// Reduce-scatters the deferred bucket (after its gradient was completed).
+  void reduce_deferred();
+  /// Buckets whose reduce-scatter has already finished (e.g. when the backward ends).
+  int finished_buckets() const;
+  /// Waits for every bucket of the step.
+  Status wait_grads();
+  /// Sum of squared (reduced) gradients over this replica's shards; the
+  /// deferred parameter is left out when `skip_deferred`.
+  double owned_sum_squares(Stream& s, bool skip_deferred) const;
+  /// The sharded update (blocking: LAMB's norms are all-reduced over the replicas).
+  Status step(float lr, int t, double global_sum_squares, Stream& s);
+  /// Starts the all-gather of the updated parameters.
+  void gather_params();
+  /// Waits for gather_params() (immediately done if none is in flight).
+  Status wait_params();
+
+  int bucket_count() const;
+  const std::vector<ElementRange>& buckets() const;
+  const StageOptimizer& optimizer() const;
+
+ private:
+  struct Impl;
+  explicit ZeroChunk(std::unique_ptr<Impl> impl);
+  void start_reduce(std::size_t bucket);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Buckets of at least `bucket_elements` (except the last) cut at parameter
+/// boundaries from the end of the buffer; `alone` (if named) is a bucket of its own.
+std::vector<ElementRange> make_buckets(const GptStage& model, std::int64_t bucket_elements, const std::string& alone);
+
+}  // namespace troupe
