@@ -220,7 +220,9 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   }
   std::string joined;
   for (auto& ov : o.overrides) joined += ov + "\n";
-  std::map<std::string, std::string> settings{{"config", o.config_path}, {"overrides", joined}, {"trace", o.trace_path}};
+  std::map<std::string, std::string> settings{{"config", o.config_path}, {"overrides", joined},
+                                              {"trace", o.trace_path},   {"metrics", o.metrics_path},
+                                              {"init", o.init_path},     {"save", o.save_path}};
   {
     ActorArgs probe{o.rank * k, o.world * k, 0, nullptr, {}, settings, o.rank, o.world, {}, {}};
     if (auto ok = registry.validate(type, probe); !ok) return fail(ok.error());

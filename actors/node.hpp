@@ -21,7 +21,10 @@ struct NodeOptions {
   int port = 0;                    ///< port of the node actor; 0 = any free one
   double hold_seconds = 0;         ///< keep the job up this long after it is verified
   int rendezvous_timeout_ms = 30000;
-  std::string trace_path;  ///< work actors write FILE.node<R> (Chrome trace); empty = none
+  std::string trace_path;    ///< stage actors write FILE.actor<R> (Chrome trace); empty = none
+  std::string metrics_path;  ///< per-step JSON lines (written by actor 0, on node 0); empty = none
+  std::string init_path;     ///< safetensors weights to start from; empty = initialise from the seed
+  std::string save_path;     ///< safetensors weights written at the end (by actor 0); empty = none
 };
 
 class ActorRegistry;

@@ -39,7 +39,8 @@ enum Field : int {
   kBusy,         // compute, us
   kBlocked,      // waiting in receives, us
   kWall,         // the runner's step, us
-  kExposedSync,  // from the end of the backward to every bucket reduced, us
+  kTiedSync,     // summing the tied embedding between the pipeline's ends, us
+  kExposedSync,  // waiting for the buckets' reduce-scatters after that, us
   kBuckets,      // gradient buckets of the stage
   kHidden,       // buckets already reduced when the backward ended
   kFields
@@ -47,6 +48,7 @@ enum Field : int {
 
 struct StepReport {
   double loss = 0, bubble = 0, bubble_predicted = 0, blocked_beyond_us = 0, wall_us = 0, exposed_sync_us = 0;
+  double tied_sync_us = 0;
   double buckets = 0, hidden = 0;
 };
 
@@ -60,6 +62,7 @@ StepReport analyse(const StagePlan& plan, const std::vector<float>& rows) {
     costs.push_back(schedules::Costs{at(st, kForward), at(st, kBackward), at(st, kWeight), 0});
     r.wall_us = std::max(r.wall_us, at(st, kWall));
     r.exposed_sync_us = std::max(r.exposed_sync_us, at(st, kExposedSync));
+    r.tied_sync_us = std::max(r.tied_sync_us, at(st, kTiedSync));
     r.buckets += at(st, kBuckets);
     r.hidden += at(st, kHidden);
   }
@@ -177,9 +180,11 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                         std::move(c));
       }));
     }
+    const double tied_sync = us_since(backward_end);
+    const auto reduce_start = Clock::now();
     for (auto& z : zero) z->reduce_deferred();
     for (auto& z : zero) TROUPE_TRY(z->wait_grads());
-    const double exposed_sync = us_since(backward_end);
+    const double exposed_sync = us_since(reduce_start);
     if (a.batches.release) a.batches.release(step);
     // Global norm over every shard of every stage (the tied weight once).
     double sq = 0;
@@ -193,8 +198,9 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     const double sync_us = us_since(backward_end);
     if (trace) {
       const double now = trace->now_us();
-      trace->span(links.trace_track, "grad_sync", "grad_sync", now - sync_us, exposed_sync, {{"step", step}});
-      trace->span(links.trace_track, "optimizer", "optimizer", now - sync_us + exposed_sync, sync_us - exposed_sync,
+      const double synced = tied_sync + exposed_sync;
+      trace->span(links.trace_track, "grad_sync", "grad_sync", now - sync_us, synced, {{"step", step}});
+      trace->span(links.trace_track, "optimizer", "optimizer", now - sync_us + synced, sync_us - synced,
                   {{"step", step}});
     }
     // One row per stage, summed over everyone: the pipeline's measurements.
@@ -208,6 +214,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     row[kBusy] = static_cast<float>((times->forward_us + times->backward_us + times->weight_us) / dp);
     row[kBlocked] = static_cast<float>(times->blocked_us / dp);
     row[kWall] = static_cast<float>(times->wall_us / dp);
+    row[kTiedSync] = static_cast<float>(tied_sync / dp);
     row[kExposedSync] = static_cast<float>(exposed_sync / dp);
     row[kBuckets] = static_cast<float>(buckets / dp);
     row[kHidden] = static_cast<float>(hidden / dp);
@@ -243,6 +250,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                              {"bubble_predicted", rep.bubble_predicted},
                              {"blocked_beyond_prediction_ms", rep.blocked_beyond_us / 1e3},
                              {"blocked_beyond_prediction", rep.blocked_beyond_us / rep.wall_us},
+                             {"tied_embedding_sync_ms", rep.tied_sync_us / 1e3},
                              {"grad_sync_exposed_ms", rep.exposed_sync_us / 1e3},
                              {"grad_buckets", rep.buckets},
                              {"grad_buckets_hidden", rep.hidden}};

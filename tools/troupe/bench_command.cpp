@@ -12,6 +12,8 @@ nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes);
 Expected<nlohmann::json> bench_collectives(int nodes, const std::vector<std::size_t>& sizes, bool with_gloo);
+Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
+                                        int warmup);
 }
 
 namespace troupe::cli {
@@ -96,6 +98,28 @@ void register_bench(CLI::App& app, Action& action) {
     action = [ca] {
       auto out = bench_collectives(ca->nodes, ca->sizes, !ca->no_gloo);
       if (!out) return fail("bench collectives", out.error());
+      std::printf("%s\n", out->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  struct PipelineArgs {
+    std::string config;
+    int nodes = 2, warmup = 3;
+    std::vector<std::string> overrides;
+  };
+  auto pa = std::make_shared<PipelineArgs>();
+  auto* pl = bench->add_subcommand("pipeline", "A job through troupe launch: bubble beside the simulator, blocked time, hidden gradient traffic");
+  pl->add_option("config", pa->config, "Job config (TOML)")->required();
+  pl->add_option("--nodes", pa->nodes, "Node processes")->check(CLI::Range(1, 64));
+  pl->add_option("--warmup", pa->warmup, "Steps left out at the start")->check(CLI::Range(0, 1000));
+  pl->add_option("--set", pa->overrides, "Override a config key")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  pl->callback([pa, &action] {
+    action = [pa] {
+      auto out = bench_pipeline(pa->config, pa->nodes, pa->overrides, pa->warmup);
+      if (!out) return fail("bench pipeline", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;
     };

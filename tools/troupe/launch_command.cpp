@@ -11,21 +11,31 @@ namespace troupe::cli {
 void register_launch(CLI::App& app, Action& action) {
   auto o = std::make_shared<LaunchOptions>();
   auto hold = std::make_shared<double>(0);
+  auto files = std::make_shared<std::array<std::string, 3>>();  // metrics, init, save
   auto* cmd = app.add_subcommand("launch", "Run a job as N node processes on this machine");
   cmd->add_option("config", o->config_path, "Job config (TOML)")->required();
   cmd->add_option("--nodes", o->nodes, "Node processes")->check(CLI::Range(1, 1024));
   cmd->add_option("--redis", o->redis_url, "Redis URL (default: a private redis-server on loopback)");
   cmd->add_option("--trace", o->trace_path, "Write one Chrome trace of every stage actor (opens in Perfetto)");
   cmd->add_option("--hold", *hold, "Keep the job up this many seconds after it is verified");
+  cmd->add_option("--metrics", (*files)[0], "Write one JSON object per step to FILE (by the first stage actor)");
+  cmd->add_option("--init", (*files)[1], "Start from these safetensors weights");
+  cmd->add_option("--save", (*files)[2], "Save the final weights (safetensors, one file for the whole model)");
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->callback([o, hold, &action] {
-    action = [o, hold] {
+  cmd->callback([o, hold, files, &action] {
+    action = [o, hold, files] {
       char self[PATH_MAX] = {};
       const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
       o->troupe_binary = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "troupe";
       if (*hold > 0) o->extra_node_args = {"--hold", std::to_string(*hold)};
+      const char* flags[] = {"--metrics", "--init", "--save"};
+      for (std::size_t i = 0; i < files->size(); ++i)
+        if (!(*files)[i].empty()) {
+          o->extra_node_args.push_back(flags[i]);
+          o->extra_node_args.push_back((*files)[i]);
+        }
       return launch(*o);
     };
   });

@@ -15,7 +15,10 @@ void register_node(CLI::App& app, Action& action) {
   cmd->add_option("--job", o->job_id, "Job ID (namespaces the Redis keys)");
   cmd->add_option("--host", o->host, "Address to bind and publish");
   cmd->add_option("--port", o->port, "Port of the node actor (0: any free port)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--trace", o->trace_path, "Write this node's timeline to FILE.node<R> (Chrome trace)");
+  cmd->add_option("--trace", o->trace_path, "Write each stage actor's timeline to FILE.actor<R> (Chrome trace)");
+  cmd->add_option("--metrics", o->metrics_path, "Write one JSON object per step to FILE (by the first stage actor)");
+  cmd->add_option("--init", o->init_path, "Start from these safetensors weights");
+  cmd->add_option("--save", o->save_path, "Save the final weights (safetensors, one file for the whole model)");
   cmd->add_option("--hold", o->hold_seconds, "Keep the job up this many seconds after it is verified");
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
