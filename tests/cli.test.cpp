@@ -113,6 +113,22 @@ TEST_CASE("empty token files and a diverging run are one-line errors", "[cli][er
   for (std::string line; std::getline(lines, line);) CHECK_FALSE(nlohmann::json::parse(line, nullptr, false).is_discarded());
 }
 
+TEST_CASE("a parallel layout that cannot run is refused before training, in one line", "[cli][errors][pipeline]") {
+  Job job;
+  const auto t = troupe_bin() + " train " + job.cfg;
+  // The job's model has 2 layers.
+  expect_one_line_error(run(t + " --set parallel.pp=2 --set parallel.chunks=2 --set parallel.schedule=interleaved-1f1b "
+                                "--set parallel.microbatches=2"),
+                        "model.layers = 2 cannot be divided evenly over 4");
+  expect_one_line_error(run(t + " --set parallel.pp=2 --set parallel.microbatches=2 --set parallel.layers=[2,1]"),
+                        "parallel.layers sums to 3");
+  expect_one_line_error(run(t + " --set parallel.pp=2 --set parallel.microbatches=1"),
+                        "parallel.microbatches = 1 is fewer than the 2 stages");
+  expect_one_line_error(run(t + " --set parallel.stage_actor=user.nope"), "actor type 'user.nope' is not registered");
+  expect_one_line_error(run(t + " --set parallel.schedule=zigzag"), "parallel.schedule");
+  expect_one_line_error(run(t + " --set parallel.bucket_mb=0"), "parallel.bucket_mb");
+}
+
 TEST_CASE("a failed save leaves earlier weights untouched", "[cli][errors]") {
   Job job;
   const auto w = job.dir / "w.safetensors";
