@@ -1,12 +1,12 @@
 // StageRunner: per-(chunk, microbatch) buffers, completion flags, program interpretation.
 #include "actors/stage_runner.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "backends/transport/wait.hpp"
-#include "schedules/compute_order.hpp"
 
 namespace troupe {
 namespace {
@@ -61,10 +61,20 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
   impl->stage = stage;
   impl->stages = schedule.stages;
   impl->microbatches = schedule.microbatches;
-  // In-flight microbatches of one chunk are consecutive and never more than
-  // the stage's bound over all its chunks, so slot = mb % bound is safe.
-  impl->slots = schedules::activation_bound(schedule.kind, schedule.stages, schedule.microbatches, schedule.chunks,
-                                            stage);
+  // A microbatch holds its activation slot from its forward to its last
+  // backward (zero-bubble: its W). Per chunk forwards and those backwards run
+  // in microbatch order, so the held microbatches are consecutive and
+  // slot = mb % (most held at once, over all chunks) never collides.
+  {
+    std::vector<int> held(static_cast<std::size_t>(schedule.chunks), 0);
+    const bool split = schedule.kind == schedules::Kind::zb_h1;
+    impl->slots = 1;
+    for (const auto& in : impl->program) {
+      auto& h = held[static_cast<std::size_t>(in.chunk)];
+      if (in.op == Op::forward) impl->slots = std::max(impl->slots, ++h);
+      if (in.op == (split ? Op::backward_weight : Op::backward)) --h;
+    }
+  }
   impl->links = std::move(links);
   impl->replicas = replicas;
   const std::size_t n = static_cast<std::size_t>(schedule.chunks * schedule.microbatches);
@@ -78,7 +88,7 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
   };
   for (int c = 0; c < schedule.chunks; ++c) {
     const StageSpec& spec = chunk_specs[static_cast<std::size_t>(c)];
-    auto model = GptStage::create(device, cfg, spec, B, T, impl->slots);
+    auto model = GptStage::create(device, cfg, spec, B, T, impl->slots, schedule.kind == schedules::Kind::zb_h1);
     if (!model) return model.error();
     r->models_.push_back(std::move(*model));
     for (int mb = 0; mb < schedule.microbatches; ++mb) {
@@ -93,12 +103,19 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
   impl->grad_flags = std::vector<CompletionFlag>(n);
   impl->send_act_flags = std::vector<CompletionFlag>(n);
   impl->send_grad_flags = std::vector<CompletionFlag>(n);
+  // Gradients become final in the chunk's last backward (zero-bubble: its last
+  // W, which follows every B of the step; S-3 orders a microbatch's B before its W).
   impl->last_backward.assign(static_cast<std::size_t>(schedule.chunks), 0);
-  const bool split = schedule.kind == schedules::Kind::zb_h1;
+  std::vector<std::size_t> last_input(static_cast<std::size_t>(schedule.chunks), 0);
   for (std::size_t i = 0; i < impl->program.size(); ++i) {
     const auto& in = impl->program[i];
-    if (in.op == (split ? Op::backward_input : Op::backward)) impl->last_backward[static_cast<std::size_t>(in.chunk)] = i;
+    const auto c = static_cast<std::size_t>(in.chunk);
+    if (in.op == Op::backward || in.op == Op::backward_weight) impl->last_backward[c] = i;
+    if (in.op == Op::backward_input) last_input[c] = i;
   }
+  for (int c = 0; c < schedule.chunks; ++c)
+    if (last_input[static_cast<std::size_t>(c)] > impl->last_backward[static_cast<std::size_t>(c)])
+      return make_error("stage runner: chunk ", std::to_string(c), " has a B after its last W");
   r->impl_ = std::move(impl);
   return r;
 }
@@ -175,14 +192,15 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
                g.output(slot).nbytes(), m.send_act_flags[i].callback());
         break;
       case Op::backward:
-      case Op::backward_input: {
+      case Op::backward_weight: {
         GptStage::GradsReady ready;
         if (pc == m.last_backward[static_cast<std::size_t>(in.chunk)] && m.links.grads_ready)
           ready = m.links.grads_ready(in.chunk);
-        g.backward(slot, last ? Tensor{} : m.grad_in[i], s, ready);
+        if (in.op == Op::backward) g.backward(slot, last ? Tensor{} : m.grad_in[i], s, ready);
+        else g.backward_weight(slot, s, ready);
         break;
       }
-      case Op::backward_weight: break;  // the full backward above already did it
+      case Op::backward_input: g.backward_input(slot, last ? Tensor{} : m.grad_in[i], s); break;
       case Op::send_grad:
         std::memcpy(m.grad_out[i].raw(), g.input_grad().raw(), m.grad_out[i].nbytes());
         t.send(m.rank_of_virtual(vs - 1), tag_of(step, true, (vs - 1) / m.stages, in.mb), m.grad_out[i].raw(),

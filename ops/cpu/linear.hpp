@@ -14,4 +14,9 @@ void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
 void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
                      const Tensor& weight, bool accumulate_dinp, Stream& s);
 
+/// The two halves of linear_backward, for zero-bubble schedules that run the
+/// input gradient (B) now and the weight gradient (W) later.
+void linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight, bool accumulate_dinp, Stream& s);
+void linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp, Stream& s);
+
 }  // namespace troupe

@@ -45,6 +45,12 @@ struct GptStage::Slot {
   Tensor lnf, lnf_mean, lnf_rstd;  // head stage: (B,T,C), (B,T), (B,T)
   Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward
   Tensor losses;                   // head stage: (B*T)
+  // Zero-bubble split only: output gradients of the linear layers, kept from B to W.
+  struct Deferred {
+    Tensor dmlp, dfch, dproj, dqkv;  // (B,T,C), (B,T,4C), (B,T,C), (B,T,3C)
+  };
+  std::vector<Deferred> deferred;
+  Tensor dembed;  // embedding stage: d(residual[0])
 };
 
 // Backward buffers shared by all slots.
@@ -64,16 +70,16 @@ GptStage::~GptStage() = default;
 int GptStage::slots() const { return static_cast<int>(slots_.size()); }
 
 Expected<std::unique_ptr<GptStage>> GptStage::create(Device& device, const GptConfig& cfg, const StageSpec& spec,
-                                                     int B, int T, int slots) {
+                                                     int B, int T, int slots, bool split_backward) {
   TROUPE_TRY(validate(cfg));
   if (B < 1) return make_error("train.batch must be >= 1");
   if (T < 1 || T > cfg.ctx) return make_error("sequence length ", std::to_string(T), " exceeds model.ctx");
   std::unique_ptr<GptStage> stage(new GptStage(cfg, spec, B, T));
-  TROUPE_TRY(stage->allocate(device, std::max(1, slots)));
+  TROUPE_TRY(stage->allocate(device, std::max(1, slots), split_backward));
   return stage;
 }
 
-Status GptStage::allocate(Device& device, int slots) {
+Status GptStage::allocate(Device& device, int slots, bool split_backward) {
   std::int64_t total = 0;
   for (auto& spec : stage_param_specs(cfg_, spec_)) {
     params_.push_back(StageParam{spec, {}, {}, total});
@@ -144,6 +150,11 @@ Status GptStage::allocate(Device& device, int slots) {
       slot.logits = make({B, T, V});
       slot.losses = make({B * T});
     }
+    if (split_backward) {
+      for (int l = 0; l < spec_.layer_count(); ++l)
+        slot.deferred.push_back({make({B, T, C}), make({B, T, 4 * C}), make({B, T, C}), make({B, T, 3 * C})});
+      if (spec_.embedding) slot.dembed = make({B, T, C});
+    }
   }
   scratch_ = std::make_unique<Scratch>();
   scratch_->dres = make({B, T, C});
@@ -197,26 +208,47 @@ void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tens
 }
 
 // On entry scratch.dres holds d(block output); on return, d(block input).
-void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x, Stream& s) {
+void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x, Stream& s, bool input_only) {
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
   auto& d = *scratch_;
   auto& [ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b] = w;
-  linear_backward(d.dfch, mlp_w.g, mlp_b.g, d.dres, a.fcg, mlp_w.w, false, s);
-  gelu_backward(d.dfch, a.fch, d.dfch, s);
+  Slot::Deferred* keep = input_only ? &a_slot.deferred[static_cast<std::size_t>(layer)] : nullptr;
+  Tensor& dfch = keep ? keep->dfch : d.dfch;
+  Tensor& dqkv = keep ? keep->dqkv : d.dqkv;
+  // A linear layer's backward: both halves now, or the input half now and the
+  // output gradient kept (in `kept`, if it is not already where it was made).
+  auto linear = [&](Tensor& dinp, Weight& weight, Weight& bias, const Tensor& dy, const Tensor& inp, bool accumulate,
+                    Tensor* kept) {
+    if (!keep) return linear_backward(dinp, weight.g, bias.g, dy, inp, weight.w, accumulate, s);
+    if (kept) std::memcpy(kept->raw(), dy.raw(), dy.nbytes());
+    linear_backward_input(dinp, dy, weight.w, accumulate, s);
+  };
+  linear(dfch, mlp_w, mlp_b, d.dres, a.fcg, false, keep ? &keep->dmlp : nullptr);
+  gelu_backward(dfch, a.fch, dfch, s);
   if (cfg_.parallel_block) {
-    linear_backward(d.dln, fc_w.g, fc_b.g, d.dfch, a.ln1, fc_w.w, false, s);
-    linear_backward(d.datty, proj_w.g, proj_b.g, d.dres, a.atty, proj_w.w, false, s);
-    attention_backward(d.dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
-    linear_backward(d.dln, qkv_w.g, qkv_b.g, d.dqkv, a.ln1, qkv_w.w, true, s);
+    linear(d.dln, fc_w, fc_b, dfch, a.ln1, false, nullptr);
+    linear(d.datty, proj_w, proj_b, d.dres, a.atty, false, keep ? &keep->dproj : nullptr);
+    attention_backward(dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
+    linear(d.dln, qkv_w, qkv_b, dqkv, a.ln1, true, nullptr);
     layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd, s);
     return;
   }
-  linear_backward(d.dln, fc_w.g, fc_b.g, d.dfch, a.ln2, fc_w.w, false, s);
+  linear(d.dln, fc_w, fc_b, dfch, a.ln2, false, nullptr);
   layernorm_backward(d.dres, ln2_w.g, ln2_b.g, d.dln, a.x2, ln2_w.w, a.ln2_mean, a.ln2_rstd, s);
-  linear_backward(d.datty, proj_w.g, proj_b.g, d.dres, a.atty, proj_w.w, false, s);
-  attention_backward(d.dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
-  linear_backward(d.dln, qkv_w.g, qkv_b.g, d.dqkv, a.ln1, qkv_w.w, false, s);
+  linear(d.datty, proj_w, proj_b, d.dres, a.atty, false, keep ? &keep->dproj : nullptr);
+  attention_backward(dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
+  linear(d.dln, qkv_w, qkv_b, dqkv, a.ln1, false, nullptr);
   layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd, s);
+}
+
+// The weight halves block_backward(input_only) left, in the same accumulation order.
+void GptStage::block_weight_backward(Block& w, Slot& a_slot, int layer, Stream& s) {
+  auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  auto& k = a_slot.deferred[static_cast<std::size_t>(layer)];
+  linear_backward_weight(w.mlp_w.g, w.mlp_b.g, k.dmlp, a.fcg, s);
+  linear_backward_weight(w.fc_w.g, w.fc_b.g, k.dfch, cfg_.parallel_block ? a.ln1 : a.ln2, s);
+  linear_backward_weight(w.proj_w.g, w.proj_b.g, k.dproj, a.atty, s);
+  linear_backward_weight(w.qkv_w.g, w.qkv_b.g, k.dqkv, a.ln1, s);
 }
 
 void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, Stream& s) {
@@ -230,7 +262,7 @@ void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, flo
   cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale, s);
 }
 
-void GptStage::head_backward(Slot& a, Stream& s) {
+void GptStage::head_backward(Slot& a, Stream& s, bool input_only) {
   StageParam* lnf_w = find("ln_f.weight");
   StageParam* lnf_b = find("ln_f.bias");
   StageParam* wte = find("wte.weight");
@@ -239,10 +271,16 @@ void GptStage::head_backward(Slot& a, Stream& s) {
   const int N = B_ * T_, V = cfg_.vocab, C = cfg_.dim;
   // dlnf (N,C) = dlogits (N,V) @ wte (V,C); dwte (V,C) += dlogits^T @ lnf
   sgemm(pool, false, false, N, C, V, 1.0f, a.logits.f32(), V, wte->value.f32(), C, 0.0f, d.dln.f32(), C);
-  sgemm(pool, true, false, V, C, N, 1.0f, a.logits.f32(), V, a.lnf.f32(), C, 1.0f, wte->grad.f32(), C);
+  if (!input_only) head_weight_backward(a, s);
   std::memset(d.dres.raw(), 0, d.dres.nbytes());
   layernorm_backward(d.dres, lnf_w->grad, lnf_b->grad, d.dln, a.residual.back(), lnf_w->value, a.lnf_mean,
                      a.lnf_rstd, s);
+}
+
+void GptStage::head_weight_backward(Slot& a, Stream& s) {
+  StageParam* wte = find("wte.weight");
+  const int N = B_ * T_, V = cfg_.vocab, C = cfg_.dim;
+  sgemm(as_cpu(s).pool(), true, false, V, C, N, 1.0f, a.logits.f32(), V, a.lnf.f32(), C, 1.0f, wte->grad.f32(), C);
 }
 
 float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s) {
@@ -266,23 +304,53 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
 }
 
 void GptStage::backward(int slot, const Tensor& dout, Stream& s, const GradsReady& ready) {
+  run_backward(slot, dout, s, false, ready);
+}
+
+void GptStage::backward_input(int slot, const Tensor& dout, Stream& s) {
+  assert(!slots_[static_cast<std::size_t>(slot)].deferred.empty() || spec_.layer_count() == 0);
+  run_backward(slot, dout, s, true, {});
+}
+
+void GptStage::run_backward(int slot, const Tensor& dout, Stream& s, bool input_only, const GradsReady& ready) {
   Slot& a = slots_[static_cast<std::size_t>(slot)];
   // Layout: [wte wpe] blocks... [ln_f [wte]]. The head's part is the tail
   // after the last block (a whole model's wte is at the front, told last).
   const std::int64_t embed_end = spec_.embedding ? find("wpe.weight")->offset + find("wpe.weight")->value.numel() : 0;
   const std::int64_t blocks_end = block_ranges_.empty() ? embed_end : block_ranges_.back().second;
   if (spec_.head) {
-    head_backward(a, s);
+    head_backward(a, s, input_only);
     if (ready) ready(blocks_end, grads_flat_.numel());
   } else {
     std::memcpy(scratch_->dres.raw(), dout.raw(), scratch_->dres.nbytes());
   }
   for (int l = spec_.layer_count() - 1; l >= 0; --l) {
-    block_backward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)], s);
+    block_backward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)], s, input_only);
+    if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
+  }
+  if (!spec_.embedding) return;
+  if (input_only) {
+    std::memcpy(a.dembed.raw(), scratch_->dres.raw(), a.dembed.nbytes());
+    return;
+  }
+  encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, scratch_->dres, a.input, s);
+  if (ready) ready(0, embed_end);
+}
+
+void GptStage::backward_weight(int slot, Stream& s, const GradsReady& ready) {
+  Slot& a = slots_[static_cast<std::size_t>(slot)];
+  const std::int64_t embed_end = spec_.embedding ? find("wpe.weight")->offset + find("wpe.weight")->value.numel() : 0;
+  const std::int64_t blocks_end = block_ranges_.empty() ? embed_end : block_ranges_.back().second;
+  if (spec_.head) {
+    head_weight_backward(a, s);
+    if (ready) ready(blocks_end, grads_flat_.numel());
+  }
+  for (int l = spec_.layer_count() - 1; l >= 0; --l) {
+    block_weight_backward(blocks_[static_cast<std::size_t>(l)], a, l, s);
     if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
   }
   if (spec_.embedding) {
-    encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, scratch_->dres, a.input, s);
+    encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, a.dembed, a.input, s);
     if (ready) ready(0, embed_end);
   }
 }
@@ -298,8 +366,10 @@ GptStage::MemoryUse GptStage::memory_use() const {
       for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att, &l.x2, &l.ln2,
                               &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fcg})
         if (t->defined()) m.activations += t->nbytes();
-    for (const Tensor* t : {&slot.lnf, &slot.lnf_mean, &slot.lnf_rstd, &slot.logits, &slot.losses})
+    for (const Tensor* t : {&slot.lnf, &slot.lnf_mean, &slot.lnf_rstd, &slot.logits, &slot.losses, &slot.dembed})
       if (t->defined()) m.activations += t->nbytes();
+    for (auto& k : slot.deferred)
+      for (const Tensor* t : {&k.dmlp, &k.dfch, &k.dproj, &k.dqkv}) m.activations += t->nbytes();
   }
   for (const Tensor* t : {&scratch_->dres, &scratch_->dln, &scratch_->datty, &scratch_->dqkv, &scratch_->dfch})
     m.scratch += t->nbytes();

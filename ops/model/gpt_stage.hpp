@@ -29,9 +29,11 @@ struct StageParam {
 
 class GptStage {
  public:
-  /// Allocates parameters, gradients and activations for microbatches of B x T tokens.
+  /// Allocates parameters, gradients and activations for microbatches of B x T
+  /// tokens. `split_backward` also keeps, per slot, the output gradients the
+  /// deferred weight pass needs (zero-bubble schedules).
   static Expected<std::unique_ptr<GptStage>> create(Device& device, const GptConfig& cfg, const StageSpec& spec,
-                                                    int B, int T, int slots = 1);
+                                                    int B, int T, int slots = 1, bool split_backward = false);
   ~GptStage();
 
   const GptConfig& config() const { return cfg_; }
@@ -73,8 +75,18 @@ class GptStage {
   /// of the stage output (ignored on the head stage). `ready` (optional) lets a
   /// caller start reducing gradients while the rest of the backward runs.
   void backward(int slot, const Tensor& dout, Stream& s, const GradsReady& ready = {});
-  /// Gradient (B,T,C) of the stage input after backward (non-embedding stages);
-  /// valid until the next backward.
+  /// Zero-bubble B: the input gradient (and the LayerNorms' small parameter
+  /// gradients) for `slot`, keeping what backward_weight(slot) needs; the
+  /// linear layers', LM head's and embedding's weight gradients wait for W.
+  /// Requires split_backward. backward_input then backward_weight accumulates
+  /// exactly what backward does.
+  void backward_input(int slot, const Tensor& dout, Stream& s);
+  /// Zero-bubble W: the weight gradients of `slot`'s last backward_input;
+  /// `ready` is told the gradient ranges this pass finishes.
+  void backward_weight(int slot, Stream& s, const GradsReady& ready = {});
+
+  /// Gradient (B,T,C) of the stage input after backward or backward_input
+  /// (non-embedding stages); valid until the next one.
   const Tensor& input_grad() const;
 
   /// Bytes held in parameters+gradients, saved activations, and backward scratch.
@@ -88,11 +100,15 @@ class GptStage {
   struct Slot;
   struct Scratch;
   GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T);
-  Status allocate(Device& device, int slots);
+  Status allocate(Device& device, int slots, bool split_backward);
   void block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, Stream& s);
-  void block_backward(Block& w, Slot& a, int layer, const Tensor& x, Stream& s);
+  // input_only: keep the linear layers' output gradients in the slot for block_weight_backward.
+  void block_backward(Block& w, Slot& a, int layer, const Tensor& x, Stream& s, bool input_only);
+  void block_weight_backward(Block& w, Slot& a, int layer, Stream& s);
   void head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, Stream& s);
-  void head_backward(Slot& a, Stream& s);
+  void head_backward(Slot& a, Stream& s, bool input_only);
+  void head_weight_backward(Slot& a, Stream& s);
+  void run_backward(int slot, const Tensor& dout, Stream& s, bool input_only, const GradsReady& ready);
 
   GptConfig cfg_;
   StageSpec spec_;
