@@ -9,19 +9,12 @@
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "common/hash.hpp"
+#include "ops/testing/small_models.hpp"
 
 namespace troupe {
 namespace {
 
-GptConfig model_config() {
-  GptConfig c;
-  c.layers = 3;
-  c.heads = 2;
-  c.dim = 16;
-  c.ctx = 8;
-  c.vocab = 24;
-  return c;
-}
+GptConfig model_config() { return testing::small_gpt(3, 16, 2, 8, 24); }
 
 float grad_value(int replica, std::int64_t i) {
   return static_cast<float>(splitmix64(static_cast<std::uint64_t>(i) * 31 + static_cast<std::uint64_t>(replica)) % 2001) /

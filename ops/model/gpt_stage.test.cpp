@@ -9,6 +9,7 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "ops/testing/reference.hpp"
+#include "ops/testing/small_models.hpp"
 
 namespace troupe {
 namespace ref = reference;
@@ -196,16 +197,10 @@ TEST_CASE("parameter count and FLOPs follow the GPT-2 formulas", "[model]") {
 }
 
 TEST_CASE("backward tells every gradient element ready exactly once, after it is final", "[model][zero]") {
-  GptConfig cfg;
-  cfg.layers = 3;
-  cfg.dim = 32;
-  cfg.heads = 2;
-  cfg.ctx = 8;
-  cfg.vocab = 40;
+  const GptConfig cfg = testing::small_gpt();
   CpuDevice dev(1);
   Stream& s = dev.default_stream();
-  for (const StageSpec spec : {whole_model(cfg), StageSpec{0, 1, true, false}, StageSpec{1, 2, false, false},
-                               StageSpec{2, 3, false, true}}) {
+  for (const StageSpec spec : testing::three_stage_splits(cfg)) {
     auto stage = std::move(*GptStage::create(dev, cfg, spec, 1, cfg.ctx));
     stage->init_weights(1);
     auto tokens = *Tensor::zeros(dev, {1, cfg.ctx}, DType::i32);
@@ -231,18 +226,12 @@ TEST_CASE("backward tells every gradient element ready exactly once, after it is
 }
 
 TEST_CASE("zero-bubble split: backward_input then backward_weight equals backward exactly", "[model][zb]") {
-  GptConfig cfg;
-  cfg.layers = 3;
-  cfg.dim = 32;
-  cfg.heads = 2;
-  cfg.ctx = 8;
-  cfg.vocab = 40;
+  GptConfig cfg = testing::small_gpt();
   CpuDevice dev(1);
   Stream& s = dev.default_stream();
   for (bool parallel : {false, true}) {
     cfg.parallel_block = parallel;
-    for (const StageSpec spec : {whole_model(cfg), StageSpec{0, 1, true, false}, StageSpec{1, 2, false, false},
-                                 StageSpec{2, 3, false, true}}) {
+    for (const StageSpec spec : testing::three_stage_splits(cfg)) {
       auto full = std::move(*GptStage::create(dev, cfg, spec, 2, cfg.ctx, 2));
       auto split = std::move(*GptStage::create(dev, cfg, spec, 2, cfg.ctx, 2, true));
       full->init_weights(4);

@@ -12,19 +12,12 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "common/hash.hpp"
+#include "ops/testing/small_models.hpp"
 
 namespace troupe {
 namespace {
 
-GptConfig small_model() {
-  GptConfig cfg;
-  cfg.layers = 2;
-  cfg.dim = 32;
-  cfg.heads = 2;
-  cfg.ctx = 16;
-  cfg.vocab = 64;
-  return cfg;
-}
+GptConfig small_model() { return testing::small_gpt(2, 32, 2, 16, 64); }
 
 std::unique_ptr<GptStage> stage_with_grads(Device& dev, const GptConfig& cfg, float grad_scale) {
   auto stage = std::move(*GptStage::create(dev, cfg, whole_model(cfg), 1, cfg.ctx));
