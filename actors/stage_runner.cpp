@@ -158,7 +158,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
              m.grad_in[i].nbytes(), m.grad_flags[i].callback());
   }
   StepTimes times;
-  std::vector<bool> params_waited(models_.size(), false);
+  std::vector<bool> first_forward_done(models_.size(), false);
   const double start = now_us();
   for (std::size_t pc = 0; pc < m.program.size(); ++pc) {
     const auto& in = m.program[pc];
@@ -172,9 +172,10 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
       case Op::recv_act: TROUPE_TRY(m.act_flags[i].wait()); break;
       case Op::recv_grad: TROUPE_TRY(m.grad_flags[i].wait()); break;
       case Op::forward: {
-        if (!params_waited[static_cast<std::size_t>(in.chunk)] && m.links.params_ready) {
-          TROUPE_TRY(m.links.params_ready(in.chunk));
-          params_waited[static_cast<std::size_t>(in.chunk)] = true;
+        GptStage::ParamsNeeded needs;
+        if (!first_forward_done[static_cast<std::size_t>(in.chunk)] && m.links.params_needed) {
+          needs = m.links.params_needed(in.chunk);
+          first_forward_done[static_cast<std::size_t>(in.chunk)] = true;
         }
         // The slot's previous output must have left before it is overwritten.
         if (!last && in.mb >= m.slots) TROUPE_TRY(m.send_act_flags[m.at(in.chunk, in.mb - m.slots)].wait());
@@ -184,7 +185,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
           m.batches[i] = std::move(*batch);
         }
         const Tensor& input = first ? m.batches[i].tokens : m.act_in[i];
-        times.loss += g.forward(slot, input, last ? &m.batches[i].targets : nullptr, dloss, s);
+        times.loss += g.forward(slot, input, last ? &m.batches[i].targets : nullptr, dloss, s, needs);
         break;
       }
       case Op::send_act:

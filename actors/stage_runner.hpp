@@ -39,9 +39,9 @@ struct StageLinks {
   /// Optional: an observer for the step's last backward of `chunk`, told which
   /// gradient ranges are final (ZeRO buckets start reducing from it).
   std::function<GptStage::GradsReady(int chunk)> grads_ready;
-  /// Optional: called before the step's first forward of `chunk`, e.g. to wait
-  /// for that chunk's parameters to be all-gathered.
-  std::function<Status(int chunk)> params_ready;
+  /// Optional: for the step's first forward of `chunk`, told each parameter
+  /// range just before it is read (e.g. to wait for its all-gather piecewise).
+  std::function<GptStage::ParamsNeeded(int chunk)> params_needed;
   /// Where to record forward, backward and blocked-receive spans (optional).
   TraceWriter* trace = nullptr;
   int trace_track = 0;

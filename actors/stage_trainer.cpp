@@ -105,7 +105,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
   std::vector<std::unique_ptr<ZeroChunk>> zero;
   StageLinks links{a.transport, stage_ranks, a.batches.get,
                    [&zero](int c) { return zero[static_cast<std::size_t>(c)]->grads_ready(); },
-                   [&zero](int c) { return zero[static_cast<std::size_t>(c)]->wait_params(); }};
+                   [&zero](int c) { return zero[static_cast<std::size_t>(c)]->params_needed(); }};
   if (!a.trace_path.empty()) {
     trace = std::make_unique<TraceWriter>();
     links.trace = trace.get();
@@ -169,6 +169,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     const auto step_start = Clock::now();
     auto times = run.run_step(step, s);
     if (!times) return times.error();
+    for (auto& z : zero) TROUPE_TRY(z->wait_params());  // a failed all-gather surfaces here
     const auto backward_end = Clock::now();
     int hidden = 0, buckets = 0;
     for (auto& z : zero) hidden += z->finished_buckets(), buckets += z->bucket_count();

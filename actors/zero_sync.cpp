@@ -163,4 +163,12 @@ Status ZeroChunk::wait_params() {
   return Status::success();
 }
 
+GptStage::ParamsNeeded ZeroChunk::params_needed() {
+  return [this](std::int64_t begin, std::int64_t end) {
+    Impl& m = *impl_;
+    for (std::size_t b = 0; b < m.buckets.size(); ++b)
+      if (m.buckets[b].begin < end && begin < m.buckets[b].end) (void)m.gathered[b].wait();  // errors: wait_params()
+  };
+}
+
 }  // namespace troupe

@@ -62,6 +62,10 @@ class ZeroChunk {
   void gather_params();
   /// Waits for gather_params() (immediately done if none is in flight).
   Status wait_params();
+  /// For the step's first forward: waits, range by range, for just the
+  /// buckets the forward is about to read, so the all-gather overlaps it.
+  /// A failed gather is reported by the next wait_params().
+  GptStage::ParamsNeeded params_needed();
 
   int bucket_count() const;
   const std::vector<ElementRange>& buckets() const;

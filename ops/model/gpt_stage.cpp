@@ -283,19 +283,33 @@ void GptStage::head_weight_backward(Slot& a, Stream& s) {
   sgemm(as_cpu(s).pool(), true, false, V, C, N, 1.0f, a.logits.f32(), V, a.lnf.f32(), C, 1.0f, wte->grad.f32(), C);
 }
 
-float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s) {
+float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s,
+                       const ParamsNeeded& needs) {
   Slot& a = slots_[static_cast<std::size_t>(slot)];
   a.input = input;
+  const std::int64_t blocks_end = block_ranges_.empty() ? 0 : block_ranges_.back().second;
   if (spec_.embedding) {
-    encoder_forward(a.residual[0], input, find("wte.weight")->value, find("wpe.weight")->value, s);
+    // The whole-model layout puts ln_f after the blocks and wte first: the
+    // embedding needs [0, end of wpe), the head [end of blocks, end) and wte.
+    const StageParam* wpe = find("wpe.weight");
+    if (needs) needs(0, wpe->offset + wpe->value.numel());
+    encoder_forward(a.residual[0], input, find("wte.weight")->value, wpe->value, s);
   } else {
     a.residual[0] = input;  // no copy: the caller keeps it unchanged until backward(slot)
   }
-  for (int l = 0; l < spec_.layer_count(); ++l)
+  for (int l = 0; l < spec_.layer_count(); ++l) {
+    if (needs) needs(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
     block_forward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)],
                   a.residual[static_cast<std::size_t>(l) + 1], s);
+  }
   if (!spec_.head) return 0.0f;
   assert(targets != nullptr);
+  if (needs) {
+    needs(std::max(blocks_end, spec_.embedding ? find("wpe.weight")->offset + find("wpe.weight")->value.numel() : 0),
+          grads_flat_.numel());
+    const StageParam* wte = find("wte.weight");
+    needs(wte->offset, wte->offset + wte->value.numel());
+  }
   head_forward(a, a.residual.back(), *targets, dloss_scale, s);
   const float* losses = a.losses.f32();
   double sum = 0;

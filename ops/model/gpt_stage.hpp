@@ -59,7 +59,12 @@ class GptStage {
   /// On the head stage `targets` (B,T) i32 are required and the mean loss is
   /// returned; with dloss_scale != 0 the loss gradient d(sum of token losses *
   /// dloss_scale) is prepared for backward. Other stages return 0.
-  float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s);
+  /// `needs` (optional) is told each flat parameter range [begin, end) just
+  /// before the forward first reads it (embedding, block after block, head),
+  /// so parameters still arriving (ZeRO all-gather) can be waited for piecewise.
+  using ParamsNeeded = std::function<void(std::int64_t begin, std::int64_t end)>;
+  float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s,
+                const ParamsNeeded& needs = {});
 
   /// Activations (B,T,C) this (non-head) stage passes on after forward(slot).
   const Tensor& output(int slot) const;

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -267,6 +268,29 @@ TEST_CASE("zero-bubble split: backward_input then backward_weight equals backwar
       CHECK(std::memcmp(full->flat_grads().raw(), split->flat_grads().raw(), full->flat_grads().nbytes()) == 0);
       CHECK(std::count(told.begin(), told.end(), 2) == static_cast<std::ptrdiff_t>(told.size()));
     }
+  }
+}
+
+TEST_CASE("forward asks for every parameter before reading it", "[model][zero]") {
+  const GptConfig cfg = testing::small_gpt();
+  CpuDevice dev(1);
+  Stream& s = dev.default_stream();
+  for (const StageSpec spec : testing::three_stage_splits(cfg)) {
+    auto stage = std::move(*GptStage::create(dev, cfg, spec, 1, cfg.ctx));
+    stage->init_weights(2);
+    auto tokens = *Tensor::zeros(dev, {1, cfg.ctx}, DType::i32);
+    auto input = *Tensor::zeros(dev, {1, cfg.ctx, cfg.dim});
+    // Parameters not yet asked for hold NaN: reading one would poison the loss or output.
+    const std::vector<float> saved(stage->flat_params().f32(), stage->flat_params().f32() + stage->flat_params().numel());
+    std::fill(stage->flat_params().f32(), stage->flat_params().f32() + stage->flat_params().numel(), std::nanf(""));
+    const float loss = stage->forward(0, spec.embedding ? tokens : input, spec.head ? &tokens : nullptr, 0.0f, s,
+                                      [&](std::int64_t b, std::int64_t e) {
+                                        std::copy(saved.begin() + b, saved.begin() + e, stage->flat_params().f32() + b);
+                                      });
+    INFO("layers [" << spec.first_layer << ", " << spec.end_layer << ")");
+    if (spec.head) CHECK(std::isfinite(loss));
+    else CHECK(std::isfinite(stage->output(0).f32()[0]));
+    CHECK(std::memcmp(saved.data(), stage->flat_params().raw(), stage->flat_params().nbytes()) == 0);
   }
 }
 
