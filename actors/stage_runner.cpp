@@ -140,6 +140,33 @@ void StageRunner::record(const schedules::Instruction& in, int step, double t0, 
   }
 }
 
+// One span per transfer, from when it was started to when it completed.
+void StageRunner::record_transfers(int step) const {
+  const Impl& m = *impl_;
+  TraceWriter& trace = *m.links.trace;
+  // The trace's clock and the completions' (steady_clock) differ by an offset.
+  const double offset = trace.now_us() - now_us();
+  auto us = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+  };
+  for (const auto& in : m.program) {
+    const CompletionFlag* f = nullptr;
+    const char* what = "";
+    const std::size_t i = m.at(in.chunk, in.mb);
+    switch (in.op) {
+      case Op::recv_act: f = &m.act_flags[i], what = "recv F"; break;
+      case Op::recv_grad: f = &m.grad_flags[i], what = "recv B"; break;
+      case Op::send_act: f = &m.send_act_flags[i], what = "send F"; break;
+      case Op::send_grad: f = &m.send_grad_flags[i], what = "send B"; break;
+      default: continue;
+    }
+    const double t0 = us(f->armed_at()), t1 = us(f->completed_at());
+    const bool recv = in.op == Op::recv_act || in.op == Op::recv_grad;
+    trace.span(m.links.transfer_track, what + std::to_string(in.mb), recv ? "recv" : "send", t0 + offset, t1 - t0,
+               {{"step", step}, {"mb", in.mb}, {"chunk", in.chunk}});
+  }
+}
+
 Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
   Impl& m = *impl_;
   Transport& t = *m.links.transport;
@@ -227,6 +254,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     if (in.op == Op::send_grad) TROUPE_TRY(m.send_grad_flags[m.at(in.chunk, in.mb)].wait());
   }
   times.wall_us = now_us() - start;
+  if (m.links.trace) record_transfers(step);
   const bool has_head = models_.back()->spec().head;
   times.loss = has_head ? times.loss / m.microbatches : 0.0;
   return times;

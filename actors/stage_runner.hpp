@@ -42,9 +42,11 @@ struct StageLinks {
   /// Optional: for the step's first forward of `chunk`, told each parameter
   /// range just before it is read (e.g. to wait for its all-gather piecewise).
   std::function<GptStage::ParamsNeeded(int chunk)> params_needed;
-  /// Where to record forward, backward and blocked-receive spans (optional).
+  /// Where to record forward, backward and blocked-receive spans (optional),
+  /// and on a second track each send and receive from its start to its completion.
   TraceWriter* trace = nullptr;
   int trace_track = 0;
+  int transfer_track = 0;
 };
 
 /// What one step measured on this stage, in microseconds.
@@ -75,6 +77,7 @@ class StageRunner {
   struct Impl;
   StageRunner() = default;
   void record(const schedules::Instruction& in, int step, double t0, double t1) const;
+  void record_transfers(int step) const;
   std::unique_ptr<Impl> impl_;
   std::vector<std::unique_ptr<GptStage>> models_;
 };

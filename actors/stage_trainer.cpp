@@ -109,7 +109,9 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
   if (!a.trace_path.empty()) {
     trace = std::make_unique<TraceWriter>();
     links.trace = trace.get();
-    links.trace_track = trace->track("stage " + std::to_string(me.pp) + " replica " + std::to_string(me.dp));
+    const std::string name = "stage " + std::to_string(me.pp) + " replica " + std::to_string(me.dp);
+    links.trace_track = trace->track(name);
+    links.transfer_track = trace->track(name + " transfers");
   }
   auto runner = StageRunner::create(device, cfg, plan.chunks_of(me.pp), sched, me.pp, t.batch, cfg.ctx, links, par.dp);
   if (!runner) return runner.error();

@@ -203,7 +203,7 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
         pids.insert(e["pid"].get<int>());
       }
     CHECK(pids == std::set<int>{0, 1});
-    for (const char* c : {"forward", "backward", "grad_sync", "optimizer"}) CHECK(cats.count(c) == 1);
+    for (const char* c : {"forward", "backward", "send", "recv", "grad_sync", "optimizer"}) CHECK(cats.count(c) == 1);
     CHECK_FALSE(std::filesystem::exists(trace + ".actor0"));
   }
 }

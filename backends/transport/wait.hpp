@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
 
@@ -33,7 +34,9 @@ class CompletionFlag {
  public:
   Completion callback() {
     done_.store(0, std::memory_order_relaxed);
+    armed_at_ = std::chrono::steady_clock::now();
     return [this](Status st) {
+      completed_at_ = std::chrono::steady_clock::now();
       status_ = std::move(st);
       done_.store(1, std::memory_order_release);
       done_.notify_all();
@@ -44,10 +47,14 @@ class CompletionFlag {
     return status_;
   }
   bool done() const { return done_.load(std::memory_order_acquire) != 0; }
+  /// When the last operation was started and when it completed (valid once done()).
+  std::chrono::steady_clock::time_point armed_at() const { return armed_at_; }
+  std::chrono::steady_clock::time_point completed_at() const { return completed_at_; }
 
  private:
   std::atomic<int> done_{1};  // nothing pending: wait() returns at once
   Status status_;
+  std::chrono::steady_clock::time_point armed_at_{}, completed_at_{};
 };
 
 }  // namespace troupe
