@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "actors/batches.hpp"
+#include "actors/mailbox_inbox.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "runtime/messages.hpp"
 
@@ -121,10 +122,13 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   auto plan = plan_of(args);
   if (!plan) return plan.error();
   const Coord me = coord_of(plan->dims, args.rank);
+  // Transfers' and collectives' completions arrive in this actor's mailbox.
+  MailboxInbox inbox(self);
   StageTrainerArgs ta;
   ta.plan = &*plan;
   ta.rank = args.rank;
   ta.transport = args.transport;
+  ta.inbox = &inbox;
   const bool reads_data = me.pp == 0 || me.pp == plan->dims.pp - 1;
   if (reads_data) {
     auto src = args.data_loader ? ring_batches(self, args, *plan, me.dp) : file_batches(*plan, me.dp);

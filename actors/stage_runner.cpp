@@ -35,7 +35,7 @@ struct StageRunner::Impl {
   // Indexed by chunk * microbatches + mb.
   std::vector<Tensor> act_in, grad_in, grad_out;
   std::vector<MicroBatch> batches;
-  std::vector<CompletionFlag> act_flags, grad_flags, send_act_flags, send_grad_flags;
+  Inbox* inbox = nullptr;
   std::vector<std::size_t> last_backward;  // per chunk: program index of the step's last (weight) backward
   std::size_t at(int chunk, int mb) const { return static_cast<std::size_t>(chunk * microbatches + mb); }
   // Transport rank of the stage holding virtual stage vs.
@@ -99,10 +99,6 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
     }
   }
   impl->batches.resize(n);
-  impl->act_flags = std::vector<CompletionFlag>(n);
-  impl->grad_flags = std::vector<CompletionFlag>(n);
-  impl->send_act_flags = std::vector<CompletionFlag>(n);
-  impl->send_grad_flags = std::vector<CompletionFlag>(n);
   // Gradients become final in the chunk's last backward (zero-bubble: its last
   // W, which follows every B of the step; S-3 orders a microbatch's B before its W).
   impl->last_backward.assign(static_cast<std::size_t>(schedule.chunks), 0);
@@ -116,6 +112,11 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
   for (int c = 0; c < schedule.chunks; ++c)
     if (last_input[static_cast<std::size_t>(c)] > impl->last_backward[static_cast<std::size_t>(c)])
       return make_error("stage runner: chunk ", std::to_string(c), " has a B after its last W");
+  if (!impl->links.inbox) {
+    r->own_inbox_ = std::make_unique<FlagInbox>();
+    impl->links.inbox = r->own_inbox_.get();
+  }
+  impl->inbox = impl->links.inbox;
   r->impl_ = std::move(impl);
   return r;
 }
@@ -150,17 +151,17 @@ void StageRunner::record_transfers(int step) const {
     return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
   };
   for (const auto& in : m.program) {
-    const CompletionFlag* f = nullptr;
+    StageEvent event{};
     const char* what = "";
-    const std::size_t i = m.at(in.chunk, in.mb);
     switch (in.op) {
-      case Op::recv_act: f = &m.act_flags[i], what = "recv F"; break;
-      case Op::recv_grad: f = &m.grad_flags[i], what = "recv B"; break;
-      case Op::send_act: f = &m.send_act_flags[i], what = "send F"; break;
-      case Op::send_grad: f = &m.send_grad_flags[i], what = "send B"; break;
+      case Op::recv_act: event = StageEvent::activation_arrived, what = "recv F"; break;
+      case Op::recv_grad: event = StageEvent::gradient_arrived, what = "recv B"; break;
+      case Op::send_act: event = StageEvent::activation_sent, what = "send F"; break;
+      case Op::send_grad: event = StageEvent::gradient_sent, what = "send B"; break;
       default: continue;
     }
-    const double t0 = us(f->armed_at()), t1 = us(f->completed_at());
+    const auto [armed, done] = m.inbox->times(EventKey{event, in.chunk, in.mb});
+    const double t0 = us(armed), t1 = us(done);
     const bool recv = in.op == Op::recv_act || in.op == Op::recv_grad;
     trace.span(m.links.transfer_track, what + std::to_string(in.mb), recv ? "recv" : "send", t0 + offset, t1 - t0,
                {{"step", step}, {"mb", in.mb}, {"chunk", in.chunk}});
@@ -179,10 +180,10 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     const int vs = in.chunk * m.stages + m.stage;
     if (in.op == Op::recv_act)
       t.recv(m.rank_of_virtual(vs - 1), tag_of(step, false, in.chunk, in.mb), m.act_in[i].raw(), m.act_in[i].nbytes(),
-             m.act_flags[i].callback());
+             m.inbox->expect({StageEvent::activation_arrived, in.chunk, in.mb}));
     if (in.op == Op::recv_grad)
       t.recv(m.rank_of_virtual(vs + 1), tag_of(step, true, in.chunk, in.mb), m.grad_in[i].raw(),
-             m.grad_in[i].nbytes(), m.grad_flags[i].callback());
+             m.grad_in[i].nbytes(), m.inbox->expect({StageEvent::gradient_arrived, in.chunk, in.mb}));
   }
   StepTimes times;
   std::vector<bool> first_forward_done(models_.size(), false);
@@ -196,8 +197,8 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     const int vs = in.chunk * m.stages + m.stage;
     const double t0 = now_us();
     switch (in.op) {
-      case Op::recv_act: TROUPE_TRY(m.act_flags[i].wait()); break;
-      case Op::recv_grad: TROUPE_TRY(m.grad_flags[i].wait()); break;
+      case Op::recv_act: TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, in.chunk, in.mb})); break;
+      case Op::recv_grad: TROUPE_TRY(m.inbox->wait({StageEvent::gradient_arrived, in.chunk, in.mb})); break;
       case Op::forward: {
         GptStage::ParamsNeeded needs;
         if (!first_forward_done[static_cast<std::size_t>(in.chunk)] && m.links.params_needed) {
@@ -205,7 +206,8 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
           first_forward_done[static_cast<std::size_t>(in.chunk)] = true;
         }
         // The slot's previous output must have left before it is overwritten.
-        if (!last && in.mb >= m.slots) TROUPE_TRY(m.send_act_flags[m.at(in.chunk, in.mb - m.slots)].wait());
+        if (!last && in.mb >= m.slots)
+          TROUPE_TRY(m.inbox->wait({StageEvent::activation_sent, in.chunk, in.mb - m.slots}));
         if (first || last) {
           auto batch = m.links.batch(step, in.mb);
           if (!batch) return batch.error();
@@ -217,7 +219,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
       }
       case Op::send_act:
         t.send(m.rank_of_virtual(vs + 1), tag_of(step, false, (vs + 1) / m.stages, in.mb), g.output(slot).raw(),
-               g.output(slot).nbytes(), m.send_act_flags[i].callback());
+               g.output(slot).nbytes(), m.inbox->expect({StageEvent::activation_sent, in.chunk, in.mb}));
         break;
       case Op::backward:
       case Op::backward_weight: {
@@ -232,7 +234,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
       case Op::send_grad:
         std::memcpy(m.grad_out[i].raw(), g.input_grad().raw(), m.grad_out[i].nbytes());
         t.send(m.rank_of_virtual(vs - 1), tag_of(step, true, (vs - 1) / m.stages, in.mb), m.grad_out[i].raw(),
-               m.grad_out[i].nbytes(), m.send_grad_flags[i].callback());
+               m.grad_out[i].nbytes(), m.inbox->expect({StageEvent::gradient_sent, in.chunk, in.mb}));
         break;
       case Op::grad_sync:
       case Op::optimizer_step: break;  // the caller's
@@ -250,8 +252,8 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     if (m.links.trace) record(in, step, m.links.trace->now_us() - (t1 - t0), m.links.trace->now_us());
   }
   for (const auto& in : m.program) {
-    if (in.op == Op::send_act) TROUPE_TRY(m.send_act_flags[m.at(in.chunk, in.mb)].wait());
-    if (in.op == Op::send_grad) TROUPE_TRY(m.send_grad_flags[m.at(in.chunk, in.mb)].wait());
+    if (in.op == Op::send_act) TROUPE_TRY(m.inbox->wait({StageEvent::activation_sent, in.chunk, in.mb}));
+    if (in.op == Op::send_grad) TROUPE_TRY(m.inbox->wait({StageEvent::gradient_sent, in.chunk, in.mb}));
   }
   times.wall_us = now_us() - start;
   if (m.links.trace) record_transfers(step);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/inbox.hpp"
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
@@ -31,6 +32,9 @@ struct MicroBatch {
 
 struct StageLinks {
   Transport* transport = nullptr;
+  /// Where transfer completions arrive (the stage actor's mailbox); null: the
+  /// runner uses futex flags of its own.
+  Inbox* inbox = nullptr;
   /// Transport rank of every pipeline stage of this replica, by stage.
   std::vector<int> stage_ranks;
   /// Microbatch `mb` of `step`, for the chunks with the embedding or the head.
@@ -80,6 +84,7 @@ class StageRunner {
   void record_transfers(int step) const;
   std::unique_ptr<Impl> impl_;
   std::vector<std::unique_ptr<GptStage>> models_;
+  std::unique_ptr<Inbox> own_inbox_;
 };
 
 }  // namespace troupe

@@ -81,7 +81,7 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p, int v = 1) {
       std::vector<MicroBatch> data;
       for (int mb = 0; mb < kMicro; ++mb)
         data.push_back({*Tensor::empty(dev, {kB, kT}, DType::i32), *Tensor::empty(dev, {kB, kT}, DType::i32)});
-      StageLinks links{transport.get(), {}, [&](int step, int mb) -> Expected<MicroBatch> {
+      StageLinks links{transport.get(), nullptr, {}, [&](int step, int mb) -> Expected<MicroBatch> {
                          auto& d = data[static_cast<std::size_t>(mb)];
                          batch(step, mb, d.tokens, d.targets);
                          return d;

@@ -103,7 +103,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
 
   std::unique_ptr<TraceWriter> trace;
   std::vector<std::unique_ptr<ZeroChunk>> zero;
-  StageLinks links{a.transport, stage_ranks, a.batches.get,
+  StageLinks links{a.transport, a.inbox, stage_ranks, a.batches.get,
                    [&zero](int c) { return zero[static_cast<std::size_t>(c)]->grads_ready(); },
                    [&zero](int c) { return zero[static_cast<std::size_t>(c)]->params_needed(); }};
   if (!a.trace_path.empty()) {
@@ -128,7 +128,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     }
     const bool tied_end = tied_split && (model.spec().embedding || model.spec().head);
     auto z = ZeroChunk::create(device, model, coll, replicas, me.dp, opt_cfg,
-                               ZeroOptions{bucket, tied_end ? "wte.weight" : ""});
+                               ZeroOptions{bucket, tied_end ? "wte.weight" : "", a.inbox, c});
     if (!z) return z.error();
     zero.push_back(std::move(*z));
   }

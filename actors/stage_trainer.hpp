@@ -36,6 +36,9 @@ struct StageTrainerArgs {
   const StagePlan* plan = nullptr;
   int rank = 0;  ///< this actor's rank in the job (Megatron order over dp x pp)
   Transport* transport = nullptr;
+  /// Where transfer and collective completions arrive (the stage actor's
+  /// mailbox); null: futex flags.
+  Inbox* inbox = nullptr;
   BatchSource batches;
   std::string trace_path;    ///< this actor's part of the Chrome trace ("" = none)
   std::string metrics_path;  ///< per-step JSON lines, written by the whole-model root ("" = none)

@@ -37,7 +37,10 @@ struct ZeroChunk::Impl {
   std::vector<ElementRange> buckets;
   std::vector<std::int64_t> remaining;  // gradient elements not yet final, per bucket
   std::size_t deferred = SIZE_MAX;      // index of the deferred bucket
-  std::vector<CompletionFlag> reduced, gathered;
+  std::unique_ptr<Inbox> own_inbox;
+  Inbox* inbox = nullptr;
+  EventKey reduced(std::size_t b) const { return {StageEvent::bucket_reduced, options.chunk, static_cast<int>(b)}; }
+  EventKey gathered(std::size_t b) const { return {StageEvent::params_gathered, options.chunk, static_cast<int>(b)}; }
   std::vector<bool> launched;
   std::optional<StageOptimizer> optimizer;
   bool sharded() const { return replicas.size() > 1; }
@@ -66,8 +69,11 @@ Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(Device& device, GptStage&
   const std::size_t n = impl->buckets.size();
   impl->remaining.assign(n, 0);
   impl->launched.assign(n, false);
-  impl->reduced = std::vector<CompletionFlag>(n);
-  impl->gathered = std::vector<CompletionFlag>(n);
+  impl->inbox = options.inbox;
+  if (!impl->inbox) {
+    impl->own_inbox = std::make_unique<FlagInbox>();
+    impl->inbox = impl->own_inbox.get();
+  }
   // This replica's shard of every bucket, in ascending offset order.
   std::vector<ElementRange> owned;
   const int group = static_cast<int>(impl->replicas.size());
@@ -92,7 +98,7 @@ void ZeroChunk::start_reduce(std::size_t b) {
   if (!m.sharded()) return;
   const ElementRange r = m.buckets[b];
   m.coll->reduce_scatter(m.replicas, m.model->flat_grads().f32() + r.begin, static_cast<std::size_t>(r.size()),
-                         m.reduced[b].callback());
+                         m.inbox->expect(m.reduced(b)));
 }
 
 GptStage::GradsReady ZeroChunk::grads_ready() {
@@ -119,7 +125,7 @@ void ZeroChunk::reduce_deferred() {
 int ZeroChunk::finished_buckets() const {
   int n = 0;
   for (std::size_t b = 0; b < impl_->buckets.size(); ++b)
-    if (impl_->launched[b] && impl_->reduced[b].done()) ++n;
+    if (impl_->launched[b] && impl_->inbox->arrived(impl_->reduced(b))) ++n;
   return n;
 }
 
@@ -127,7 +133,7 @@ Status ZeroChunk::wait_grads() {
   Impl& m = *impl_;
   for (std::size_t b = 0; b < m.buckets.size(); ++b) {
     if (!m.launched[b]) return make_error("zero: bucket ", std::to_string(b), " was never reduced this step");
-    TROUPE_TRY(m.reduced[b].wait());
+    TROUPE_TRY(m.inbox->wait(m.reduced(b)));
   }
   return Status::success();
 }
@@ -155,11 +161,11 @@ void ZeroChunk::gather_params() {
   if (!m.sharded()) return;
   for (std::size_t b = 0; b < m.buckets.size(); ++b)
     m.coll->all_gather(m.replicas, m.model->flat_params().f32() + m.buckets[b].begin,
-                       static_cast<std::size_t>(m.buckets[b].size()), m.gathered[b].callback());
+                       static_cast<std::size_t>(m.buckets[b].size()), m.inbox->expect(m.gathered(b)));
 }
 
 Status ZeroChunk::wait_params() {
-  for (auto& g : impl_->gathered) TROUPE_TRY(g.wait());
+  for (std::size_t b = 0; b < impl_->buckets.size(); ++b) TROUPE_TRY(impl_->inbox->wait(impl_->gathered(b)));
   return Status::success();
 }
 
@@ -167,7 +173,7 @@ GptStage::ParamsNeeded ZeroChunk::params_needed() {
   return [this](std::int64_t begin, std::int64_t end) {
     Impl& m = *impl_;
     for (std::size_t b = 0; b < m.buckets.size(); ++b)
-      if (m.buckets[b].begin < end && begin < m.buckets[b].end) (void)m.gathered[b].wait();  // errors: wait_params()
+      if (m.buckets[b].begin < end && begin < m.buckets[b].end) (void)m.inbox->wait(m.gathered(b));  // errors: wait_params()
   };
 }
 

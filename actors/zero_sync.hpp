@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/inbox.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/wait.hpp"
 #include "common/expected.hpp"
@@ -33,6 +34,10 @@ struct ZeroOptions {
   /// (the tied embedding on the pipeline's ends): its bucket waits for
   /// reduce_deferred(). Empty = none.
   std::string deferred_param;
+  /// Where "bucket reduced" and "parameters gathered" arrive (the stage
+  /// actor's mailbox), keyed by `chunk`; null: futex flags of its own.
+  Inbox* inbox = nullptr;
+  int chunk = 0;
 };
 
 class ZeroChunk {

@@ -21,6 +21,9 @@ using reduced_atom = caf::atom_constant<caf::atom("reduced")>;
 /// work actor -> node: (failed, generation, rank, reason): why the actor's work failed
 /// (followed by its (reduced, generation, false, -1)).
 using failed_atom = caf::atom_constant<caf::atom("failed")>;
+/// transport completion -> stage actor: (arrived, event, chunk, index, ok,
+/// error, steady-clock ns): a transfer or collective the stage started is done.
+using arrived_atom = caf::atom_constant<caf::atom("arrived")>;
 /// stage -> data loader: (batch, step, replica) -> (slot, block): where the
 /// replica's microbatches of `step` are in the node's shared-memory ring.
 using batch_atom = caf::atom_constant<caf::atom("batch")>;

@@ -1,0 +1,36 @@
+// Events as messages in a blocking stage actor's mailbox: a completion, on
+// whatever thread the transport runs it, sends (arrived, event, chunk, index,
+// ok, error, nanoseconds) to the actor; waiting for an event is receiving
+// messages until it has come. Other messages (the data loader's answers) stay
+// in the mailbox for whoever asks for them.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <caf/actor.hpp>
+
+#include "actors/inbox.hpp"
+
+namespace troupe {
+
+class MailboxInbox final : public Inbox {
+ public:
+  explicit MailboxInbox(caf::blocking_actor* self);
+  Completion expect(EventKey key) override;
+  Status wait(EventKey key) override;
+  bool arrived(EventKey key) override;
+  std::pair<EventClock::time_point, EventClock::time_point> times(EventKey key) override;
+
+ private:
+  struct Entry {
+    bool done = true;
+    Status status;
+    EventClock::time_point armed_at{}, done_at{};
+  };
+  // Handles one arrival message; false if none came within `timeout_ms` (-1: wait forever).
+  bool receive_one(int timeout_ms);
+  caf::blocking_actor* self_;
+  caf::actor handle_;
+  std::map<EventKey, Entry> entries_;
+};
+
+}  // namespace troupe

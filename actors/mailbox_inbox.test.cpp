@@ -1,0 +1,40 @@
+// Completions become messages in a blocking actor's mailbox: waiting for one
+// event records the others that arrive first, failures keep their reason, and
+// unrelated messages stay in the mailbox.
+#include "actors/mailbox_inbox.hpp"
+
+#include <caf/all.hpp>
+#include <catch2/catch.hpp>
+#include <thread>
+
+namespace troupe {
+
+TEST_CASE("MailboxInbox delivers completions from other threads as messages", "[inbox]") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  MailboxInbox inbox(self.ptr());
+  const EventKey a{StageEvent::activation_arrived, 0, 3}, b{StageEvent::bucket_reduced, 1, 0};
+  CHECK(inbox.arrived(a));  // never armed: nothing to wait for
+  auto done_a = inbox.expect(a);
+  auto done_b = inbox.expect(b);
+  CHECK_FALSE(inbox.arrived(a));
+  self->send(self, 42);  // someone else's message
+  std::thread t([&] {
+    done_b(make_error("peer 2 lost"));
+    done_a(Status::success());
+  });
+  CHECK(inbox.wait(a).ok());
+  t.join();
+  CHECK(inbox.arrived(b));
+  auto st = inbox.wait(b);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message == "peer 2 lost");
+  const auto [armed, completed] = inbox.times(a);
+  CHECK(completed >= armed);
+  int other = 0;
+  self->receive([&](int x) { other = x; }, caf::after(std::chrono::seconds(1)) >> [] {});
+  CHECK(other == 42);
+}
+
+}  // namespace troupe
