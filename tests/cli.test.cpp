@@ -129,6 +129,15 @@ TEST_CASE("a parallel layout that cannot run is refused before training, in one 
   expect_one_line_error(run(t + " --set parallel.bucket_mb=0"), "parallel.bucket_mb");
 }
 
+TEST_CASE("schedule = auto picks a schedule by simulation and says why", "[cli][pipeline]") {
+  Job job;
+  auto r = run(troupe_bin() + " train " + job.cfg + " --set train.steps=2 --set parallel.pp=2 --set parallel.microbatches=4 "
+               "--set parallel.schedule=auto --set parallel.max_activations=2 --set train.log_every=1");
+  INFO("stderr: " << r.err << "\nstdout: " << r.out);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("schedule = auto:") != std::string::npos);
+}
+
 TEST_CASE("a failed save leaves earlier weights untouched", "[cli][errors]") {
   Job job;
   const auto w = job.dir / "w.safetensors";

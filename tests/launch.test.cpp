@@ -179,6 +179,23 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
   const auto got4 = launched_losses("--nodes 4 --set parallel.pp=2 --set parallel.dp=2 --set parallel.bucket_mb=0.01");
   REQUIRE(got4.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(got4[i] == Approx(want[i]).epsilon(1e-5));
+  // Sharded LAMB: trust ratios from norms summed over the ZeRO shards.
+  {
+    const auto want_lamb = [&] {
+      auto single = run(troupe_bin() + " train " + cfg + " --set train.batch=4 --set train.optimizer=lamb --metrics " +
+                        (dir / "l.jsonl"));
+      REQUIRE(single.exit_code == 0);
+      std::vector<double> out;
+      std::istringstream lines(slurp(dir / "l.jsonl"));
+      for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+      return out;
+    }();
+    const auto got_lamb = launched_losses(
+        "--nodes 2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.bucket_mb=0.01 --set train.optimizer=lamb");
+    REQUIRE(got_lamb.size() == want_lamb.size());
+    for (std::size_t i = 0; i < want_lamb.size(); ++i) CHECK(got_lamb[i] == Approx(want_lamb[i]).epsilon(1e-5));
+    CHECK(want_lamb != want);  // LAMB really ran
+  }
   // troupe train runs the same four actors in one process.
   std::vector<double> in_process;
   {

@@ -1,5 +1,7 @@
 // custom_troupe: the `troupe node` / `troupe launch` pair, with one more actor
 // type registered — how a user ships their own stage actor.
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -11,6 +13,8 @@
 #include "runtime/launcher.hpp"
 
 int main(int argc, char** argv) {
+  // Progress and diagnostics go to stderr; stdout is for results (bench JSON).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   CLI::App app{"custom_troupe: Troupe with the example.activation_stats stage actor"};
   app.require_subcommand(1);
   troupe::NodeOptions node;

@@ -1,4 +1,6 @@
 // troupe: the command line (prepare, train, eval, bench, ...).
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 #include <cstdio>
 
 #include "tools/troupe/commands.hpp"
@@ -13,6 +15,8 @@ int fail(const std::string& command, const Error& error) {
 }  // namespace troupe::cli
 
 int main(int argc, char** argv) {
+  // Progress and diagnostics go to stderr; stdout is for results (bench JSON).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   CLI::App app{"troupe: an actor-model distributed runtime for training language models"};
   app.require_subcommand(1);
   troupe::cli::Action action;
