@@ -140,9 +140,10 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
   write_file(cfg, "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 4\n"
                   "log_every = 1\neval_every = 0\nlr = 3e-3\nwarmup_steps = 1\n[parallel]\nmicrobatches = 4\n"
                   "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
-  auto single_losses = [&](int batch) {
-    auto single = run(troupe_bin() + " train " + cfg + " --set train.batch=" + std::to_string(batch) + " --metrics " +
-                      (dir / "m.jsonl"));
+  // Per-step losses of troupe train (in one process) from its metrics.
+  auto single_losses = [&](const std::string& args) {
+    auto single = run(troupe_bin() + " train " + cfg + " " + args + " --metrics " + (dir / "m.jsonl"));
+    INFO(single.err);
     REQUIRE(single.exit_code == 0);
     std::vector<double> out;
     std::istringstream lines(slurp(dir / "m.jsonl"));
@@ -164,7 +165,7 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
   // pp = 2 x dp = 2 with batch 2 per replica is one process with batch 4:
   // four stage actors on two nodes (Megatron order: both replicas of stage 0
   // on node 0, of stage 1 on node 1), for every schedule.
-  const auto want = single_losses(4);
+  const auto want = single_losses("--set train.batch=4");
   REQUIRE(want.size() == 4);
   for (const char* kind : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
     std::string args = std::string("--nodes 2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.schedule=") + kind;
@@ -181,15 +182,7 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(got4[i] == Approx(want[i]).epsilon(1e-5));
   // Sharded LAMB: trust ratios from norms summed over the ZeRO shards.
   {
-    const auto want_lamb = [&] {
-      auto single = run(troupe_bin() + " train " + cfg + " --set train.batch=4 --set train.optimizer=lamb --metrics " +
-                        (dir / "l.jsonl"));
-      REQUIRE(single.exit_code == 0);
-      std::vector<double> out;
-      std::istringstream lines(slurp(dir / "l.jsonl"));
-      for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-      return out;
-    }();
+    const auto want_lamb = single_losses("--set train.batch=4 --set train.optimizer=lamb");
     const auto got_lamb = launched_losses(
         "--nodes 2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.bucket_mb=0.01 --set train.optimizer=lamb");
     REQUIRE(got_lamb.size() == want_lamb.size());
@@ -197,14 +190,7 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
     CHECK(want_lamb != want);  // LAMB really ran
   }
   // troupe train runs the same four actors in one process.
-  std::vector<double> in_process;
-  {
-    auto r = run(troupe_bin() + " train " + cfg + " --set parallel.pp=2 --set parallel.dp=2 --metrics " + (dir / "p.jsonl"));
-    INFO(r.err);
-    REQUIRE(r.exit_code == 0);
-    std::istringstream lines(slurp(dir / "p.jsonl"));
-    for (std::string line; std::getline(lines, line);) in_process.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  }
+  const auto in_process = single_losses("--set parallel.pp=2 --set parallel.dp=2");
   REQUIRE(in_process.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(in_process[i] == Approx(want[i]).epsilon(1e-5));
   // The timeline: one track per stage actor with forward, backward and sync spans.
