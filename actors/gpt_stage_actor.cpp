@@ -127,6 +127,7 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   StageTrainerArgs ta;
   ta.plan = &*plan;
   ta.rank = args.rank;
+  ta.actors_on_node = std::max(1, args.world / std::max(1, args.nodes));
   ta.transport = args.transport;
   ta.inbox = &inbox;
   const bool reads_data = me.pp == 0 || me.pp == plan->dims.pp - 1;

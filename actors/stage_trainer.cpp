@@ -93,7 +93,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
   const int root = whole_model_root(plan);
   const bool is_root = a.rank == root;
 
-  CpuDevice device(resolved_threads(t));
+  CpuDevice device(resolved_threads(t, a.actors_on_node));
   Stream& s = device.default_stream();
   Collectives coll(*a.transport);
   std::vector<int> stage_ranks, everyone;

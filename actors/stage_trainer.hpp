@@ -35,6 +35,7 @@ struct GptStageHooks {
 struct StageTrainerArgs {
   const StagePlan* plan = nullptr;
   int rank = 0;  ///< this actor's rank in the job (Megatron order over dp x pp)
+  int actors_on_node = 1;  ///< stage actors sharing this machine (train.threads = 0 divides the cores)
   Transport* transport = nullptr;
   /// Where transfer and collective completions arrive (the stage actor's
   /// mailbox); null: futex flags.

@@ -162,9 +162,11 @@ Expected<JobConfig> load_job_config(const std::string& path, const std::vector<s
   return parse_job_config(ss.str(), path, overrides);
 }
 
-int resolved_threads(const TrainSection& t) {
+int resolved_threads(const TrainSection& t) { return resolved_threads(t, 1); }
+
+int resolved_threads(const TrainSection& t, int sharers) {
   if (t.threads > 0) return t.threads;
-  return std::max(1u, std::thread::hardware_concurrency());
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, sharers));
 }
 
 }  // namespace troupe

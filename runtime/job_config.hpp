@@ -78,5 +78,8 @@ Expected<JobConfig> load_job_config(const std::string& path, const std::vector<s
 
 /// Compute threads to use: train.threads, or every core when 0.
 int resolved_threads(const TrainSection& t);
+/// The same for one of `sharers` workers on a machine: train.threads if set,
+/// else the machine's cores divided among them (at least 1).
+int resolved_threads(const TrainSection& t, int sharers);
 
 }  // namespace troupe
