@@ -97,7 +97,9 @@ Expected<std::shared_ptr<ShmRing>> create_data_ring(const std::string& job_id, i
 }
 
 caf::actor spawn_data_loader(caf::actor_system& sys, std::shared_ptr<ShmRing> ring, DataLoaderSpec spec) {
-  return sys.spawn(data_loader, std::move(ring), std::move(spec));
+  // Detached: its own thread wakes the moment a stage asks (the shared scheduler
+  // may sleep for milliseconds between polls).
+  return sys.spawn<caf::detached>(data_loader, std::move(ring), std::move(spec));
 }
 
 }  // namespace troupe

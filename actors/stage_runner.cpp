@@ -186,6 +186,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
              m.grad_in[i].nbytes(), m.inbox->expect({StageEvent::gradient_arrived, in.chunk, in.mb}));
   }
   StepTimes times;
+  times.instruction_us.assign(m.program.size(), 0.0);
   std::vector<bool> first_forward_done(models_.size(), false);
   const double start = now_us();
   for (std::size_t pc = 0; pc < m.program.size(); ++pc) {
@@ -243,10 +244,10 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     switch (in.op) {
       case Op::recv_act:
       case Op::recv_grad: times.blocked_us += t1 - t0; break;
-      case Op::forward: times.forward_us += t1 - t0, ++times.forwards; break;
+      case Op::forward: times.forward_us += t1 - t0, ++times.forwards, times.instruction_us[pc] = t1 - t0; break;
       case Op::backward:
-      case Op::backward_input: times.backward_us += t1 - t0, ++times.backwards; break;
-      case Op::backward_weight: times.weight_us += t1 - t0, ++times.weights; break;
+      case Op::backward_input: times.backward_us += t1 - t0, ++times.backwards, times.instruction_us[pc] = t1 - t0; break;
+      case Op::backward_weight: times.weight_us += t1 - t0, ++times.weights, times.instruction_us[pc] = t1 - t0; break;
       default: break;
     }
     if (m.links.trace) record(in, step, m.links.trace->now_us() - (t1 - t0), m.links.trace->now_us());

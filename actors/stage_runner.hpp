@@ -60,6 +60,7 @@ struct StepTimes {
   int forwards = 0, backwards = 0, weights = 0;
   double blocked_us = 0;  ///< waiting in receives
   double wall_us = 0;     ///< from the first instruction to the last send done
+  std::vector<double> instruction_us;  ///< each program instruction's compute time (0 for the rest)
 };
 
 class StageRunner {

@@ -33,9 +33,6 @@ double us_since(Clock::time_point t0) { return std::chrono::duration<double, std
 // row per stage (then divided by dp: means over replicas).
 enum Field : int {
   kLoss,         // mean loss (head stage only)
-  kForward,      // mean forward of one (microbatch, chunk), us
-  kBackward,     // mean full or input backward, us
-  kWeight,       // mean weight backward (zb-h1), us
   kBusy,         // compute, us
   kBlocked,      // waiting in receives, us
   kWall,         // the runner's step, us
@@ -52,14 +49,27 @@ struct StepReport {
   double buckets = 0, hidden = 0;
 };
 
-// Measured bubble and the simulator's prediction from the measured costs.
-StepReport analyse(const StagePlan& plan, const std::vector<float>& rows) {
+// The step's rows: kFields per stage, then each stage's per-instruction compute times.
+struct StepRows {
+  int stages = 1;
+  std::size_t program_max = 0;
+  std::vector<float> data;
+  StepRows(int p, std::size_t longest) : stages(p), program_max(longest),
+      data(static_cast<std::size_t>(p) * (kFields + longest), 0.0f) {}
+  float* fields(int st) { return data.data() + static_cast<std::size_t>(st) * kFields; }
+  float* instructions(int st) {
+    return data.data() + static_cast<std::size_t>(stages) * kFields + static_cast<std::size_t>(st) * program_max;
+  }
+};
+
+// Measured bubble beside the simulator's prediction from the step's measured
+// per-instruction compute times: what waiting those times make inevitable.
+// Blocked time beyond that is the runtime's (transfers, wake-ups, skew).
+StepReport analyse(const StagePlan& plan, StepRows& rows) {
   const int p = plan.dims.pp;
-  auto at = [&](int st, Field f) { return static_cast<double>(rows[static_cast<std::size_t>(st * kFields + f)]); };
-  std::vector<schedules::Costs> costs;
+  auto at = [&](int st, Field f) { return static_cast<double>(rows.fields(st)[f]); };
   StepReport r;
   for (int st = 0; st < p; ++st) {
-    costs.push_back(schedules::Costs{at(st, kForward), at(st, kBackward), at(st, kWeight), 0});
     r.wall_us = std::max(r.wall_us, at(st, kWall));
     r.exposed_sync_us = std::max(r.exposed_sync_us, at(st, kExposedSync));
     r.tied_sync_us = std::max(r.tied_sync_us, at(st, kTiedSync));
@@ -68,7 +78,10 @@ StepReport analyse(const StagePlan& plan, const std::vector<float>& rows) {
   }
   r.loss = at(p - 1, kLoss);
   for (int st = 0; st < p; ++st) r.bubble += (r.wall_us - at(st, kBusy)) / (p * r.wall_us);
-  if (auto sim = schedules::simulate(plan.schedule, costs)) {
+  auto sim = schedules::simulate(plan.schedule, [&](int st, std::size_t pc, const schedules::Instruction&) {
+    return static_cast<double>(rows.instructions(st)[pc]);
+  });
+  if (sim) {
     r.bubble_predicted = sim->bubble_fraction;
     for (int st = 0; st < p; ++st)
       r.blocked_beyond_us =
@@ -207,13 +220,14 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                   {{"step", step}});
     }
     // One row per stage, summed over everyone: the pipeline's measurements.
-    std::vector<float> rows(static_cast<std::size_t>(plan.dims.pp * kFields), 0.0f);
-    float* row = rows.data() + me.pp * kFields;
+    std::size_t longest = 0;
+    for (const auto& prog : sched.programs) longest = std::max(longest, prog.size());
+    StepRows rows(plan.dims.pp, longest);
+    float* row = rows.fields(me.pp);
     const double dp = par.dp;
+    for (std::size_t pc = 0; pc < times->instruction_us.size(); ++pc)
+      rows.instructions(me.pp)[pc] = static_cast<float>(times->instruction_us[pc] / dp);
     row[kLoss] = static_cast<float>(times->loss / dp);
-    row[kForward] = static_cast<float>(times->forward_us / std::max(1, times->forwards) / dp);
-    row[kBackward] = static_cast<float>(times->backward_us / std::max(1, times->backwards) / dp);
-    row[kWeight] = static_cast<float>(times->weight_us / std::max(1, times->weights) / dp);
     row[kBusy] = static_cast<float>((times->forward_us + times->backward_us + times->weight_us) / dp);
     row[kBlocked] = static_cast<float>(times->blocked_us / dp);
     row[kWall] = static_cast<float>(times->wall_us / dp);
@@ -221,7 +235,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     row[kExposedSync] = static_cast<float>(exposed_sync / dp);
     row[kBuckets] = static_cast<float>(buckets / dp);
     row[kHidden] = static_cast<float>(hidden / dp);
-    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, rows.data(), rows.size(), std::move(c)); }));
+    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, rows.data.data(), rows.data.size(), std::move(c)); }));
     const StepReport rep = analyse(plan, rows);
     loss = rep.loss;
     if (!std::isfinite(loss))

@@ -152,4 +152,18 @@ TEST_CASE("per-stage costs: a slow last stage sets the pace of gpipe", "[schedul
   CHECK_FALSE(simulate(s, std::vector<Costs>{Costs{}}));  // one cost for two stages
 }
 
+TEST_CASE("per-instruction costs: one slow forward delays exactly what depends on it", "[schedules][simulator]") {
+  auto s = *build_schedule(Kind::one_f_one_b, 2, 4);
+  auto uniform = *simulate(s, Costs{1, 1, 0, 0});
+  // Stage 0's first forward takes 3 instead of 1: everything shifts by 2, and
+  // stage 1 waits 2 longer for its first activation.
+  auto slow = *simulate(s, [](int stage, std::size_t, const Instruction& in) {
+    if (in.op == Op::forward) return stage == 0 && in.mb == 0 ? 3.0 : 1.0;
+    return in.op == Op::backward ? 1.0 : 0.0;
+  });
+  CHECK(slow.step_time == Approx(uniform.step_time + 2));
+  CHECK(slow.stages[1].blocked == Approx(uniform.stages[1].blocked + 2));
+  CHECK(slow.stages[0].busy == Approx(uniform.stages[0].busy + 2));
+}
+
 }  // namespace troupe::schedules

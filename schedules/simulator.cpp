@@ -61,10 +61,16 @@ Expected<Simulation> simulate(const Schedule& s, const Costs& costs) {
 }
 
 Expected<Simulation> simulate(const Schedule& s, const std::vector<Costs>& stage_costs) {
-  const int p = s.stages;
-  if (stage_costs.size() != static_cast<std::size_t>(p))
-    return make_error("simulate: ", std::to_string(stage_costs.size()), " stage costs for ", std::to_string(p),
+  if (stage_costs.size() != static_cast<std::size_t>(s.stages))
+    return make_error("simulate: ", std::to_string(stage_costs.size()), " stage costs for ", std::to_string(s.stages),
                       " stages");
+  return simulate(
+      s, [&](int stage, std::size_t, const Instruction& in) { return cost_of(in.op, stage_costs[static_cast<std::size_t>(stage)]); },
+      stage_costs.empty() ? 0.0 : stage_costs.front().latency);
+}
+
+Expected<Simulation> simulate(const Schedule& s, const InstructionCost& cost, double latency) {
+  const int p = s.stages;
   Mailboxes mail(s.virtual_stages(), s.microbatches);
   std::vector<std::size_t> pc(static_cast<std::size_t>(p), 0);
   std::vector<double> clock(static_cast<std::size_t>(p), 0.0);
@@ -81,7 +87,6 @@ Expected<Simulation> simulate(const Schedule& s, const std::vector<Costs>& stage
     const auto ust = static_cast<std::size_t>(st);
     auto& tl = sim.stages[ust];
     const StageProgram& prog = s.programs[ust];
-    const Costs& costs = stage_costs[ust];
     waiting_for[ust] = -1;
     for (; pc[ust] < prog.size(); ++pc[ust]) {
       const Instruction& in = prog[pc[ust]];
@@ -99,14 +104,14 @@ Expected<Simulation> simulate(const Schedule& s, const std::vector<Costs>& stage
       } else if (in.op == Op::send_act || in.op == Op::send_grad) {
         const bool grad = in.op == Op::send_grad;
         const int dest_vs = grad ? vs - 1 : vs + 1;
-        mail.at(grad, dest_vs, in.mb) = clock[ust] + costs.latency;
+        mail.at(grad, dest_vs, in.mb) = clock[ust] + latency;
         const int dest = dest_vs % p;
         if (waiting_for[static_cast<std::size_t>(dest)] >= 0 && dest != st) {
           waiting_for[static_cast<std::size_t>(dest)] = -1;
           runnable.push_back(dest);
         }
       } else if (in.op != Op::grad_sync && in.op != Op::optimizer_step) {
-        const double c = cost_of(in.op, costs);
+        const double c = cost(st, pc[ust], in);
         tl.spans.push_back({in.op, in.mb, in.chunk, clock[ust], clock[ust] + c});
         clock[ust] += c;
         tl.busy += c;

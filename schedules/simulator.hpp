@@ -3,6 +3,7 @@
 // bubble fraction (idle / total over all stages) and peak in-flight activations.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "common/expected.hpp"
@@ -51,5 +52,9 @@ Expected<Simulation> simulate(const Schedule& s, const Costs& costs);
 /// The same with each stage's own costs (measured stages are rarely equal:
 /// the head stage also runs the LM head and loss).
 Expected<Simulation> simulate(const Schedule& s, const std::vector<Costs>& stage_costs);
+/// The same with every compute instruction's own cost: `cost(stage, index in
+/// the stage's program, instruction)` (e.g. the durations one step measured).
+using InstructionCost = std::function<double(int stage, std::size_t index, const Instruction& in)>;
+Expected<Simulation> simulate(const Schedule& s, const InstructionCost& cost, double latency = 0);
 
 }  // namespace troupe::schedules
