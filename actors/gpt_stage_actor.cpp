@@ -90,7 +90,7 @@ Expected<BatchSource> file_batches(const StagePlan& plan, int replica) {
     CpuDevice device{1};
     std::vector<MicroBatch> mbs;
   };
-  auto st = std::shared_ptr<State>(new State{std::move(*f)});
+  auto st = std::shared_ptr<State>(new State{std::move(*f), CpuDevice{1}, {}});
   const int B = plan.job.train.batch, T = plan.cfg.ctx;
   for (int mb = 0; mb < plan.job.parallel.microbatches; ++mb)
     st->mbs.push_back({*Tensor::empty(st->device, {B, T}, DType::i32), *Tensor::empty(st->device, {B, T}, DType::i32)});

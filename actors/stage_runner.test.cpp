@@ -81,11 +81,13 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p, int v = 1) {
       std::vector<MicroBatch> data;
       for (int mb = 0; mb < kMicro; ++mb)
         data.push_back({*Tensor::empty(dev, {kB, kT}, DType::i32), *Tensor::empty(dev, {kB, kT}, DType::i32)});
-      StageLinks links{transport.get(), nullptr, {}, [&](int step, int mb) -> Expected<MicroBatch> {
-                         auto& d = data[static_cast<std::size_t>(mb)];
-                         batch(step, mb, d.tokens, d.targets);
-                         return d;
-                       }};
+      StageLinks links;
+      links.transport = transport.get();
+      links.batch = [&](int step, int mb) -> Expected<MicroBatch> {
+        auto& d = data[static_cast<std::size_t>(mb)];
+        batch(step, mb, d.tokens, d.targets);
+        return d;
+      };
       for (int r = 0; r < p; ++r) links.stage_ranks.push_back(r);
       std::vector<StageSpec> mine;
       for (int c = 0; c < v; ++c) mine.push_back(specs[static_cast<std::size_t>(c * p + st)]);

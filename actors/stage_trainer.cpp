@@ -37,28 +37,39 @@ enum Field : int {
   kBlocked,      // waiting in receives, us
   kWall,         // the runner's step, us
   kTiedSync,     // summing the tied embedding between the pipeline's ends, us
-  kExposedSync,  // waiting for the buckets' reduce-scatters after that, us
   kBuckets,      // gradient buckets of the stage
-  kHidden,       // buckets already reduced when the backward ended
   kFields
+};
+
+// What each actor reports alone (a replica's data-parallel sync is judged on
+// the replica that finished its backward last: the others also wait for it).
+enum ActorField : int {
+  kExposedSync,  // waiting for the buckets' reduce-scatters after the backward (and tied sync), us
+  kHidden,       // buckets already reduced when the backward ended
+  kActorFields
 };
 
 struct StepReport {
   double loss = 0, bubble = 0, bubble_predicted = 0, blocked_beyond_us = 0, wall_us = 0, exposed_sync_us = 0;
-  double tied_sync_us = 0;
+  double tied_sync_us = 0, replica_wait_us = 0;
   double buckets = 0, hidden = 0;
 };
 
-// The step's rows: kFields per stage, then each stage's per-instruction compute times.
+// The step's rows: kFields per stage, each stage's per-instruction compute
+// times, then kActorFields per actor (transport rank).
 struct StepRows {
   int stages = 1;
   std::size_t program_max = 0;
   std::vector<float> data;
-  StepRows(int p, std::size_t longest) : stages(p), program_max(longest),
-      data(static_cast<std::size_t>(p) * (kFields + longest), 0.0f) {}
+  StepRows(int p, std::size_t longest, int actors) : stages(p), program_max(longest),
+      data(static_cast<std::size_t>(p) * (kFields + longest) + static_cast<std::size_t>(actors) * kActorFields, 0.0f) {}
   float* fields(int st) { return data.data() + static_cast<std::size_t>(st) * kFields; }
   float* instructions(int st) {
     return data.data() + static_cast<std::size_t>(stages) * kFields + static_cast<std::size_t>(st) * program_max;
+  }
+  float* actor(int rank) {
+    return data.data() + static_cast<std::size_t>(stages) * (kFields + program_max) +
+           static_cast<std::size_t>(rank) * kActorFields;
   }
 };
 
@@ -71,10 +82,19 @@ StepReport analyse(const StagePlan& plan, StepRows& rows) {
   StepReport r;
   for (int st = 0; st < p; ++st) {
     r.wall_us = std::max(r.wall_us, at(st, kWall));
-    r.exposed_sync_us = std::max(r.exposed_sync_us, at(st, kExposedSync));
     r.tied_sync_us = std::max(r.tied_sync_us, at(st, kTiedSync));
     r.buckets += at(st, kBuckets);
-    r.hidden += at(st, kHidden);
+    // The replica with the least exposed sync finished its backward last: what
+    // it waited is communication; the others' extra wait is for that replica.
+    double least = 0, most = 0, hidden = 0;
+    for (int d = 0; d < plan.dims.dp; ++d) {
+      const float* f = rows.actor(rank_of(plan.dims, Coord{d, st, 0}));
+      if (d == 0 || f[kExposedSync] < least) least = f[kExposedSync], hidden = f[kHidden];
+      most = std::max(most, static_cast<double>(f[kExposedSync]));
+    }
+    r.exposed_sync_us = std::max(r.exposed_sync_us, least);
+    r.replica_wait_us = std::max(r.replica_wait_us, most - least);
+    r.hidden += hidden;
   }
   r.loss = at(p - 1, kLoss);
   for (int st = 0; st < p; ++st) r.bubble += (r.wall_us - at(st, kBusy)) / (p * r.wall_us);
@@ -170,6 +190,10 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                  schedules::kind_name(sched.kind), chunks, chunks > 1 ? "s" : "", par.microbatches, t.batch);
     if (!plan.schedule_reason.empty()) spdlog::info("schedule = auto: {}", plan.schedule_reason);
   }
+  // The trace's clock and the completions' (steady_clock) differ by an offset.
+  auto trace_offset_us = [&] {
+    return trace->now_us() - std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+  };
   int gathers = 0;
   auto gather = [&]() -> Status {
     for (auto& z : zero) TROUPE_TRY(z->wait_params());
@@ -189,6 +213,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     int hidden = 0, buckets = 0;
     for (auto& z : zero) hidden += z->finished_buckets(), buckets += z->bucket_count();
     // grad_sync: the tied embedding's halves, the deferred buckets, all buckets.
+    const auto tied_start = Clock::now();
     if (tied_split && (me.pp == 0 || me.pp == plan.dims.pp - 1)) {
       Tensor& wte = run.model(me.pp == 0 ? 0 : chunks - 1).find("wte.weight")->grad;
       TROUPE_TRY(wait_for([&](Completion c) {
@@ -196,11 +221,15 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                         std::move(c));
       }));
     }
-    const double tied_sync = us_since(backward_end);
-    const auto reduce_start = Clock::now();
+    const double tied_sync = us_since(tied_start);
     for (auto& z : zero) z->reduce_deferred();
     for (auto& z : zero) TROUPE_TRY(z->wait_grads());
-    const double exposed_sync = us_since(reduce_start);
+    const double exposed_sync = us_since(backward_end) - tied_sync;
+    if (trace)
+      for (auto& z : zero) {
+        z->record_reduces(*trace, links.transfer_track, step, trace_offset_us());
+        if (step > 0) z->record_gathers(*trace, links.transfer_track, step - 1, trace_offset_us());
+      }
     if (a.batches.release) a.batches.release(step);
     // Global norm over every shard of every stage (the tied weight once).
     double sq = 0;
@@ -222,7 +251,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     // One row per stage, summed over everyone: the pipeline's measurements.
     std::size_t longest = 0;
     for (const auto& prog : sched.programs) longest = std::max(longest, prog.size());
-    StepRows rows(plan.dims.pp, longest);
+    StepRows rows(plan.dims.pp, longest, plan.actors());
     float* row = rows.fields(me.pp);
     const double dp = par.dp;
     for (std::size_t pc = 0; pc < times->instruction_us.size(); ++pc)
@@ -232,9 +261,9 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     row[kBlocked] = static_cast<float>(times->blocked_us / dp);
     row[kWall] = static_cast<float>(times->wall_us / dp);
     row[kTiedSync] = static_cast<float>(tied_sync / dp);
-    row[kExposedSync] = static_cast<float>(exposed_sync / dp);
     row[kBuckets] = static_cast<float>(buckets / dp);
-    row[kHidden] = static_cast<float>(hidden / dp);
+    rows.actor(a.rank)[kExposedSync] = static_cast<float>(exposed_sync);
+    rows.actor(a.rank)[kHidden] = static_cast<float>(hidden);
     TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, rows.data.data(), rows.data.size(), std::move(c)); }));
     const StepReport rep = analyse(plan, rows);
     loss = rep.loss;
@@ -269,6 +298,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                              {"blocked_beyond_prediction", rep.blocked_beyond_us / rep.wall_us},
                              {"tied_embedding_sync_ms", rep.tied_sync_us / 1e3},
                              {"grad_sync_exposed_ms", rep.exposed_sync_us / 1e3},
+                             {"replica_wait_ms", rep.replica_wait_us / 1e3},
                              {"grad_buckets", rep.buckets},
                              {"grad_buckets_hidden", rep.hidden}};
       if (val_loss) line["val_loss"] = *val_loss;

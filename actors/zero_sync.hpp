@@ -25,6 +25,7 @@
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
 #include "ops/optim/stage_optimizer.hpp"
+#include "runtime/trace_writer.hpp"
 
 namespace troupe {
 
@@ -71,6 +72,12 @@ class ZeroChunk {
   /// buckets the forward is about to read, so the all-gather overlaps it.
   /// A failed gather is reported by the next wait_params().
   GptStage::ParamsNeeded params_needed();
+
+  /// Timeline spans on `track` (trace clock = steady clock + `offset_us`):
+  /// one "reduce-scatter" span per bucket of this step, from launch to
+  /// completion, and one "all-gather" span per bucket of the last gather.
+  void record_reduces(TraceWriter& trace, int track, int step, double offset_us) const;
+  void record_gathers(TraceWriter& trace, int track, int step, double offset_us) const;
 
   int bucket_count() const;
   const std::vector<ElementRange>& buckets() const;

@@ -56,7 +56,7 @@ Status merge_traces(const std::vector<std::string>& parts, const std::string& pa
     if (!in) return make_error(parts[i], ": cannot open trace part");
     auto part = nlohmann::json::parse(in, nullptr, false);
     if (part.is_discarded() || !part.contains("traceEvents")) return make_error(parts[i], ": not a trace");
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", i}, {"args", {{"name", "node " + std::to_string(i)}}}});
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", i}, {"args", {{"name", "stage actor " + std::to_string(i)}}}});
     for (auto& e : part["traceEvents"]) {
       e["pid"] = i;
       events.push_back(std::move(e));

@@ -36,8 +36,9 @@ class TraceWriter {
   std::vector<nlohmann::json> events_;
 };
 
-/// Merges per-node Chrome traces into one file (node i becomes process i, named
-/// "node i"); the parts are removed once the merged file is written.
+/// Merges the stage actors' Chrome traces into one file (part i, the actor of
+/// rank i, becomes process i, named "stage actor i"); the parts are removed
+/// once the merged file is written.
 Status merge_traces(const std::vector<std::string>& parts, const std::string& path);
 
 }  // namespace troupe

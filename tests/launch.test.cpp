@@ -8,11 +8,12 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <thread>
-
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
+#include <tuple>
 
 #include "runtime/redis_server.hpp"
 #include "tests/test_support.hpp"
@@ -193,21 +194,44 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
   const auto in_process = single_losses("--set parallel.pp=2 --set parallel.dp=2");
   REQUIRE(in_process.size() == want.size());
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(in_process[i] == Approx(want[i]).epsilon(1e-5));
-  // The timeline: one track per stage actor with forward, backward and sync spans.
+  // The timeline: one track per stage actor with forward, backward and sync
+  // spans, and a transfers track beside it where the buckets' reduce-scatters
+  // start while the step's backward still runs.
   {
     const auto trace = dir / "trace.json";
-    launched_losses("--nodes 2 --set parallel.pp=2 --trace " + trace);
+    launched_losses("--nodes 2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.bucket_mb=0.01 --trace " + trace);
     auto j = nlohmann::json::parse(slurp(trace));
     std::set<std::string> cats;
     std::set<int> pids;
-    for (auto& e : j["traceEvents"])
+    std::map<std::pair<int, int>, std::string> track_names;  // (pid, tid) -> name
+    for (auto& e : j["traceEvents"]) {
+      if (e["ph"] == "M" && e["name"] == "thread_name")
+        track_names[{e["pid"].get<int>(), e["tid"].get<int>()}] = e["args"]["name"].get<std::string>();
       if (e["ph"] == "X") {
         cats.insert(e["cat"].get<std::string>());
         pids.insert(e["pid"].get<int>());
       }
-    CHECK(pids == std::set<int>{0, 1});
-    for (const char* c : {"forward", "backward", "send", "recv", "grad_sync", "optimizer"}) CHECK(cats.count(c) == 1);
+    }
+    CHECK(pids == std::set<int>{0, 1, 2, 3});  // one process per stage actor
+    for (const char* c : {"forward", "backward", "send", "recv", "grad_sync", "optimizer", "reduce_scatter", "all_gather"})
+      CHECK(cats.count(c) == 1);
     CHECK_FALSE(std::filesystem::exists(trace + ".actor0"));
+    // (node, track name, step) -> end of the last backward span; first reduce-scatter start.
+    using Key = std::tuple<int, std::string, int>;
+    std::map<Key, double> backward_end, first_reduce;
+    for (auto& e : j["traceEvents"]) {
+      if (e["ph"] != "X" || !e["args"].contains("step")) continue;
+      const int pid = e["pid"].get<int>();
+      std::string track = track_names[{pid, e["tid"].get<int>()}];
+      const Key key{pid, track.substr(0, track.find(" transfers")), e["args"]["step"].get<int>()};
+      const double ts = e["ts"].get<double>(), end = ts + e["dur"].get<double>();
+      if (e["cat"] == "backward") backward_end[key] = std::max(backward_end[key], end);
+      if (e["cat"] == "reduce_scatter") first_reduce[key] = first_reduce.count(key) ? std::min(first_reduce[key], ts) : ts;
+    }
+    CHECK(first_reduce.size() == 4 * 4);  // every actor, every step
+    int overlapped = 0;
+    for (const auto& [key, start] : first_reduce) overlapped += start < backward_end.at(key);
+    CHECK(overlapped == static_cast<int>(first_reduce.size()));
   }
 }
 

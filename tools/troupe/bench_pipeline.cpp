@@ -72,6 +72,7 @@ Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, st
        {{"buckets_per_step", median(buckets)},
         {"buckets_hidden_by_backward", median(hidden)},
         {"exposed_ms", median(col("grad_sync_exposed_ms"))},
+        {"replica_wait_ms", median(col("replica_wait_ms"))},
         {"tied_embedding_ms", median(col("tied_embedding_sync_ms"))}}}};
 }
 
