@@ -190,6 +190,16 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
     for (std::size_t i = 0; i < want_lamb.size(); ++i) CHECK(got_lamb[i] == Approx(want_lamb[i]).epsilon(1e-5));
     CHECK(want_lamb != want);  // LAMB really ran
   }
+  // The parallel transformer block with sliding-window attention, through
+  // zb-h1's split backward (input gradients first, weight gradients later).
+  {
+    const std::string model = " --set model.parallel_block=true --set model.window=8";
+    const auto want_pb = single_losses("--set train.batch=4" + model);
+    const auto got_pb = launched_losses("--nodes 2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.schedule=zb-h1" + model);
+    REQUIRE(got_pb.size() == want_pb.size());
+    for (std::size_t i = 0; i < want_pb.size(); ++i) CHECK(got_pb[i] == Approx(want_pb[i]).epsilon(1e-5));
+    CHECK(want_pb != want);  // the model really changed
+  }
   // troupe train runs the same four actors in one process.
   const auto in_process = single_losses("--set parallel.pp=2 --set parallel.dp=2");
   REQUIRE(in_process.size() == want.size());
