@@ -22,7 +22,10 @@ TEST_CASE("actor types are spawned by registered name", "[registry]") {
   REQUIRE_FALSE(dup.ok());
   CHECK(dup.error().message.find("'user.echo' is already registered") != std::string::npos);
 
-  auto a = reg.spawn("user.echo", sys, ActorArgs{7, 8, 0, nullptr, {}, {}});
+  ActorArgs args;
+  args.rank = 7;
+  args.world = 8;
+  auto a = reg.spawn("user.echo", sys, args);
   REQUIRE(a.ok());
   caf::scoped_actor self{sys};
   self->request(*a, std::chrono::seconds(1), 35).receive([](int v) { CHECK(v == 42); },

@@ -66,8 +66,11 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     std::string first_failure;
     for (int reported = 0; reported < actors;) {
       self->receive(
-          [&](msg::failed_atom, std::uint64_t, int, const std::string& reason) {
-            if (first_failure.empty()) first_failure = reason;
+          // The first failure ends the run: every transfer still waiting fails,
+          // so the other actors unwind instead of waiting for the failed one.
+          [&](msg::failed_atom, std::uint64_t, int rank, const std::string& reason) {
+            if (first_failure.empty()) first_failure = "stage actor " + std::to_string(rank) + ": " + reason;
+            for (int r = 0; r < actors; ++r) fabric->fail(r);
           },
           [&](msg::reduced_atom, std::uint64_t, bool ok, float) {
             ++reported;

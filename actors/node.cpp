@@ -117,9 +117,15 @@ caf::behavior node_actor(NodeSelf* self, NodeState init) {
         if (++s.reports < local_actors(s)) return;
         self->send(s.coordinator, msg::ready_atom::value, gen, s.rank, s.all_ok ? s.checksum : -1.0f);
       },
+      // No hot replacement yet: a failed work actor fails the job at once. Its
+      // local peers stop waiting on it now; remote ones when the coordinator
+      // ends the job (finish below).
       [self](msg::failed_atom, std::uint64_t gen, int actor, const std::string& reason) {
+        auto& s = self->state;
         if (stale(self, gen)) return;
-        spdlog::error("node {}: stage actor {}: {}", self->state.rank, actor, reason);
+        spdlog::error("node {}: stage actor {}: {}", s.rank, actor, reason);
+        for (auto* t : s.transports) t->mark_failed(actor);
+        if (s.coordinator) self->send(s.coordinator, msg::ready_atom::value, gen, s.rank, -1.0f);
       },
       [self](msg::lost_atom, std::uint64_t gen, int peer) {
         auto& s = self->state;
@@ -131,8 +137,14 @@ caf::behavior node_actor(NodeSelf* self, NodeState init) {
         spdlog::warn("node {}: peer {} lost; generation {}", s.rank, peer, gen);
       },
       [self](msg::finish_atom, std::uint64_t gen, bool ok) {
+        auto& s = self->state;
         if (stale(self, gen)) return;
-        self->state.exit_code->store(ok ? 0 : 1);
+        // A failed job: every transfer still waiting fails, so the work
+        // actors unwind and the process can exit.
+        if (!ok)
+          for (auto* t : s.transports)
+            for (int r = 0; r < s.nodes * local_actors(s); ++r) t->mark_failed(r);
+        s.exit_code->store(ok ? 0 : 1);
         if (self->state.loader) self->send_exit(self->state.loader, caf::exit_reason::user_shutdown);
         self->quit();
       },

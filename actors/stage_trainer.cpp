@@ -11,6 +11,7 @@
 
 #include "actors/batches.hpp"
 #include "actors/evaluation.hpp"
+#include "actors/fault_injection.hpp"
 #include "actors/job_model.hpp"
 #include "actors/model_gather.hpp"
 #include "actors/zero_sync.hpp"
@@ -203,9 +204,13 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
   const LrSchedule lrs = lr_schedule(job);
   const double flops_per_token = model_flops_per_token(cfg);
   const double tokens_per_step = static_cast<double>(t.batch) * cfg.ctx * par.microbatches * par.dp;
+  auto fault = injected_fault_from_env();
+  if (!fault) return fault.error();
   double loss = 0;
   for (int step = 0; step < t.steps; ++step) {
     const auto step_start = Clock::now();
+    if (*fault && (*fault)->rank == a.rank && (*fault)->step == step)
+      return make_error("injected fault at step ", std::to_string(step), " (", kInjectFaultVariable, ")");
     auto times = run.run_step(step, s);
     if (!times) return times.error();
     for (auto& z : zero) TROUPE_TRY(z->wait_params());  // a failed all-gather surfaces here

@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 namespace troupe {
@@ -49,8 +50,25 @@ std::string shm_ring_name(const std::string& job_id, int node_rank) {
   return "/troupe." + safe + "." + std::to_string(node_rank);
 }
 
+int remove_orphaned_rings() {
+  std::error_code ec;
+  int removed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.rfind("troupe.", 0) != 0) continue;
+    const std::string name = "/" + file;
+    auto ring = ShmRing::open(name);  // not ours (mode 0600) or not a ring: left alone
+    if (!ring.ok()) continue;
+    const auto* h = static_cast<const Header*>(ring->base_);
+    if (process_alive(static_cast<pid_t>(h->creator_pid))) continue;
+    if (::shm_unlink(name.c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
 Expected<ShmRing> ShmRing::create(const std::string& name, std::size_t slot_bytes, int slots) {
   if (slots < 1 || slot_bytes == 0) return make_error("shared memory ", name, ": needs at least one non-empty slot");
+  remove_orphaned_rings();  // crashed jobs' rings, whatever they were named
   // A leftover from a crashed creator is removed; a live creator's is not ours to take.
   if (auto existing = open(name); existing.ok()) {
     const auto* h = static_cast<const Header*>(existing->base_);

@@ -2,7 +2,8 @@
 // each step's microbatches into slots ahead of time and the stages on the same
 // node read them in place. The segment is private to the user (mode 0600),
 // named after the job and node, removed by its creator on destruction, and a
-// segment left behind by a crashed creator is removed on the next start.
+// segment left behind by a crashed creator is removed on the next start (of
+// any job on the machine: job names of `troupe launch` are not reused).
 #pragma once
 
 #include <cstddef>
@@ -16,7 +17,13 @@ namespace troupe {
 /// "/troupe.<job>.<node>" with characters outside [A-Za-z0-9_-] replaced by '_'.
 std::string shm_ring_name(const std::string& job_id, int node_rank);
 
+/// Removes every Troupe ring in /dev/shm that this user can open and whose
+/// creator process is gone; returns how many. ShmRing::create calls it.
+int remove_orphaned_rings();
+
 class ShmRing {
+  friend int remove_orphaned_rings();
+
  public:
   /// Creates the segment. If one with this name exists and its creator is
   /// dead, it is removed first; if its creator lives, that is an error.

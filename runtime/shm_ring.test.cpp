@@ -63,4 +63,23 @@ TEST_CASE("a ring left behind by a crashed creator is removed on the next start"
   CHECK(ring->slot_bytes() == 128);
 }
 
+TEST_CASE("creating a ring removes other jobs' orphaned rings, not live ones", "[shm]") {
+  const auto orphan = shm_ring_name("orphan-" + std::to_string(::getpid()), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto ring = ShmRing::create(orphan, 64, 2);
+    ::_exit(ring.ok() ? 0 : 1);  // a crash: the segment stays
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(ShmRing::open(orphan).ok());
+  auto live = ShmRing::create(shm_ring_name("live-" + std::to_string(::getpid()), 0), 64, 2);
+  REQUIRE(live.ok());
+  auto mine = ShmRing::create(shm_ring_name("next-" + std::to_string(::getpid()), 0), 64, 2);
+  REQUIRE(mine.ok());
+  CHECK_FALSE(ShmRing::open(orphan).ok());  // the crashed job's ring is gone
+  CHECK(ShmRing::open(live->name()).ok());  // a living creator's stays
+}
+
 }  // namespace troupe

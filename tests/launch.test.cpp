@@ -245,6 +245,29 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
   }
 }
 
+// No hot replacement yet: a stage actor whose work fails mid-step fails the
+// job, and the actors waiting on it stop waiting (transfers involving it fail)
+// instead of hanging; in one process and across node processes.
+TEST_CASE("a stage actor that fails mid-step ends the job promptly", "[launch][pipeline][failure]") {
+  ScratchDir dir("actorfail");
+  write_file(dir / "corpus.txt", synthetic_text(20000));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  const auto cfg = dir / "job.toml";
+  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 4\n"
+                  "eval_every = 0\n[parallel]\npp = 2\ndp = 2\nmicrobatches = 2\nstage_actor = \"troupe.gpt_stage\"\n"
+                  "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  // `timeout` turns a hang into exit code 124 rather than a stuck CI job.
+  for (const std::string command : {"train", "launch --nodes 2"}) {
+    const auto r = run("TROUPE_INJECT_FAULT=3@1 timeout 60 " + troupe_bin() + " " + command + " " + cfg);
+    INFO(command << "\n" << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.err.find("stage actor 3: injected fault at step 1 (TROUPE_INJECT_FAULT)") != std::string::npos);
+  }
+  const auto bad = run("TROUPE_INJECT_FAULT=3 timeout 60 " + troupe_bin() + " train " + cfg);
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find("TROUPE_INJECT_FAULT=3: expected <rank>@<step> with non-negative integers") != std::string::npos);
+}
+
 TEST_CASE("a pipeline that does not match the nodes is refused", "[launch][pipeline][errors]") {
   ScratchDir dir("pipeerr");
   const auto cfg = dir / "job.toml";
