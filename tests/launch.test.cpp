@@ -27,6 +27,16 @@ std::string job_config(const ScratchDir& dir) {
   return path;
 }
 
+// A job config `toml` (without [data]) over a prepared synthetic corpus of
+// `chars` characters in `dir`; returns the config's path.
+std::string prepared_job(const ScratchDir& dir, std::size_t chars, const std::string& toml) {
+  write_file(dir / "corpus.txt", synthetic_text(chars));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  const auto cfg = dir / "job.toml";
+  write_file(cfg, toml + "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  return cfg;
+}
+
 bool wait_for_text(const std::string& path, const std::string& needle, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < end) {
@@ -135,12 +145,10 @@ namespace troupe::testing {
 // summed in a different order than one process accumulates them).
 TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step", "[launch][pipeline]") {
   ScratchDir dir("pipeline");
-  write_file(dir / "corpus.txt", synthetic_text(60000));
-  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
-  const auto cfg = dir / "job.toml";
-  write_file(cfg, "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 4\n"
-                  "log_every = 1\neval_every = 0\nlr = 3e-3\nwarmup_steps = 1\n[parallel]\nmicrobatches = 4\n"
-                  "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  const auto cfg = prepared_job(dir, 60000,
+                                "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\n"
+                                "steps = 4\nlog_every = 1\neval_every = 0\nlr = 3e-3\nwarmup_steps = 1\n[parallel]\n"
+                                "microbatches = 4\n");
   // Per-step losses of troupe train (in one process) from its metrics.
   auto single_losses = [&](const std::string& args) {
     auto single = run(troupe_bin() + " train " + cfg + " " + args + " --metrics " + (dir / "m.jsonl"));
@@ -250,12 +258,10 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
 // instead of hanging; in one process and across node processes.
 TEST_CASE("a stage actor that fails mid-step ends the job promptly", "[launch][pipeline][failure]") {
   ScratchDir dir("actorfail");
-  write_file(dir / "corpus.txt", synthetic_text(20000));
-  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
-  const auto cfg = dir / "job.toml";
-  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 4\n"
-                  "eval_every = 0\n[parallel]\npp = 2\ndp = 2\nmicrobatches = 2\nstage_actor = \"troupe.gpt_stage\"\n"
-                  "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  const auto cfg = prepared_job(dir, 20000,
+                                "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\n"
+                                "steps = 4\neval_every = 0\n[parallel]\npp = 2\ndp = 2\nmicrobatches = 2\n"
+                                "stage_actor = \"troupe.gpt_stage\"\n");
   // `timeout` turns a hang into exit code 124 rather than a stuck CI job.
   for (const std::string command : {"train", "launch --nodes 2"}) {
     const auto r = run("TROUPE_INJECT_FAULT=3@1 timeout 60 " + troupe_bin() + " " + command + " " + cfg);
