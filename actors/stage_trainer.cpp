@@ -8,6 +8,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "actors/batches.hpp"
 #include "actors/evaluation.hpp"
@@ -37,7 +38,6 @@ enum Field : int {
   kBusy,         // compute, us
   kBlocked,      // waiting in receives, us
   kWall,         // the runner's step, us
-  kTiedSync,     // summing the tied embedding between the pipeline's ends, us
   kBuckets,      // gradient buckets of the stage
   kFields
 };
@@ -45,6 +45,7 @@ enum Field : int {
 // What each actor reports alone (a replica's data-parallel sync is judged on
 // the replica that finished its backward last: the others also wait for it).
 enum ActorField : int {
+  kTiedSync,     // summing the tied embedding between the pipeline's ends (incl. waiting for the other end), us
   kExposedSync,  // waiting for the buckets' reduce-scatters after the backward (and tied sync), us
   kHidden,       // buckets already reduced when the backward ended
   kActorFields
@@ -83,7 +84,6 @@ StepReport analyse(const StagePlan& plan, StepRows& rows) {
   StepReport r;
   for (int st = 0; st < p; ++st) {
     r.wall_us = std::max(r.wall_us, at(st, kWall));
-    r.tied_sync_us = std::max(r.tied_sync_us, at(st, kTiedSync));
     r.buckets += at(st, kBuckets);
     // The replica with the least exposed sync finished its backward last: what
     // it waited is communication; the others' extra wait is for that replica.
@@ -96,6 +96,13 @@ StepReport analyse(const StagePlan& plan, StepRows& rows) {
     r.exposed_sync_us = std::max(r.exposed_sync_us, least);
     r.replica_wait_us = std::max(r.replica_wait_us, most - least);
     r.hidden += hidden;
+  }
+  // The tied embedding's sum extends the step by what the end that got there
+  // last waited (the other end's wait is the pipeline's drain).
+  for (int d = 0; d < plan.dims.dp; ++d) {
+    const float first = rows.actor(rank_of(plan.dims, Coord{d, 0, 0}))[kTiedSync];
+    const float last = rows.actor(rank_of(plan.dims, Coord{d, p - 1, 0}))[kTiedSync];
+    r.tied_sync_us = std::max(r.tied_sync_us, static_cast<double>(std::min(first, last)));
   }
   r.loss = at(p - 1, kLoss);
   for (int st = 0; st < p; ++st) r.bubble += (r.wall_us - at(st, kBusy)) / (p * r.wall_us);
@@ -184,7 +191,13 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     auto m = MetricsWriter::open(a.metrics_path);
     if (!m) return m.error();
     metrics.emplace(std::move(*m));
-    peak = measure_sgemm_peak(device.cpu_stream().pool()) * 1e9 * plan.actors();
+    // MFU's denominator: the root's measured peak per thread, times the threads
+    // that can run at once (the stage actors' threads, at most the cores) on
+    // every node.
+    ThreadPool& pool = device.cpu_stream().pool();
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int nodes = std::max(1, plan.actors() / std::max(1, a.actors_on_node));
+    peak = measure_sgemm_peak(pool) * 1e9 / pool.size() * std::min(pool.size() * a.actors_on_node, cores) * nodes;
     spdlog::info("model: {} layers, d={}, {} heads, ctx {}, {:.2f}M parameters; dp {} x pp {}, {} ({} chunk{}), {} "
                  "microbatches of {}",
                  cfg.layers, cfg.dim, cfg.heads, cfg.ctx, parameter_count(cfg) / 1e6, par.dp, par.pp,
@@ -265,7 +278,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     row[kBusy] = static_cast<float>((times->forward_us + times->backward_us + times->weight_us) / dp);
     row[kBlocked] = static_cast<float>(times->blocked_us / dp);
     row[kWall] = static_cast<float>(times->wall_us / dp);
-    row[kTiedSync] = static_cast<float>(tied_sync / dp);
+    rows.actor(a.rank)[kTiedSync] = static_cast<float>(tied_sync);
     row[kBuckets] = static_cast<float>(buckets / dp);
     rows.actor(a.rank)[kExposedSync] = static_cast<float>(exposed_sync);
     rows.actor(a.rank)[kHidden] = static_cast<float>(hidden);
