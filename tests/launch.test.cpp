@@ -139,37 +139,31 @@ TEST_CASE("troupe node rejects bad input with a one-line error", "[launch][error
 namespace troupe::testing {
 
 // Pipeline and data parallelism across node processes: `troupe launch` with
-// pp = 2 (and dp = 2) produces the per-step losses of `troupe train` with the
-// same global batch, microbatches, seed and data (to 1e-5: the tied
-// embedding's gradient halves, the replicas' gradients and the global norm are
-// summed in a different order than one process accumulates them).
+// pp = 2 (and dp = 2) produces the per-step losses of single-process `troupe
+// train` with the same global batch, microbatches, seed and data to 1e-5 (the
+// tied embedding's gradient halves, the replicas' gradients and the global
+// norm are summed in a different order than one process accumulates them),
+// and those of `troupe train` with the same pp x dp layout bit for bit (the
+// same actors sum in the same fixed order, whatever the transport or nodes).
 TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step", "[launch][pipeline]") {
   ScratchDir dir("pipeline");
   const auto cfg = prepared_job(dir, 60000,
                                 "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\n"
                                 "steps = 4\nlog_every = 1\neval_every = 0\nlr = 3e-3\nwarmup_steps = 1\n[parallel]\n"
                                 "microbatches = 4\n");
-  // Per-step losses of troupe train (in one process) from its metrics.
-  auto single_losses = [&](const std::string& args) {
-    auto single = run(troupe_bin() + " train " + cfg + " " + args + " --metrics " + (dir / "m.jsonl"));
-    INFO(single.err);
-    REQUIRE(single.exit_code == 0);
+  // Per-step losses (as written to the metrics, full precision) of a command.
+  auto losses_of = [&](const std::string& command, const std::string& args) {
+    auto r = run(troupe_bin() + " " + command + " " + cfg + " " + args + " --metrics " + (dir / "m.jsonl"));
+    INFO(command << " " << args << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
     std::vector<double> out;
     std::istringstream lines(slurp(dir / "m.jsonl"));
     for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
     return out;
   };
+  auto single_losses = [&](const std::string& args) { return losses_of("train", args); };
   auto launched_losses = [&](const std::string& args) {
-    auto r = run(troupe_bin() + " launch " + cfg + " " + args + " --set parallel.stage_actor=troupe.gpt_stage");
-    INFO(args << "\n" << r.err);
-    REQUIRE(r.exit_code == 0);
-    std::vector<double> out;
-    std::istringstream lines(r.err);
-    for (std::string line; std::getline(lines, line);) {
-      const auto at = line.find("| loss ");
-      if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 7)));
-    }
-    return out;
+    return losses_of("launch", args + " --set parallel.stage_actor=troupe.gpt_stage");
   };
   // pp = 2 x dp = 2 with batch 2 per replica is one process with batch 4:
   // four stage actors on two nodes (Megatron order: both replicas of stage 0
@@ -177,12 +171,13 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
   const auto want = single_losses("--set train.batch=4");
   REQUIRE(want.size() == 4);
   for (const char* kind : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
-    std::string args = std::string("--nodes 2 --set parallel.pp=2 --set parallel.dp=2 --set parallel.schedule=") + kind;
-    if (std::string(kind) == "interleaved-1f1b") args += " --set parallel.chunks=2";
-    const auto got = launched_losses(args);
+    std::string layout = std::string("--set parallel.pp=2 --set parallel.dp=2 --set parallel.schedule=") + kind;
+    if (std::string(kind) == "interleaved-1f1b") layout += " --set parallel.chunks=2";
+    const auto got = launched_losses("--nodes 2 " + layout);
     INFO(kind);
     REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-5));
+    CHECK(single_losses(layout) == got);  // the same four actors in one process: bit for bit
   }
   // One stage actor per node (4 nodes), and small buckets so that ZeRO-1 cuts
   // the gradients into many reduce-scatters.
@@ -208,10 +203,6 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
     for (std::size_t i = 0; i < want_pb.size(); ++i) CHECK(got_pb[i] == Approx(want_pb[i]).epsilon(1e-5));
     CHECK(want_pb != want);  // the model really changed
   }
-  // troupe train runs the same four actors in one process.
-  const auto in_process = single_losses("--set parallel.pp=2 --set parallel.dp=2");
-  REQUIRE(in_process.size() == want.size());
-  for (std::size_t i = 0; i < want.size(); ++i) CHECK(in_process[i] == Approx(want[i]).epsilon(1e-5));
   // The timeline: one track per stage actor with forward, backward and sync
   // spans, and a transfers track beside it where the buckets' reduce-scatters
   // start while the step's backward still runs.
