@@ -219,6 +219,10 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
   const double tokens_per_step = static_cast<double>(t.batch) * cfg.ctx * par.microbatches * par.dp;
   auto fault = injected_fault_from_env();
   if (!fault) return fault.error();
+  // Everyone starts step 0 together (the root measured the peak meanwhile), so
+  // step 0's times are the step's, not the setup's.
+  float barrier = 0;
+  TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, &barrier, 1, std::move(c)); }));
   double loss = 0;
   for (int step = 0; step < t.steps; ++step) {
     const auto step_start = Clock::now();
