@@ -15,6 +15,7 @@
 #include "actors/fault_injection.hpp"
 #include "actors/job_model.hpp"
 #include "actors/model_gather.hpp"
+#include "actors/step_report.hpp"
 #include "actors/zero_sync.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/gemm.hpp"
@@ -22,7 +23,6 @@
 #include "backends/transport/wait.hpp"
 #include "ops/model/weights.hpp"
 #include "runtime/metrics_writer.hpp"
-#include "schedules/simulator.hpp"
 
 namespace troupe {
 namespace {
@@ -30,94 +30,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
-
-// What every stage reports about a step, summed over the replicas into one
-// row per stage (then divided by dp: means over replicas).
-enum Field : int {
-  kLoss,         // mean loss (head stage only)
-  kBusy,         // compute, us
-  kBlocked,      // waiting in receives, us
-  kWall,         // the runner's step, us
-  kBuckets,      // gradient buckets of the stage
-  kFields
-};
-
-// What each actor reports alone (a replica's data-parallel sync is judged on
-// the replica that finished its backward last: the others also wait for it).
-enum ActorField : int {
-  kTiedSync,     // summing the tied embedding between the pipeline's ends (incl. waiting for the other end), us
-  kExposedSync,  // waiting for the buckets' reduce-scatters after the backward (and tied sync), us
-  kHidden,       // buckets already reduced when the backward ended
-  kActorFields
-};
-
-struct StepReport {
-  double loss = 0, bubble = 0, bubble_predicted = 0, blocked_beyond_us = 0, wall_us = 0, exposed_sync_us = 0;
-  double tied_sync_us = 0, replica_wait_us = 0;
-  double buckets = 0, hidden = 0;
-};
-
-// The step's rows: kFields per stage, each stage's per-instruction compute
-// times, then kActorFields per actor (transport rank).
-struct StepRows {
-  int stages = 1;
-  std::size_t program_max = 0;
-  std::vector<float> data;
-  StepRows(int p, std::size_t longest, int actors) : stages(p), program_max(longest),
-      data(static_cast<std::size_t>(p) * (kFields + longest) + static_cast<std::size_t>(actors) * kActorFields, 0.0f) {}
-  float* fields(int st) { return data.data() + static_cast<std::size_t>(st) * kFields; }
-  float* instructions(int st) {
-    return data.data() + static_cast<std::size_t>(stages) * kFields + static_cast<std::size_t>(st) * program_max;
-  }
-  float* actor(int rank) {
-    return data.data() + static_cast<std::size_t>(stages) * (kFields + program_max) +
-           static_cast<std::size_t>(rank) * kActorFields;
-  }
-};
-
-// Measured bubble beside the simulator's prediction from the step's measured
-// per-instruction compute times: what waiting those times make inevitable.
-// Blocked time beyond that is the runtime's (transfers, wake-ups, skew).
-StepReport analyse(const StagePlan& plan, StepRows& rows) {
-  const int p = plan.dims.pp;
-  auto at = [&](int st, Field f) { return static_cast<double>(rows.fields(st)[f]); };
-  StepReport r;
-  for (int st = 0; st < p; ++st) {
-    r.wall_us = std::max(r.wall_us, at(st, kWall));
-    r.buckets += at(st, kBuckets);
-    // The replica with the least exposed sync finished its backward last: what
-    // it waited is communication; the others' extra wait is for that replica.
-    double least = 0, most = 0, hidden = 0;
-    for (int d = 0; d < plan.dims.dp; ++d) {
-      const float* f = rows.actor(rank_of(plan.dims, Coord{d, st, 0}));
-      if (d == 0 || f[kExposedSync] < least) least = f[kExposedSync], hidden = f[kHidden];
-      most = std::max(most, static_cast<double>(f[kExposedSync]));
-    }
-    r.exposed_sync_us = std::max(r.exposed_sync_us, least);
-    r.replica_wait_us = std::max(r.replica_wait_us, most - least);
-    r.hidden += hidden;
-  }
-  // The tied embedding's sum extends the step by what the end that got there
-  // last waited (the other end's wait is the pipeline's drain).
-  for (int d = 0; d < plan.dims.dp; ++d) {
-    const float first = rows.actor(rank_of(plan.dims, Coord{d, 0, 0}))[kTiedSync];
-    const float last = rows.actor(rank_of(plan.dims, Coord{d, p - 1, 0}))[kTiedSync];
-    r.tied_sync_us = std::max(r.tied_sync_us, static_cast<double>(std::min(first, last)));
-  }
-  r.loss = at(p - 1, kLoss);
-  for (int st = 0; st < p; ++st) r.bubble += (r.wall_us - at(st, kBusy)) / (p * r.wall_us);
-  auto sim = schedules::simulate(plan.schedule, [&](int st, std::size_t pc, const schedules::Instruction&) {
-    return static_cast<double>(rows.instructions(st)[pc]);
-  });
-  if (sim) {
-    r.bubble_predicted = sim->bubble_fraction;
-    for (int st = 0; st < p; ++st)
-      r.blocked_beyond_us =
-          std::max(r.blocked_beyond_us, at(st, kBlocked) - sim->stages[static_cast<std::size_t>(st)].blocked);
-  }
-  r.blocked_beyond_us = std::max(0.0, r.blocked_beyond_us);
-  return r;
-}
 
 }  // namespace
 
@@ -270,24 +182,13 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
       trace->span(links.trace_track, "optimizer", "optimizer", now - sync_us + synced, sync_us - synced,
                   {{"step", step}});
     }
-    // One row per stage, summed over everyone: the pipeline's measurements.
-    std::size_t longest = 0;
-    for (const auto& prog : sched.programs) longest = std::max(longest, prog.size());
-    StepRows rows(plan.dims.pp, longest, plan.actors());
-    float* row = rows.fields(me.pp);
-    const double dp = par.dp;
-    for (std::size_t pc = 0; pc < times->instruction_us.size(); ++pc)
-      rows.instructions(me.pp)[pc] = static_cast<float>(times->instruction_us[pc] / dp);
-    row[kLoss] = static_cast<float>(times->loss / dp);
-    row[kBusy] = static_cast<float>((times->forward_us + times->backward_us + times->weight_us) / dp);
-    row[kBlocked] = static_cast<float>(times->blocked_us / dp);
-    row[kWall] = static_cast<float>(times->wall_us / dp);
-    rows.actor(a.rank)[kTiedSync] = static_cast<float>(tied_sync);
-    row[kBuckets] = static_cast<float>(buckets / dp);
-    rows.actor(a.rank)[kExposedSync] = static_cast<float>(exposed_sync);
-    rows.actor(a.rank)[kHidden] = static_cast<float>(hidden);
-    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, rows.data.data(), rows.data.size(), std::move(c)); }));
-    const StepReport rep = analyse(plan, rows);
+    // Every actor's figures, summed over everyone: the pipeline's measurements.
+    StepTable table(plan.dims, sched);
+    table.add(a.rank, ActorStepFigures{times->loss, times->forward_us + times->backward_us + times->weight_us,
+                                       times->blocked_us, times->wall_us, times->instruction_us, tied_sync,
+                                       exposed_sync, buckets, hidden});
+    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, table.data(), table.size(), std::move(c)); }));
+    const StepReport rep = table.report();
     loss = rep.loss;
     if (!std::isfinite(loss))
       return make_error("training diverged at step ", std::to_string(step), " (loss ", std::to_string(loss), ")");
