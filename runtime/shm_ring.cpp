@@ -53,8 +53,9 @@ std::string shm_ring_name(const std::string& job_id, int node_rank) {
 int remove_orphaned_rings() {
   std::error_code ec;
   int removed = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    const std::string file = entry.path().filename().string();
+  // Never throws: an unreadable /dev/shm (or entry) just ends the sweep.
+  for (std::filesystem::directory_iterator it("/dev/shm", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
     if (file.rfind("troupe.", 0) != 0) continue;
     const std::string name = "/" + file;
     auto ring = ShmRing::open(name);  // not ours (mode 0600) or not a ring: left alone
