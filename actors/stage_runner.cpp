@@ -145,11 +145,6 @@ void StageRunner::record(const schedules::Instruction& in, int step, double t0, 
 void StageRunner::record_transfers(int step) const {
   const Impl& m = *impl_;
   TraceWriter& trace = *m.links.trace;
-  // The trace's clock and the completions' (steady_clock) differ by an offset.
-  const double offset = trace.now_us() - now_us();
-  auto us = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
-  };
   for (const auto& in : m.program) {
     StageEvent event{};
     const char* what = "";
@@ -161,9 +156,9 @@ void StageRunner::record_transfers(int step) const {
       default: continue;
     }
     const auto [armed, done] = m.inbox->times(EventKey{event, in.chunk, in.mb});
-    const double t0 = us(armed), t1 = us(done);
+    const double t0 = trace.at_us(armed), t1 = trace.at_us(done);
     const bool recv = in.op == Op::recv_act || in.op == Op::recv_grad;
-    trace.span(m.links.transfer_track, what + std::to_string(in.mb), recv ? "recv" : "send", t0 + offset, t1 - t0,
+    trace.span(m.links.transfer_track, what + std::to_string(in.mb), recv ? "recv" : "send", t0, t1 - t0,
                {{"step", step}, {"mb", in.mb}, {"chunk", in.chunk}});
   }
 }

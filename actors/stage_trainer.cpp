@@ -116,10 +116,6 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                  schedules::kind_name(sched.kind), chunks, chunks > 1 ? "s" : "", par.microbatches, t.batch);
     if (!plan.schedule_reason.empty()) spdlog::info("schedule = auto: {}", plan.schedule_reason);
   }
-  // The trace's clock and the completions' (steady_clock) differ by an offset.
-  auto trace_offset_us = [&] {
-    return trace->now_us() - std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
-  };
   int gathers = 0;
   auto gather = [&]() -> Status {
     for (auto& z : zero) TROUPE_TRY(z->wait_params());
@@ -161,8 +157,8 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     const double exposed_sync = us_since(backward_end) - tied_sync;
     if (trace)
       for (auto& z : zero) {
-        z->record_reduces(*trace, links.transfer_track, step, trace_offset_us());
-        if (step > 0) z->record_gathers(*trace, links.transfer_track, step - 1, trace_offset_us());
+        z->record_reduces(*trace, links.transfer_track, step);
+        if (step > 0) z->record_gathers(*trace, links.transfer_track, step - 1);
       }
     if (a.batches.release) a.batches.release(step);
     // Global norm over every shard of every stage (the tied weight once).

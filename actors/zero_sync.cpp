@@ -2,7 +2,6 @@
 #include "actors/zero_sync.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <optional>
 
@@ -181,29 +180,26 @@ GptStage::ParamsNeeded ZeroChunk::params_needed() {
 namespace {
 
 void record(Inbox& inbox, const std::vector<ElementRange>& buckets, EventKey key, const char* what,
-            const char* category, TraceWriter& trace, int track, int step, double offset_us) {
-  auto us = [](EventClock::time_point t) { return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count(); };
+            const char* category, TraceWriter& trace, int track, int step) {
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     key.index = static_cast<int>(b);
     const auto [armed, done] = inbox.times(key);
     if (done < armed) continue;  // not delivered (yet)
-    trace.span(track, what + std::to_string(b), category, us(armed) + offset_us, us(done) - us(armed),
+    trace.span(track, what + std::to_string(b), category, trace.at_us(armed), trace.at_us(done) - trace.at_us(armed),
                {{"step", step}, {"chunk", key.chunk}, {"bytes", buckets[b].size() * 4}});
   }
 }
 
 }  // namespace
 
-void ZeroChunk::record_reduces(TraceWriter& trace, int track, int step, double offset_us) const {
-  if (!impl_->sharded()) return;
-  record(*impl_->inbox, impl_->buckets, impl_->reduced(0), "reduce-scatter b", "reduce_scatter", trace, track, step,
-         offset_us);
+void ZeroChunk::record_reduces(TraceWriter& trace, int track, int step) const {
+  if (impl_->sharded())
+    record(*impl_->inbox, impl_->buckets, impl_->reduced(0), "reduce-scatter b", "reduce_scatter", trace, track, step);
 }
 
-void ZeroChunk::record_gathers(TraceWriter& trace, int track, int step, double offset_us) const {
-  if (!impl_->sharded()) return;
-  record(*impl_->inbox, impl_->buckets, impl_->gathered(0), "all-gather b", "all_gather", trace, track, step,
-         offset_us);
+void ZeroChunk::record_gathers(TraceWriter& trace, int track, int step) const {
+  if (impl_->sharded())
+    record(*impl_->inbox, impl_->buckets, impl_->gathered(0), "all-gather b", "all_gather", trace, track, step);
 }
 
 }  // namespace troupe

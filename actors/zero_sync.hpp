@@ -73,11 +73,11 @@ class ZeroChunk {
   /// A failed gather is reported by the next wait_params().
   GptStage::ParamsNeeded params_needed();
 
-  /// Timeline spans on `track` (trace clock = steady clock + `offset_us`):
-  /// one "reduce-scatter" span per bucket of this step, from launch to
-  /// completion, and one "all-gather" span per bucket of the last gather.
-  void record_reduces(TraceWriter& trace, int track, int step, double offset_us) const;
-  void record_gathers(TraceWriter& trace, int track, int step, double offset_us) const;
+  /// Timeline spans on `track`: one "reduce-scatter" span per bucket of this
+  /// step, from launch to completion, and one "all-gather" span per bucket of
+  /// the last gather.
+  void record_reduces(TraceWriter& trace, int track, int step) const;
+  void record_gathers(TraceWriter& trace, int track, int step) const;
 
   int bucket_count() const;
   const std::vector<ElementRange>& buckets() const;

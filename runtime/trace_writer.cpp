@@ -18,6 +18,10 @@ int TraceWriter::track(const std::string& name) {
   return static_cast<int>(tracks_.size() - 1);
 }
 
+double TraceWriter::at_us(std::chrono::steady_clock::time_point t) const {
+  return std::chrono::duration<double, std::micro>(t - origin_).count();
+}
+
 double TraceWriter::now_us() const {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - origin_).count();
 }

@@ -20,6 +20,8 @@ class TraceWriter {
   int track(const std::string& name);
   /// Microseconds since this writer was created (the trace's time origin).
   double now_us() const;
+  /// The trace time of a steady-clock instant (e.g. when a transfer completed).
+  double at_us(std::chrono::steady_clock::time_point t) const;
   /// Records a span on `track`.
   void span(int track, const std::string& name, const std::string& category, double start_us, double duration_us,
             nlohmann::json args = nlohmann::json::object());
