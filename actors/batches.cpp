@@ -26,11 +26,12 @@ void fill_batch_rows(const TokenFile& file, std::uint64_t seed, int step, int mb
   }
 }
 
-Expected<TokenFile> open_data(const std::string& path, const char* key, int ctx) {
+Expected<TokenFile> open_data(const std::string& path, const char* key, int ctx, int vocab) {
   auto f = TokenFile::open(path);
   if (!f) return make_error(key, ": ", f.error().message);
   if (f->size() < static_cast<std::uint64_t>(ctx) + 2)
     return make_error(key, ": ", path, " holds ", std::to_string(f->size()), " tokens, fewer than model.ctx + 2");
+  TROUPE_TRY(check_vocabulary(*f, vocab, key));
   return f;
 }
 

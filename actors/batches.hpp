@@ -22,7 +22,8 @@ void fill_batch(const TokenFile& file, std::uint64_t seed, int step, int mb, Ten
 void fill_batch_rows(const TokenFile& file, std::uint64_t seed, int step, int mb, int B, int T,
                      std::int32_t* tokens, std::int32_t* targets, int replica = 0, int replicas = 1);
 
-/// Opens a token file that holds at least ctx+2 tokens; errors name `key`.
-Expected<TokenFile> open_data(const std::string& path, const char* key, int ctx);
+/// Opens a token file that holds at least ctx+2 tokens, every id below
+/// `vocab`; errors name `key` and the file.
+Expected<TokenFile> open_data(const std::string& path, const char* key, int ctx, int vocab);
 
 }  // namespace troupe

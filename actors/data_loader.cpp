@@ -56,9 +56,9 @@ caf::behavior data_loader(LoaderSelf* self, std::shared_ptr<ShmRing> ring, DataL
   auto& st = self->state;
   st.ring = std::move(ring);
   st.spec = std::move(spec);
-  auto file = TokenFile::open(st.spec.train_path);
+  auto file = open_data(st.spec.train_path, "data.train", st.spec.ctx, st.spec.vocab);
   if (!file) {
-    spdlog::error("data loader: data.train: {}", file.error().message);
+    spdlog::error("data loader: {}", file.error().message);
     self->quit(caf::sec::runtime_error);
     return {};
   }

@@ -28,6 +28,7 @@ namespace troupe {
 struct DataLoaderSpec {
   std::string train_path;
   int batch = 1, ctx = 1, microbatches = 1, dp = 1, steps = 0;
+  int vocab = 256;  ///< model.vocab: every id read must be below it
   std::uint64_t seed = 0;
   std::vector<int> replicas;  ///< the data-parallel replicas whose stages on this node read batches
   int consumers = 1;          ///< stage actors on this node that read (each releases every step)

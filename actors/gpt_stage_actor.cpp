@@ -83,7 +83,7 @@ Expected<BatchSource> ring_batches(caf::blocking_actor* self, const ActorArgs& a
 
 // Batches read from the token file by the stage itself (no loader on the node).
 Expected<BatchSource> file_batches(const StagePlan& plan, int replica) {
-  auto f = open_data(plan.job.data.train, "data.train", plan.cfg.ctx);
+  auto f = open_data(plan.job.data.train, "data.train", plan.cfg.ctx, plan.cfg.vocab);
   if (!f) return f.error();
   struct State {
     TokenFile file;
@@ -115,6 +115,9 @@ void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
 Status validate_gpt_stage_job(const ActorArgs& args) {
   auto plan = plan_of(args);
   if (!plan) return plan.error();
+  // Every node reads the token files it may need before it joins the job.
+  for (auto [path, key] : {std::pair{plan->job.data.train, "data.train"}, std::pair{plan->job.data.val, "data.val"}})
+    if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();
   return Status::success();
 }
 
@@ -160,6 +163,7 @@ ActorPlacement gpt_stage_placement() {
     spec.train_path = job.data.train;
     spec.batch = job.train.batch;
     spec.ctx = job.model.ctx;
+    spec.vocab = job.model.vocab;
     spec.microbatches = job.parallel.microbatches;
     spec.dp = job.parallel.dp;
     spec.steps = job.train.steps;

@@ -32,7 +32,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
   auto plan = make_stage_plan(*job, actors);
   if (!plan) return plan.error();
   for (auto [path, key] : {std::pair{job->data.train, "data.train"}, std::pair{job->data.val, "data.val"}})
-    if (auto f = open_data(path, key, plan->cfg.ctx); !f) return f.error();
+    if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();
   if (auto m = MetricsWriter::open(options.metrics_path); !m) return m.error();
 
   std::string joined;

@@ -19,6 +19,7 @@
 #include "actors/gpt_stage_actor.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/ucx_transport.hpp"
+#include "common/version.hpp"
 #include "runtime/job_config.hpp"
 #include "runtime/messages.hpp"
 #include "runtime/rendezvous.hpp"
@@ -27,7 +28,6 @@ namespace troupe {
 namespace {
 
 constexpr std::size_t kSmokeElements = 1 << 16;
-constexpr const char* kVersion = "0.1.0";
 
 // The built-in work actor "troupe.fabric_check": an all-reduce over every node
 // whose result goes to the node actor; then it quits.
@@ -294,7 +294,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     if (!port)
       return abort(make_error("--port ", std::to_string(o.port), ": cannot publish the node actor on ", o.host, ":",
                               std::to_string(o.port), " (in use?): ", sys.render(port.error())));
-    RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str()), kVersion,
+    RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str()), kTroupeVersion,
                           endpoint_of(o.host, *port, my_addresses), std::chrono::milliseconds(o.rendezvous_timeout_ms)};
     auto members = rendezvous(*redis, req);
     if (!members) return abort(members.error());

@@ -96,7 +96,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     auto w = GptStage::create(device, cfg, whole_model(cfg), t.batch, cfg.ctx);
     if (!w) return w.error();
     whole = std::move(*w);
-    auto v = open_data(job.data.val, "data.val", cfg.ctx);
+    auto v = open_data(job.data.val, "data.val", cfg.ctx, cfg.vocab);
     if (!v) return v.error();
     val.emplace(std::move(*v));
     eval_windows = std::min<std::int64_t>(t.eval_windows, windows_available(*val, cfg.ctx));
@@ -221,7 +221,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                              {"grad_buckets", rep.buckets},
                              {"grad_buckets_hidden", rep.hidden}};
       if (val_loss) line["val_loss"] = *val_loss;
-      metrics->write(line.dump());
+      TROUPE_TRY(metrics->write(line.dump()));
       if (t.log_every > 0 && (step % t.log_every == 0 || last))
         spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e} | {:7.1f} ms | {:8.0f} tok/s | bubble {:.1f}% (predicted "
                      "{:.1f}%)",

@@ -37,3 +37,24 @@ TEST_CASE("an atomic write replaces the file whole, and a failed one leaves it a
 }
 
 }  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("an atomic write never follows a symlink planted at a temporary's name", "[atomic_file]") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / ("troupe_atomic_link_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto victim = (dir / "victim.txt").string();
+  std::ofstream(victim) << "keep";
+  // The old scheme wrote to PATH.tmp.<pid>: plant links at every name it could pick.
+  const auto path = (dir / "out.txt").string();
+  fs::create_symlink(victim, path + ".tmp." + std::to_string(::getpid()));
+  REQUIRE(write_file_atomically(path, [](std::ostream& o) { o << "new"; }).ok());
+  std::ifstream in(victim);
+  std::string s;
+  in >> s;
+  CHECK(s == "keep");
+  fs::remove_all(dir);
+}
+
+}  // namespace troupe

@@ -1,8 +1,11 @@
-// Job config parsing with toml++ against a table of known keys.
+// Job config parsing with toml++ against a table of known keys, each with its
+// type and range.
 #include "runtime/job_config.hpp"
 
+#include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -11,78 +14,151 @@
 namespace troupe {
 namespace {
 
-// Reads one TOML value into a config field; returns false on a type mismatch.
-using Reader = std::function<bool(const toml::node&)>;
+// Reads one TOML value into a config field; returns an empty string on
+// success, else what is wrong with the value ("has the wrong type", "must be
+// in [1, 64]").
+using Reader = std::function<std::string(const toml::node&)>;
+
+std::string range_text(double lo, double hi, bool lo_open = false) {
+  auto num = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  return "must be in " + std::string(lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + "]";
+}
 
 template <class T>
-Reader integer(T& field) {
-  return [&field](const toml::node& n) {
-    auto v = n.value<std::int64_t>();
-    if (!v || !n.is_integer()) return false;
-    field = static_cast<T>(*v);
-    return true;
+Reader integer(T& field, std::int64_t lo, std::int64_t hi) {
+  return [&field, lo, hi](const toml::node& n) -> std::string {
+    if (!n.is_integer()) return "has the wrong type (an integer is expected)";
+    const std::int64_t v = *n.value<std::int64_t>();
+    if (v < lo || v > hi) return range_text(static_cast<double>(lo), static_cast<double>(hi));
+    field = static_cast<T>(v);
+    return {};
   };
 }
-Reader real(double& field) {
-  return [&field](const toml::node& n) {
-    auto v = n.value<double>();
-    if (!v) return false;
-    field = *v;
-    return true;
+// A real in [lo, hi] (or (lo, hi] when lo_open); NaN and infinities never pass.
+Reader real(double& field, double lo, double hi, bool lo_open = false) {
+  return [&field, lo, hi, lo_open](const toml::node& n) -> std::string {
+    if (!n.is_number()) return "has the wrong type (a number is expected)";
+    const double v = *n.value<double>();
+    if (!std::isfinite(v)) return "must be a finite number";
+    if (v < lo || v > hi || (lo_open && v == lo)) return range_text(lo, hi, lo_open);
+    field = v;
+    return {};
   };
 }
 Reader boolean(bool& field) {
-  return [&field](const toml::node& n) {
-    if (!n.is_boolean()) return false;
+  return [&field](const toml::node& n) -> std::string {
+    if (!n.is_boolean()) return "has the wrong type (true or false is expected)";
     field = *n.value<bool>();
-    return true;
+    return {};
   };
 }
 Reader string(std::string& field) {
-  return [&field](const toml::node& n) {
-    if (!n.is_string()) return false;
+  return [&field](const toml::node& n) -> std::string {
+    if (!n.is_string()) return "has the wrong type (a string is expected)";
     field = *n.value<std::string>();
-    return true;
+    return {};
   };
 }
-Reader int_list(std::vector<int>& field) {
-  return [&field](const toml::node& n) {
+Reader int_list(std::vector<int>& field, std::int64_t lo, std::int64_t hi) {
+  return [&field, lo, hi](const toml::node& n) -> std::string {
     const auto* arr = n.as_array();
-    if (!arr) return false;
-    field.clear();
+    if (!arr) return "has the wrong type (a list of integers is expected)";
+    std::vector<int> out;
     for (auto& e : *arr) {
-      if (!e.is_integer()) return false;
-      field.push_back(static_cast<int>(*e.value<std::int64_t>()));
+      if (!e.is_integer()) return "has the wrong type (a list of integers is expected)";
+      const std::int64_t v = *e.value<std::int64_t>();
+      if (v < lo || v > hi) return "has an entry that " + range_text(static_cast<double>(lo), static_cast<double>(hi));
+      out.push_back(static_cast<int>(v));
     }
-    return true;
+    field = std::move(out);
+    return {};
   };
 }
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr std::int64_t kMaxI64 = std::numeric_limits<std::int64_t>::max();
 
 std::map<std::string, Reader> known_keys(JobConfig& c) {
   auto& m = c.model;
   auto& p = c.parallel;
   auto& t = c.train;
   auto& d = c.data;
+  auto& h = c.health;
   return {
-      {"model.layers", integer(m.layers)}, {"model.heads", integer(m.heads)}, {"model.dim", integer(m.dim)},
-      {"model.ctx", integer(m.ctx)}, {"model.vocab", integer(m.vocab)},
-      {"model.parallel_block", boolean(m.parallel_block)}, {"model.window", integer(m.window)},
-      {"parallel.dp", integer(p.dp)}, {"parallel.pp", integer(p.pp)}, {"parallel.tp", integer(p.tp)},
-      {"parallel.schedule", string(p.schedule)}, {"parallel.chunks", integer(p.chunks)},
-      {"parallel.microbatches", integer(p.microbatches)}, {"parallel.layers", int_list(p.layers)}, {"parallel.stage_actor", string(p.stage_actor)},
-      {"parallel.bucket_mb", real(p.bucket_mb)}, {"parallel.max_activations", real(p.max_activations)},
-      {"train.steps", integer(t.steps)}, {"train.batch", integer(t.batch)},
-      {"train.optimizer", string(t.optimizer)}, {"train.lr", real(t.lr)}, {"train.min_lr", real(t.min_lr)},
-      {"train.warmup_steps", integer(t.warmup_steps)}, {"train.lr_schedule", string(t.lr_schedule)},
-      {"train.weight_decay", real(t.weight_decay)}, {"train.beta1", real(t.beta1)},
-      {"train.beta2", real(t.beta2)}, {"train.eps", real(t.eps)}, {"train.grad_clip", real(t.grad_clip)},
-      {"train.seed", integer(t.seed)}, {"train.threads", integer(t.threads)},
-      {"train.eval_every", integer(t.eval_every)}, {"train.eval_windows", integer(t.eval_windows)},
-      {"train.log_every", integer(t.log_every)}, {"data.train", string(d.train)}, {"data.val", string(d.val)},
+      {"model.layers", integer(m.layers, 1, 4096)},
+      {"model.heads", integer(m.heads, 1, 4096)},
+      {"model.dim", integer(m.dim, 1, 1 << 16)},
+      {"model.ctx", integer(m.ctx, 1, 1 << 20)},
+      {"model.vocab", integer(m.vocab, 1, 1 << 24)},
+      {"model.parallel_block", boolean(m.parallel_block)},
+      {"model.window", integer(m.window, 0, 1 << 20)},
+      {"parallel.dp", integer(p.dp, 1, 1 << 16)},
+      {"parallel.pp", integer(p.pp, 1, 1 << 12)},
+      {"parallel.tp", integer(p.tp, 1, 1 << 10)},
+      {"parallel.schedule", string(p.schedule)},
+      {"parallel.chunks", integer(p.chunks, 1, 64)},
+      {"parallel.microbatches", integer(p.microbatches, 1, 1 << 16)},
+      {"parallel.layers", int_list(p.layers, 1, 4096)},
+      {"parallel.stage_actor", string(p.stage_actor)},
+      {"parallel.bucket_mb", real(p.bucket_mb, 0, 1 << 20, true)},
+      {"parallel.max_activations", real(p.max_activations, 0, 1e6)},
+      {"train.steps", integer(t.steps, 0, kMaxInt / 2)},
+      {"train.batch", integer(t.batch, 1, 1 << 20)},
+      {"train.optimizer", string(t.optimizer)},
+      {"train.lr", real(t.lr, 0, 10, true)},
+      {"train.min_lr", real(t.min_lr, 0, 10)},
+      {"train.warmup_steps", integer(t.warmup_steps, 0, kMaxInt / 2)},
+      {"train.lr_schedule", string(t.lr_schedule)},
+      {"train.weight_decay", real(t.weight_decay, 0, 100)},
+      {"train.beta1", real(t.beta1, 0, 0.999999)},
+      {"train.beta2", real(t.beta2, 0, 0.999999999)},
+      {"train.eps", real(t.eps, 0, 1, true)},
+      {"train.grad_clip", real(t.grad_clip, 0, 1e9)},
+      {"train.seed", integer(t.seed, 0, kMaxI64)},
+      {"train.threads", integer(t.threads, 0, 4096)},
+      {"train.eval_every", integer(t.eval_every, 0, kMaxInt / 2)},
+      {"train.eval_windows", integer(t.eval_windows, 0, 1 << 24)},
+      {"train.log_every", integer(t.log_every, 0, kMaxInt / 2)},
+      {"data.train", string(d.train)},
+      {"data.val", string(d.val)},
+      {"health.heartbeat_ms", integer(h.heartbeat_ms, 10, 60000)},
+      {"health.peer_timeout_ms", integer(h.peer_timeout_ms, 50, 3600000)},
+      {"health.rendezvous_timeout_ms", integer(h.rendezvous_timeout_ms, 100, 86400000)},
+      {"health.wait_timeout_ms", integer(h.wait_timeout_ms, 100, 86400000)},
   };
 }
 
-// Walks the table; every leaf must be a known key of the right type.
+// Edit distance, for suggesting the key a typo meant.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_key(const std::string& key, const std::map<std::string, Reader>& keys) {
+  std::string best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (auto& [k, _] : keys)
+    if (auto d = edit_distance(key, k); d < best_d) best_d = d, best = k;
+  std::string out = "unknown key " + key;
+  if (best_d <= std::max<std::size_t>(2, key.size() / 4)) out += " (did you mean " + best + "?)";
+  return out;
+}
+
+// Walks the table; every leaf must be a known key with a value in range.
 Status apply_table(const toml::table& table, const std::string& prefix, std::map<std::string, Reader>& keys,
                    const std::string& where) {
   for (auto& [k, node] : table) {
@@ -92,8 +168,8 @@ Status apply_table(const toml::table& table, const std::string& prefix, std::map
       continue;
     }
     auto it = keys.find(key);
-    if (it == keys.end()) return make_error(where, ": unknown key ", key);
-    if (!it->second(node)) return make_error(where, ": key ", key, " has the wrong type");
+    if (it == keys.end()) return make_error(where, ": ", unknown_key(key, keys));
+    if (auto wrong = it->second(node); !wrong.empty()) return make_error(where, ": key ", key, " ", wrong);
   }
   return Status::success();
 }
@@ -103,33 +179,34 @@ Status apply_override(const std::string& item, std::map<std::string, Reader>& ke
   if (eq == std::string::npos || eq == 0) return make_error("--set ", item, ": expected key=value");
   const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
   auto it = keys.find(key);
-  if (it == keys.end()) return make_error("--set ", item, ": unknown key ", key);
+  if (it == keys.end()) return make_error("--set ", item, ": ", unknown_key(key, keys));
   toml::table parsed;
   try {
     parsed = toml::parse("v = " + value);
   } catch (const toml::parse_error&) {
     parsed = toml::table{{"v", value}};  // a bare word: a string
   }
-  if (!it->second(*parsed.get("v"))) return make_error("--set ", item, ": wrong type for ", key);
+  const toml::node* v = parsed.get("v");
+  if (parsed.size() != 1 || !v) return make_error("--set ", item, ": expected one value for ", key);
+  if (auto wrong = it->second(*v); !wrong.empty()) return make_error("--set ", item, ": ", key, " ", wrong);
   return Status::success();
 }
 
-Status check_ranges(const JobConfig& c) {
+// Constraints between keys (each key's own range is checked as it is read).
+Status check_relations(const JobConfig& c) {
   const auto& t = c.train;
-  auto where = c.source;
-  if (t.steps < 0) return make_error(where, ": train.steps must be >= 0");
-  if (t.batch < 1) return make_error(where, ": train.batch must be >= 1");
+  const auto& where = c.source;
   if (t.optimizer != "adamw" && t.optimizer != "lamb")
     return make_error(where, ": train.optimizer must be adamw or lamb (got ", t.optimizer, ")");
   if (t.lr_schedule != "cosine" && t.lr_schedule != "constant")
     return make_error(where, ": train.lr_schedule must be cosine or constant (got ", t.lr_schedule, ")");
-  if (t.threads < 0) return make_error(where, ": train.threads must be >= 0");
-  if (t.lr <= 0) return make_error(where, ": train.lr must be > 0");
-  if (c.parallel.microbatches < 1) return make_error(where, ": parallel.microbatches must be >= 1");
-  if (!(c.parallel.bucket_mb > 0)) return make_error(where, ": parallel.bucket_mb must be > 0");
-  if (!(c.parallel.max_activations >= 0)) return make_error(where, ": parallel.max_activations must be >= 0");
-  if (c.parallel.dp < 1 || c.parallel.pp < 1 || c.parallel.tp < 1)
-    return make_error(where, ": parallel.dp, parallel.pp and parallel.tp must be >= 1");
+  if (t.min_lr > t.lr) return make_error(where, ": train.min_lr must not exceed train.lr");
+  if (static_cast<std::int64_t>(t.batch) * c.model.ctx > (1 << 26))
+    return make_error(where, ": train.batch x model.ctx must be at most 2^26 tokens per microbatch");
+  if (static_cast<std::int64_t>(c.parallel.dp) * c.parallel.pp * c.parallel.tp > (1 << 20))
+    return make_error(where, ": parallel.dp x parallel.pp x parallel.tp must be at most 2^20 actors");
+  if (c.health.peer_timeout_ms < 2 * c.health.heartbeat_ms)
+    return make_error(where, ": health.peer_timeout_ms must be at least twice health.heartbeat_ms");
   return Status::success();
 }
 
@@ -150,7 +227,7 @@ Expected<JobConfig> parse_job_config(const std::string& text, const std::string&
   }
   TROUPE_TRY(apply_table(table, "", keys, source));
   for (auto& o : overrides) TROUPE_TRY(apply_override(o, keys));
-  TROUPE_TRY(check_ranges(config));
+  TROUPE_TRY(check_relations(config));
   return config;
 }
 
@@ -159,6 +236,7 @@ Expected<JobConfig> load_job_config(const std::string& path, const std::vector<s
   if (!in) return make_error(path, ": cannot open config");
   std::stringstream ss;
   ss << in.rdbuf();
+  if (in.bad()) return make_error(path, ": cannot read config");
   return parse_job_config(ss.str(), path, overrides);
 }
 

@@ -1,6 +1,8 @@
 // The job configuration: TOML sections [model] [parallel] [train] [data]
 // [checkpoint] [health] [faults], every key overridable with --set key=value.
-// Unknown keys and wrongly typed values are errors naming the file (or flag) and key.
+// Unknown keys (with the closest known one suggested), wrongly typed values,
+// integers that do not fit, NaN, infinities and values out of range are errors
+// naming the file (or flag) and key.
 #pragma once
 
 #include <cstdint>
@@ -60,11 +62,21 @@ struct DataSection {
   std::string val = "data/val.bin";
 };
 
+/// Bounds on every wait, so a lost or stopped peer ends the job instead of
+/// hanging it.
+struct HealthSection {
+  int heartbeat_ms = 500;             ///< nodes' keep-alive interval on the control connection
+  int peer_timeout_ms = 3000;         ///< a node silent this long is lost (a stopped process, a cut link)
+  int rendezvous_timeout_ms = 30000;  ///< waiting for every node to join
+  int wait_timeout_ms = 600000;       ///< any single wait on a transfer or a local actor (a backstop)
+};
+
 struct JobConfig {
   ModelSection model;
   ParallelSection parallel;
   TrainSection train;
   DataSection data;
+  HealthSection health;
   std::string source;  ///< file it was read from (for messages)
 };
 

@@ -36,11 +36,11 @@ layers = [3, 5]
 TEST_CASE("config errors name the file, key or flag", "[config]") {
   auto unknown = parse_job_config("[train]\nstepz = 3\n", "job.toml");
   REQUIRE_FALSE(unknown.ok());
-  CHECK(unknown.error().message == "job.toml: unknown key train.stepz");
+  CHECK(unknown.error().message == "job.toml: unknown key train.stepz (did you mean train.steps?)");
 
   auto type = parse_job_config("[model]\nlayers = \"four\"\n", "job.toml");
   REQUIRE_FALSE(type.ok());
-  CHECK(type.error().message == "job.toml: key model.layers has the wrong type");
+  CHECK(type.error().message == "job.toml: key model.layers has the wrong type (an integer is expected)");
 
   auto syntax = parse_job_config("[model\n", "job.toml");
   REQUIRE_FALSE(syntax.ok());

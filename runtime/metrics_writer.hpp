@@ -13,8 +13,9 @@ class MetricsWriter {
  public:
   /// Opens (truncates) `path`; an empty path writes nothing.
   static Expected<MetricsWriter> open(const std::string& path);
-  /// Appends one line (`json_object` must be a single-line JSON object).
-  void write(const std::string& json_object);
+  /// Appends one line (`json_object` must be a single-line JSON object); a
+  /// failed write or flush (a full disk) is an error naming the file.
+  Status write(const std::string& json_object);
   bool enabled() const { return file_ != nullptr; }
 
  private:
@@ -22,6 +23,7 @@ class MetricsWriter {
     void operator()(std::FILE* f) const { std::fclose(f); }
   };
   std::unique_ptr<std::FILE, Closer> file_;
+  std::string path_;
 };
 
 }  // namespace troupe

@@ -103,8 +103,10 @@ TEST_CASE("empty token files and a diverging run are one-line errors", "[cli][er
   const std::string header("TROUPETK\x01\0\0\0\x01\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 32);
   write_file(job.dir / "none.bin", header);
   expect_one_line_error(run(t + " train " + job.cfg + " --set data.val=" + (job.dir / "none.bin")), "data.val");
-  // lr = 1e30 without clipping: the weights overflow and the loss is NaN.
-  auto r = run(t + " train " + job.cfg + " --set train.lr=1e30 --set train.grad_clip=0 --set train.warmup_steps=0 " +
+  // Decoupled weight decay of lr x weight_decay = 1000 per step: the weights
+  // overflow within a few steps and the loss is NaN.
+  auto r = run(t + " train " + job.cfg + " --set train.lr=10 --set train.min_lr=10 --set train.grad_clip=0 " +
+               "--set train.warmup_steps=0 --set train.weight_decay=100 --set train.eps=1 --set train.beta2=0 " +
                "--metrics " + (job.dir / "nan.jsonl"));
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("training diverged at step") != std::string::npos);

@@ -24,6 +24,11 @@ class SafetensorsFile {
  public:
   /// Reads and validates `path`; errors name the file and what is wrong.
   static Expected<SafetensorsFile> read(const std::string& path);
+  /// Validates the bytes of a whole file (`path` names it in errors): the
+  /// header length, the JSON types of every field, shapes whose element count
+  /// and byte size do not overflow, and data offsets inside the file. Never
+  /// throws; a hostile file is an Error naming the file and tensor.
+  static Expected<SafetensorsFile> parse(std::vector<char> bytes, const std::string& path);
 
   const std::string& path() const { return path_; }
   /// Tensor names in file order of their data.

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <cstdio>
 
+#include "common/version.hpp"
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
   // Progress and diagnostics go to stderr; stdout is for results (bench JSON).
   spdlog::set_default_logger(spdlog::stderr_color_mt("troupe"));
   CLI::App app{"troupe: an actor-model distributed runtime for training language models"};
+  app.set_version_flag("--version", std::string("troupe ") + troupe::kTroupeVersion);
   app.require_subcommand(1);
   troupe::cli::Action action;
   troupe::cli::register_prepare(app, action);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "actors/batches.hpp"
 #include "actors/evaluation.hpp"
 #include "actors/job_model.hpp"
 #include "actors/actor_registry.hpp"
@@ -41,8 +42,8 @@ int run_eval(const EvalArgs& a) {
   if (!job) return fail("eval", job.error());
   const GptConfig cfg = gpt_config(*job);
   if (auto st = validate(cfg); !st) return fail("eval", st.error());
-  auto file = TokenFile::open(a.data);
-  if (!file) return fail("eval", make_error("--data ", file.error().message));
+  auto file = open_data(a.data, "--data", cfg.ctx, cfg.vocab);
+  if (!file) return fail("eval", file.error());
   CpuDevice device(resolved_threads(job->train));
   auto stage = GptStage::create(device, cfg, whole_model(cfg), job->train.batch, cfg.ctx);
   if (!stage) return fail("eval", stage.error());
