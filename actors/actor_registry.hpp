@@ -18,16 +18,27 @@ namespace troupe {
 
 class Transport;
 
+/// Where a job's outputs go and what it starts from (command-line flags, not
+/// part of the job config and its hash).
+struct JobFiles {
+  std::string trace;    ///< each stage actor writes TRACE.actor<R> (Chrome trace); empty = none
+  std::string metrics;  ///< per-step JSON lines (the whole-model root writes them); empty = none
+  std::string init;     ///< safetensors weights to start from; empty = initialise from the seed
+  std::string save;     ///< safetensors weights written at the end; empty = none
+};
+
 /// What a factory gets: the actor's rank among the job's actors and its own
-/// transport endpoint, the job generation, the actor to report to (its node),
-/// free-form key/value settings, and the node's data loader if it has one.
+/// transport endpoint, the job generation, the actor to report to (its node:
+/// msg::ActorDone or msg::ActorFailed, see report_outcome), the parsed and
+/// validated job config, and the node's data loader if it has one.
 struct ActorArgs {
   int rank = 0;   ///< among the job's actors (one per node unless the type places more)
   int world = 1;  ///< actors in the job
   std::uint64_t generation = 0;
   Transport* transport = nullptr;
   caf::actor report_to;
-  std::map<std::string, std::string> settings;
+  JobConfig job;
+  JobFiles files;
   int node = 0;
   int nodes = 1;
   caf::actor data_loader;  ///< the node's data loader (if the type asked for one)

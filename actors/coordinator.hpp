@@ -4,9 +4,11 @@
 //  SV-1  every node actor is monitored from the moment the plan is sent; a
 //        node's death reaches the coordinator as a down message.
 //  SV-2  on a death the coordinator bumps the generation in Redis before it
-//        tells anyone, then tells every survivor (lost) in the new generation.
+//        tells anyone, then tells every survivor (PeerLost) in the new generation.
 //  SV-3  messages of an older generation are dropped and counted, never acted on.
-//  SV-4  the coordinator alone ends the job (finish), with its outcome.
+//  SV-4  the coordinator alone ends the job (Finish), with its outcome and reason.
+//  SV-5  a node report (NodeDone, NodeFailed) counts only if it comes from the
+//        node actor of the rank it names; anything else is dropped and counted.
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -18,6 +20,7 @@ namespace troupe {
 struct CoordinatorConfig {
   std::vector<caf::actor> nodes;  ///< by rank
   std::string redis_url;
+  std::string redis_password;
   std::string job_id;
   std::uint64_t generation = 1;
   double hold_seconds = 0;

@@ -1,77 +1,118 @@
 // The coordinator in one actor system with stand-in node actors: stale
-// generations are dropped (SV-3), the job ends only through it (SV-4), and a
-// stand-in's death bumps the generation and reaches the survivors (SV-1, SV-2).
+// generations are dropped (SV-3), reports count only from the node they name
+// (SV-5), the job ends only through it (SV-4), and a stand-in's death bumps
+// the generation and reaches the survivors (SV-1, SV-2).
 #include "actors/coordinator.hpp"
 
 #include <catch2/catch.hpp>
 #include <caf/all.hpp>
 
-#include "runtime/messages.hpp"
+#include "actors/protocol.hpp"
 #include "runtime/redis_server.hpp"
 
 namespace troupe {
 namespace {
 
-// Forwards every job message it gets to `observer`, tagged with its rank.
+using namespace std::chrono_literals;
+
+// A node stand-in: tells `observer` ("plan" | "lost" | "finish", generation,
+// its rank, detail) what the coordinator sent, and on ("report", generation,
+// checksum) from the observer reports NodeDone to the coordinator itself.
 caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observer) {
+  auto coordinator = std::make_shared<caf::actor>();
   return {
-      [=](msg::plan_atom, std::uint64_t gen, int) { self->send(observer, msg::plan_atom::value, gen, rank); },
-      [=](msg::finish_atom, std::uint64_t gen, bool ok) {
-        self->send(observer, msg::finish_atom::value, gen, rank, ok);
+      [=](const msg::Plan& m) {
+        *coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+        self->send(observer, std::string("plan"), m.generation, rank, 0);
+      },
+      [=](const msg::PeerLost& m) { self->send(observer, std::string("lost"), m.generation, rank, int{m.node}); },
+      [=](const msg::Finish& m) {
+        self->send(observer, std::string("finish"), m.generation, rank, m.ok ? 1 : 0);
         self->quit();
       },
-      [=](msg::lost_atom, std::uint64_t gen, int peer) { self->send(observer, msg::lost_atom::value, gen, rank, peer); },
+      [=](const std::string&, std::uint64_t gen, float checksum) {
+        self->send(*coordinator, msg::NodeDone{gen, rank, checksum});
+      },
   };
 }
 
+struct Job {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{(announce_protocol(cfg), cfg)};
+  caf::scoped_actor observer{sys};
+  std::vector<caf::actor> nodes;
+  caf::actor coord;
+  Job(int n, const std::string& redis, std::uint64_t generation) {
+    for (int r = 0; r < n; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}));
+    coord = spawn_coordinator(sys, CoordinatorConfig{nodes, redis, "", "t", generation, 0, 3.0f});
+    for (int i = 0; i < n; ++i)
+      observer->receive([&](const std::string& kind, std::uint64_t gen, int, int) {
+        CHECK(kind == "plan");
+        CHECK(gen == generation);
+      });
+  }
+  // Whether a finish arrives within `wait`; its ok flag in `ok`.
+  bool finished(std::chrono::milliseconds wait, bool* ok = nullptr) {
+    bool got = false;
+    observer->receive(
+        [&](const std::string& kind, std::uint64_t, int, int detail) {
+          got = kind == "finish";
+          if (ok) *ok = detail == 1;
+        },
+        caf::after(wait) >> [] {});
+    return got;
+  }
+};
+
 }  // namespace
 
-TEST_CASE("SV-3: stale ready messages are dropped; SV-4: the coordinator ends the job", "[coordinator]") {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor observer{sys};
-  std::vector<caf::actor> nodes{sys.spawn(stand_in, 0, caf::actor{observer}), sys.spawn(stand_in, 1, caf::actor{observer})};
-  auto coord = spawn_coordinator(sys, CoordinatorConfig{nodes, "redis://127.0.0.1:1", "t", 5, 0, 3.0f});
-  for (int i = 0; i < 2; ++i)
-    observer->receive([](msg::plan_atom, std::uint64_t gen, int) { CHECK(gen == 5); });
-  // Both ranks report, but from generation 4: nothing may finish.
-  for (int r = 0; r < 2; ++r) observer->send(coord, msg::ready_atom::value, std::uint64_t{4}, r, 3.0f);
-  bool finished_early = false;
-  observer->receive([&](msg::finish_atom, std::uint64_t, int, bool) { finished_early = true; },
-                    caf::after(std::chrono::milliseconds(200)) >> [] {});
-  CHECK_FALSE(finished_early);
-  for (int r = 0; r < 2; ++r) observer->send(coord, msg::ready_atom::value, std::uint64_t{5}, r, 3.0f);
-  int finished = 0;
-  for (int i = 0; i < 2; ++i)
-    observer->receive([&](msg::finish_atom, std::uint64_t gen, int, bool ok) {
-      CHECK(gen == 5);
-      CHECK(ok);
-      ++finished;
-    });
-  CHECK(finished == 2);
+TEST_CASE("SV-3: stale reports are dropped; SV-4: the coordinator ends the job", "[coordinator]") {
+  Job job(2, "redis://127.0.0.1:1", 5);
+  // Both nodes report, but from generation 4: nothing may finish.
+  for (auto& n : job.nodes) job.observer->send(n, std::string("report"), std::uint64_t{4}, 3.0f);
+  CHECK_FALSE(job.finished(200ms));
+  for (auto& n : job.nodes) job.observer->send(n, std::string("report"), std::uint64_t{5}, 3.0f);
+  bool ok = false;
+  CHECK(job.finished(5s, &ok));
+  CHECK(ok);
+  CHECK(job.finished(5s, &ok));
+}
+
+TEST_CASE("SV-5: reports from anyone but the named node, or naming no node, are dropped", "[coordinator]") {
+  Job job(2, "redis://127.0.0.1:1", 1);
+  // A forger (the observer) reports for both nodes, a failure for node 0, and nodes that do not exist.
+  job.observer->send(job.coord, msg::NodeDone{1, 0, 3.0f});
+  job.observer->send(job.coord, msg::NodeDone{1, 1, 3.0f});
+  job.observer->send(job.coord, msg::NodeFailed{1, 0, 0, "forged"});
+  job.observer->send(job.coord, msg::NodeDone{1, 1 << 30, 3.0f});
+  job.observer->send(job.coord, msg::NodeFailed{1, -1, 0, "forged"});
+  CHECK_FALSE(job.finished(300ms));
+  // The real nodes' reports still finish the job, successfully.
+  for (auto& n : job.nodes) job.observer->send(n, std::string("report"), std::uint64_t{1}, 3.0f);
+  bool ok = false;
+  CHECK(job.finished(5s, &ok));
+  CHECK(ok);
 }
 
 TEST_CASE("SV-1, SV-2: a node's death bumps the generation in Redis and reaches the survivors", "[coordinator]") {
   auto server = RedisServer::start();
   REQUIRE(server.ok());
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
-  caf::scoped_actor observer{sys};
-  std::vector<caf::actor> nodes;
-  for (int r = 0; r < 3; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}));
-  auto coord = spawn_coordinator(sys, CoordinatorConfig{nodes, server->url(), "sv", 1, 0, 6.0f});
-  for (int i = 0; i < 3; ++i) observer->receive([](msg::plan_atom, std::uint64_t, int) {});
-  caf::anon_send_exit(nodes[1], caf::exit_reason::kill);
+  Job job(3, server->url(), 1);
+  caf::anon_send_exit(job.nodes[1], caf::exit_reason::kill);
   std::vector<int> told;
   bool failed = false;
   for (int i = 0; i < 4; ++i)
-    observer->receive(
-        [&](msg::lost_atom, std::uint64_t gen, int rank, int peer) {
-          CHECK(gen == 2);  // always above the old generation
-          CHECK(peer == 1);
-          told.push_back(rank);
+    job.observer->receive(
+        [&](const std::string& kind, std::uint64_t gen, int rank, int detail) {
+          if (kind == "lost") {
+            CHECK(gen == 2);  // always above the old generation
+            CHECK(detail == 1);
+            told.push_back(rank);
+          } else if (kind == "finish") {
+            failed = detail == 0;
+          }
         },
-        [&](msg::finish_atom, std::uint64_t, int, bool ok) { failed = !ok; });
+        caf::after(10s) >> [] { FAIL("no word from the coordinator within 10 s"); });
   CHECK(told.size() == 2);
   CHECK(failed);
 }

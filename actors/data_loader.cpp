@@ -7,8 +7,8 @@
 #include <map>
 #include <optional>
 
-#include "actors/batches.hpp"
-#include "runtime/messages.hpp"
+#include "training/batches.hpp"
+#include "actors/protocol.hpp"
 
 namespace troupe {
 namespace {
@@ -20,7 +20,7 @@ struct LoaderState {
   int next_fill = 0;      // next step to write
   int released_upto = 0;  // every step below this one was released by every consumer
   std::map<int, int> releases;  // step -> consumers that released it (-1: all did)
-  std::map<int, std::vector<std::pair<caf::response_promise, int>>> waiting;  // step -> (promise, block)
+  std::map<int, std::vector<std::pair<caf::typed_response_promise<msg::BatchSlot>, int>>> waiting;  // step -> (promise, block)
   static inline const char* name = "troupe.data_loader";
 };
 
@@ -46,7 +46,7 @@ void fill_ahead(LoaderSelf* self) {
                         sp.replicas[b], sp.dp);
       }
     if (auto it = st.waiting.find(step); it != st.waiting.end()) {
-      for (auto& [promise, block] : it->second) promise.deliver(step % sp.depth, block);
+      for (auto& [promise, block] : it->second) promise.deliver(msg::BatchSlot{step % sp.depth, block});
       st.waiting.erase(it);
     }
   }
@@ -65,17 +65,20 @@ caf::behavior data_loader(LoaderSelf* self, std::shared_ptr<ShmRing> ring, DataL
   st.file.emplace(std::move(*file));
   fill_ahead(self);
   return {
-      [self](msg::batch_atom, int step, int replica) -> caf::result<int, int> {
+      [self](const msg::BatchRequest& ask) -> caf::result<msg::BatchSlot> {
         auto& s = self->state;
-        const int block = block_of(s.spec, replica);
-        if (block < 0 || step < s.released_upto || step >= s.spec.steps) return caf::sec::invalid_argument;
-        if (step < s.next_fill) return {step % s.spec.depth, block};
-        auto promise = self->make_response_promise();
-        s.waiting[step].emplace_back(promise, block);
-        return caf::delegated<int, int>();
+        const int block = block_of(s.spec, ask.replica);
+        if (block < 0 || ask.step < s.released_upto || ask.step >= s.spec.steps) return caf::sec::invalid_argument;
+        if (ask.step < s.next_fill) return msg::BatchSlot{ask.step % s.spec.depth, block};
+        auto promise = self->make_response_promise<msg::BatchSlot>();
+        s.waiting[ask.step].emplace_back(promise, block);
+        return promise;
       },
-      [self](msg::release_atom, int step) {
+      [self](const msg::BatchRelease& r) {
         auto& s = self->state;
+        const int step = r.step;
+        // Only steps that were handed out and not yet released by everyone.
+        if (step < s.released_upto || step >= s.next_fill) return;
         if (++s.releases[step] < s.spec.consumers) return;
         s.releases[step] = -1;  // released by every consumer
         for (auto it = s.releases.find(s.released_upto); it != s.releases.end() && it->second == -1;

@@ -13,9 +13,9 @@
 #include <filesystem>
 #include <optional>
 
-#include "actors/batches.hpp"
+#include "training/batches.hpp"
 #include "backends/cpu/cpu_device.hpp"
-#include "runtime/messages.hpp"
+#include "actors/protocol.hpp"
 #include "runtime/token_file.hpp"
 
 namespace troupe {
@@ -56,8 +56,8 @@ TEST_CASE("the data loader fills the ring ahead with fill_batch's rows and waits
   auto loader = spawn_data_loader(sys, ring, spec);
   auto ask = [&](int step, int replica, std::chrono::milliseconds limit) {
     std::optional<std::pair<int, int>> out;
-    self->request(loader, limit, msg::batch_atom::value, step, replica)
-        .receive([&](int slot, int block) { out = std::pair{slot, block}; }, [&](caf::error&) {});
+    self->request(loader, limit, msg::BatchRequest{step, replica})
+        .receive([&](const msg::BatchSlot& at) { out = std::pair{at.slot, at.block}; }, [&](caf::error&) {});
     return out;
   };
   for (int step = 0; step < 2; ++step)
@@ -74,9 +74,9 @@ TEST_CASE("the data loader fills the ring ahead with fill_batch's rows and waits
     }
   // Step 2 needs step 0's slot: no answer until both consumers released it.
   CHECK_FALSE(ask(2, 0, std::chrono::milliseconds(200)));
-  self->send(loader, msg::release_atom::value, 0);
+  self->send(loader, msg::BatchRelease{0});
   CHECK_FALSE(ask(2, 0, std::chrono::milliseconds(200)));
-  self->send(loader, msg::release_atom::value, 0);
+  self->send(loader, msg::BatchRelease{0});
   auto where = ask(2, 1, std::chrono::seconds(5));
   REQUIRE(where);
   CHECK(where->first == 0);  // step 2 reuses step 0's slot

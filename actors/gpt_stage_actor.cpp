@@ -7,34 +7,16 @@
 #include <caf/all.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 
-#include "actors/batches.hpp"
+#include "training/batches.hpp"
 #include "actors/mailbox_inbox.hpp"
 #include "backends/cpu/cpu_device.hpp"
-#include "runtime/messages.hpp"
+#include "actors/protocol.hpp"
 
 namespace troupe {
 namespace {
 
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  for (std::string line; std::getline(ss, line);)
-    if (!line.empty()) out.push_back(line);
-  return out;
-}
-
-std::string setting(const ActorArgs& args, const std::string& key) {
-  auto it = args.settings.find(key);
-  return it == args.settings.end() ? std::string() : it->second;
-}
-
-Expected<StagePlan> plan_of(const ActorArgs& args) {
-  auto job = load_job_config(setting(args, "config"), split_lines(setting(args, "overrides")));
-  if (!job) return job.error();
-  return make_stage_plan(*job, args.world);
-}
+Expected<StagePlan> plan_of(const ActorArgs& args) { return make_stage_plan(args.job, args.world); }
 
 // Batches read in place from the node loader's shared-memory ring.
 struct RingBatches {
@@ -56,15 +38,22 @@ Expected<BatchSource> ring_batches(caf::blocking_actor* self, const ActorArgs& a
   layout.ctx = T;
   layout.microbatches = plan.job.parallel.microbatches;
   caf::actor loader = args.data_loader;
+  const auto limit = std::chrono::milliseconds(args.job.health.wait_timeout_ms);
   BatchSource src;
-  src.get = [self, loader, state, layout, replica, B, T](int step, int mb) -> Expected<MicroBatch> {
+  src.get = [self, loader, state, layout, replica, B, T, limit](int step, int mb) -> Expected<MicroBatch> {
     if (step != state->step) {
       Status status;
-      self->request(loader, caf::infinite, msg::batch_atom::value, step, replica)
+      self->request(loader, limit, msg::BatchRequest{step, replica})
           .receive(
-              [&](int slot, int block) {
-                state->block = static_cast<char*>(state->ring->slot(slot)) + static_cast<std::size_t>(block) *
-                                                                                   layout.block_bytes();
+              [&](const msg::BatchSlot& at) {
+                if (at.slot < 0 || at.slot >= state->ring->slots() || at.block < 0 ||
+                    static_cast<std::size_t>(at.block + 1) * layout.block_bytes() > state->ring->slot_bytes()) {
+                  status = make_error("data loader: step ", std::to_string(step), ": slot ", std::to_string(at.slot),
+                                      " block ", std::to_string(at.block), " is outside the ring");
+                  return;
+                }
+                state->block = static_cast<char*>(state->ring->slot(at.slot)) + static_cast<std::size_t>(at.block) *
+                                                                                      layout.block_bytes();
                 state->step = step;
               },
               [&](caf::error& e) {
@@ -77,7 +66,7 @@ Expected<BatchSource> ring_batches(caf::blocking_actor* self, const ActorArgs& a
     return MicroBatch{Tensor::borrow(state->device, tokens, {B, T}, DType::i32),
                       Tensor::borrow(state->device, targets, {B, T}, DType::i32)};
   };
-  src.release = [self, loader](int step) { self->send(loader, msg::release_atom::value, step); };
+  src.release = [self, loader](int step) { self->send(loader, msg::BatchRelease{step}); };
   return src;
 }
 
@@ -104,13 +93,27 @@ Expected<BatchSource> file_batches(const StagePlan& plan, int replica) {
 }
 
 void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
-  auto result = train_gpt_stage(self, args);
-  if (!result) self->send(args.report_to, msg::failed_atom::value, args.generation, args.rank, result.error().message);
-  self->send(args.report_to, msg::reduced_atom::value, args.generation, result.ok(),
-             result ? static_cast<float>(*result) : -1.0f);
+  report_outcome(self, args, run_guarded([&] { return train_gpt_stage(self, args); }));
 }
 
 }  // namespace
+
+Expected<double> run_guarded(const std::function<Expected<double>()>& work) {
+  try {
+    return work();
+  } catch (const std::exception& e) {
+    return make_error("exception: ", e.what());
+  } catch (...) {
+    return make_error("unknown exception");
+  }
+}
+
+void report_outcome(caf::blocking_actor* self, const ActorArgs& args, const Expected<double>& outcome) {
+  if (outcome)
+    self->send(args.report_to, msg::ActorDone{args.generation, args.rank, *outcome});
+  else
+    self->send(args.report_to, msg::ActorFailed{args.generation, args.rank, outcome.error().message});
+}
 
 Status validate_gpt_stage_job(const ActorArgs& args) {
   auto plan = plan_of(args);
@@ -126,7 +129,7 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   if (!plan) return plan.error();
   const Coord me = coord_of(plan->dims, args.rank);
   // Transfers' and collectives' completions arrive in this actor's mailbox.
-  MailboxInbox inbox(self);
+  MailboxInbox inbox(self, args.job.health.wait_timeout_ms);
   StageTrainerArgs ta;
   ta.plan = &*plan;
   ta.rank = args.rank;
@@ -139,11 +142,11 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
     if (!src) return src.error();
     ta.batches = std::move(*src);
   }
-  const std::string trace = setting(args, "trace");
-  if (!trace.empty()) ta.trace_path = trace + ".actor" + std::to_string(args.rank);
-  ta.metrics_path = setting(args, "metrics");
-  ta.init_path = setting(args, "init");
-  ta.save_path = setting(args, "save");
+  if (!args.files.trace.empty()) ta.trace_path = args.files.trace + ".actor" + std::to_string(args.rank);
+  ta.metrics_path = args.files.metrics;
+  ta.init_path = args.files.init;
+  ta.save_path = args.files.save;
+  ta.wait_timeout_ms = args.job.health.wait_timeout_ms;
   ta.hooks = hooks;
   return train_stage(ta);
 }

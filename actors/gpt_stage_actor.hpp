@@ -6,9 +6,10 @@
 #pragma once
 
 #include <caf/fwd.hpp>
+#include <functional>
 
 #include "actors/actor_registry.hpp"
-#include "actors/stage_trainer.hpp"
+#include "training/stage_trainer.hpp"
 #include "common/expected.hpp"
 
 namespace troupe {
@@ -18,6 +19,14 @@ namespace troupe {
 /// "troupe.gpt_stage", open to other actor types (see examples/custom_stage).
 Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& args, const GptStageHooks& hooks = {});
 
+/// Runs `work`, turning an exception it throws into an Error with its message
+/// (no exception ever leaves a work actor).
+Expected<double> run_guarded(const std::function<Expected<double>()>& work);
+
+/// Tells the actor's node how its work ended: msg::ActorDone with the result,
+/// or msg::ActorFailed with the error. Every work actor ends with this.
+void report_outcome(caf::blocking_actor* self, const ActorArgs& args, const Expected<double>& outcome);
+
 /// Checks the job in `args` for GPT stage actors (for ActorRegistry::add).
 Status validate_gpt_stage_job(const ActorArgs& args);
 
@@ -25,9 +34,8 @@ Status validate_gpt_stage_job(const ActorArgs& args);
 /// each node (for ActorRegistry::add, also for a user's own GPT stage types).
 ActorPlacement gpt_stage_placement();
 
-/// Registers "troupe.gpt_stage". It reads ActorArgs::settings "config" (path),
-/// "overrides" (newline-separated key=value), and optionally "trace",
-/// "metrics", "init" and "save" (paths).
+/// Registers "troupe.gpt_stage". It trains ActorArgs::job and writes or reads
+/// ActorArgs::files.
 void register_gpt_stage_actor(ActorRegistry& registry);
 
 }  // namespace troupe

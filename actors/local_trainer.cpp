@@ -6,11 +6,11 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_registry.hpp"
-#include "actors/batches.hpp"
+#include "training/batches.hpp"
 #include "actors/data_loader.hpp"
-#include "actors/stage_plan.hpp"
+#include "training/stage_plan.hpp"
 #include "backends/transport/local_transport.hpp"
-#include "runtime/messages.hpp"
+#include "actors/protocol.hpp"
 #include "runtime/metrics_writer.hpp"
 #include "runtime/trace_writer.hpp"
 
@@ -35,11 +35,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();
   if (auto m = MetricsWriter::open(options.metrics_path); !m) return m.error();
 
-  std::string joined;
-  for (auto& ov : overrides) joined += ov + "\n";
-  std::map<std::string, std::string> settings{{"config", config_path}, {"overrides", joined},
-                                              {"metrics", options.metrics_path}, {"init", options.init_path},
-                                              {"save", options.save_path}, {"trace", options.trace_path}};
+  const JobFiles files{options.trace_path, options.metrics_path, options.init_path, options.save_path};
   std::shared_ptr<ShmRing> ring;
   std::optional<DataLoaderSpec> spec;
   if (placement.data_loader) {
@@ -54,27 +50,56 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
   Status result;
   {
     caf::actor_system_config cfg;
+    announce_protocol(cfg);
     caf::actor_system sys{cfg};
     caf::scoped_actor self{sys};
+    std::vector<caf::actor_addr> work;
     caf::actor loader = spec && spec->consumers > 0 ? spawn_data_loader(sys, ring, *spec) : caf::actor{};
     for (int r = 0; r < actors; ++r) {
-      ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, settings, 0, 1, loader,
+      ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, *job, files, 0, 1, loader,
                      ring ? ring->name() : std::string()};
       auto a = registry.spawn(type, sys, args);
-      if (!a) return a.error();
+      if (!a) {
+        for (int p = 0; p < actors; ++p) fabric->fail(p);
+        return a.error();
+      }
+      self->monitor(*a);
+      work.push_back(a->address());
     }
+    // The first failure ends the run: every transfer still waiting fails, so
+    // the other actors unwind instead of waiting for the failed one.
     std::string first_failure;
-    for (int reported = 0; reported < actors;) {
+    auto failed = [&](const std::string& why) {
+      if (first_failure.empty()) first_failure = why;
+      for (int r = 0; r < actors; ++r) fabric->fail(r);
+    };
+    std::vector<bool> reported(static_cast<std::size_t>(actors), false);
+    auto from_actor = [&](int rank) {
+      return rank >= 0 && rank < actors && !reported[static_cast<std::size_t>(rank)] && self->current_sender() &&
+             self->current_sender()->address() == work[static_cast<std::size_t>(rank)];
+    };
+    for (int n = 0; n < actors;) {
       self->receive(
-          // The first failure ends the run: every transfer still waiting fails,
-          // so the other actors unwind instead of waiting for the failed one.
-          [&](msg::failed_atom, std::uint64_t, int rank, const std::string& reason) {
-            if (first_failure.empty()) first_failure = "stage actor " + std::to_string(rank) + ": " + reason;
-            for (int r = 0; r < actors; ++r) fabric->fail(r);
+          [&](const msg::ActorDone& m) {
+            if (!from_actor(m.actor)) return;
+            reported[static_cast<std::size_t>(m.actor)] = true;
+            ++n;
           },
-          [&](msg::reduced_atom, std::uint64_t, bool ok, float) {
-            ++reported;
-            if (!ok && first_failure.empty()) first_failure = "a stage actor failed";
+          [&](const msg::ActorFailed& m) {
+            if (!from_actor(m.actor)) return;
+            reported[static_cast<std::size_t>(m.actor)] = true;
+            ++n;
+            failed("stage actor " + std::to_string(m.actor) + ": " + m.reason);
+          },
+          // An actor that ends without a report (it was killed, or its
+          // behaviour threw) is a failure too.
+          [&](caf::down_msg& dm) {
+            for (int r = 0; r < actors; ++r)
+              if (dm.source == work[static_cast<std::size_t>(r)] && !reported[static_cast<std::size_t>(r)]) {
+                reported[static_cast<std::size_t>(r)] = true;
+                ++n;
+                failed("stage actor " + std::to_string(r) + " ended without reporting (" + sys.render(dm.reason) + ")");
+              }
           });
     }
     if (loader) self->send_exit(loader, caf::exit_reason::user_shutdown);

@@ -3,11 +3,12 @@
 
 #include <caf/all.hpp>
 
-#include "runtime/messages.hpp"
+#include "actors/protocol.hpp"
 
 namespace troupe {
 
-MailboxInbox::MailboxInbox(caf::blocking_actor* self) : self_(self), handle_(caf::actor_cast<caf::actor>(self)) {}
+MailboxInbox::MailboxInbox(caf::blocking_actor* self, int wait_timeout_ms)
+    : self_(self), wait_timeout_ms_(wait_timeout_ms), handle_(caf::actor_cast<caf::actor>(self)) {}
 
 Completion MailboxInbox::expect(EventKey key) {
   Entry& e = entries_[key];
@@ -15,19 +16,19 @@ Completion MailboxInbox::expect(EventKey key) {
   e.armed_at = EventClock::now();
   return [to = handle_, key](Status st) {
     const auto at = EventClock::now().time_since_epoch().count();
-    caf::anon_send(to, msg::arrived_atom::value, static_cast<int>(key.event), key.chunk, key.index, st.ok(),
-                   st.ok() ? std::string() : st.error().message, static_cast<std::int64_t>(at));
+    caf::anon_send(to, msg::TransferDone{static_cast<std::int32_t>(key.event), key.chunk, key.index, st.ok(),
+                                         st.ok() ? std::string() : st.error().message,
+                                         static_cast<std::int64_t>(at)});
   };
 }
 
 bool MailboxInbox::receive_one(int timeout_ms) {
   bool got = false;
-  auto on_arrival = [&](msg::arrived_atom, int event, int chunk, int index, bool ok, const std::string& error,
-                        std::int64_t at) {
-    Entry& e = entries_[EventKey{static_cast<StageEvent>(event), chunk, index}];
+  auto on_arrival = [&](const msg::TransferDone& m) {
+    Entry& e = entries_[EventKey{static_cast<StageEvent>(m.event), m.chunk, m.index}];
     e.done = true;
-    e.status = ok ? Status::success() : Status(make_error(error));
-    e.done_at = EventClock::time_point(EventClock::duration(at));
+    e.status = m.ok ? Status::success() : Status(make_error(m.error));
+    e.done_at = EventClock::time_point(EventClock::duration(m.at_ns));
     got = true;
   };
   if (timeout_ms < 0)
@@ -37,8 +38,30 @@ bool MailboxInbox::receive_one(int timeout_ms) {
   return got;
 }
 
+const char* event_name(StageEvent e) {
+  switch (e) {
+    case StageEvent::activation_arrived: return "activation arrival";
+    case StageEvent::gradient_arrived: return "gradient arrival";
+    case StageEvent::activation_sent: return "activation send";
+    case StageEvent::gradient_sent: return "gradient send";
+    case StageEvent::bucket_reduced: return "bucket reduce-scatter";
+    case StageEvent::params_gathered: return "parameter all-gather";
+  }
+  return "transfer";
+}
+
 Status MailboxInbox::wait(EventKey key) {
-  while (!entries_[key].done) receive_one(-1);
+  const auto deadline = EventClock::now() + std::chrono::milliseconds(wait_timeout_ms_);
+  while (!entries_[key].done) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - EventClock::now()).count();
+    if (left <= 0 || !receive_one(static_cast<int>(left))) {
+      if (entries_[key].done) break;
+      if (EventClock::now() < deadline) continue;
+      return make_error(event_name(key.event), " (chunk ", std::to_string(key.chunk), ", index ",
+                        std::to_string(key.index), ") did not complete within ", std::to_string(wait_timeout_ms_),
+                        " ms (health.wait_timeout_ms)");
+    }
+  }
   return entries_[key].status;
 }
 

@@ -1,6 +1,5 @@
 // Events as messages in a blocking stage actor's mailbox: a completion, on
-// whatever thread the transport runs it, sends (arrived, event, chunk, index,
-// ok, error, nanoseconds) to the actor; waiting for an event is receiving
+// whatever thread the transport runs it, sends msg::TransferDone to the actor; waiting for an event is receiving
 // messages until it has come. Other messages (the data loader's answers) stay
 // in the mailbox for whoever asks for them.
 #pragma once
@@ -8,13 +7,15 @@
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>
 
-#include "actors/inbox.hpp"
+#include "training/inbox.hpp"
 
 namespace troupe {
 
 class MailboxInbox final : public Inbox {
  public:
-  explicit MailboxInbox(caf::blocking_actor* self);
+  /// Waits give up after `wait_timeout_ms` (health.wait_timeout_ms) with an
+  /// error naming the event.
+  explicit MailboxInbox(caf::blocking_actor* self, int wait_timeout_ms = 600000);
   Completion expect(EventKey key) override;
   Status wait(EventKey key) override;
   bool arrived(EventKey key) override;
@@ -29,6 +30,7 @@ class MailboxInbox final : public Inbox {
   // Handles one arrival message; false if none came within `timeout_ms` (-1: wait forever).
   bool receive_one(int timeout_ms);
   caf::blocking_actor* self_;
+  int wait_timeout_ms_;
   caf::actor handle_;
   std::map<EventKey, Entry> entries_;
 };

@@ -14,13 +14,13 @@ struct NodeOptions {
   std::string config_path;
   std::vector<std::string> overrides;
   std::string redis_url;
+  std::string redis_password;  ///< from --redis-password-file or $TROUPE_REDIS_PASSWORD (never argv)
   std::string job_id = "default";
   int rank = -1;   ///< -1: from SLURM_PROCID or RANK
   int world = -1;  ///< -1: from SLURM_NTASKS or WORLD_SIZE
   std::string host = "127.0.0.1";  ///< address this node publishes and binds
   int port = 0;                    ///< port of the node actor; 0 = any free one
   double hold_seconds = 0;         ///< keep the job up this long after it is verified
-  int rendezvous_timeout_ms = 30000;
   std::string trace_path;    ///< stage actors write FILE.actor<R> (Chrome trace); empty = none
   std::string metrics_path;  ///< per-step JSON lines (written by actor 0, on node 0); empty = none
   std::string init_path;     ///< safetensors weights to start from; empty = initialise from the seed

@@ -14,7 +14,7 @@ namespace troupe {
 namespace {
 
 Expected<std::unique_ptr<UcxTransport>> join(const std::string& url, const std::string& job, int rank, int ranks) {
-  auto t = UcxTransport::create(rank, ranks, {true});
+  auto t = UcxTransport::create(rank, ranks, {});
   if (!t) return t.error();
   auto redis = RedisClient::connect(url, std::chrono::milliseconds(5000));
   if (!redis) return redis.error();

@@ -2,6 +2,11 @@
 #include "runtime/redis_client.hpp"
 
 #include <hiredis/hiredis.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
 
 namespace troupe {
 namespace {
@@ -69,7 +74,24 @@ Expected<RedisAddress> parse_redis_url(const std::string& url) {
   return a;
 }
 
-Expected<RedisClient> RedisClient::connect(const std::string& url, std::chrono::milliseconds timeout) {
+Expected<std::string> redis_password(const std::string& file) {
+  if (file.empty()) {
+    const char* env = std::getenv(kRedisPasswordVariable);
+    return std::string(env ? env : "");
+  }
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) return make_error("--redis-password-file ", file, ": cannot read");
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
+    return make_error("--redis-password-file ", file, ": must be a file of yours with mode 0600 (chmod 600 ", file, ")");
+  std::ifstream in(file);
+  std::string line;
+  std::getline(in, line);
+  if (line.empty()) return make_error("--redis-password-file ", file, ": is empty");
+  return line;
+}
+
+Expected<RedisClient> RedisClient::connect(const std::string& url, std::chrono::milliseconds timeout,
+                                           const std::string& password) {
   auto addr = parse_redis_url(url);
   if (!addr) return addr.error();
   const timeval tv = to_timeval(timeout);
@@ -81,6 +103,11 @@ Expected<RedisClient> RedisClient::connect(const std::string& url, std::chrono::
   if (!c) return make_error("redis ", url, ": cannot allocate a connection");
   if (c->err) return make_error("redis ", url, ": unreachable (", c->errstr, ")");
   redisSetTimeout(c, tv);
+  if (!password.empty()) {
+    auto ok = client.command({"AUTH", password});
+    if (!ok) return make_error("redis ", url, ": authentication failed (check --redis-password-file or $",
+                               kRedisPasswordVariable, ")");
+  }
   return client;
 }
 

@@ -23,6 +23,14 @@ struct RedisAddress {
 };
 Expected<RedisAddress> parse_redis_url(const std::string& url);
 
+/// The environment variable that carries a Redis password to a node (never argv).
+inline constexpr const char* kRedisPasswordVariable = "TROUPE_REDIS_PASSWORD";
+
+/// The password for the job's Redis: the contents of `file` (first line) if
+/// given — it must be a regular file of this user with mode 0600 or stricter —
+/// else $TROUPE_REDIS_PASSWORD, else none.
+Expected<std::string> redis_password(const std::string& file);
+
 /// One reply, converted from hiredis's tree.
 struct RedisValue {
   enum class Kind { nil, integer, string, array, status, error } kind = Kind::nil;
@@ -35,7 +43,9 @@ class RedisClient {
  public:
   /// Connects within `timeout`; the same timeout bounds every later command
   /// (a blocking command passes its own longer timeout to `set_timeout`).
-  static Expected<RedisClient> connect(const std::string& url, std::chrono::milliseconds timeout);
+  /// A non-empty `password` is sent with AUTH before anything else.
+  static Expected<RedisClient> connect(const std::string& url, std::chrono::milliseconds timeout,
+                                       const std::string& password = {});
 
   /// One command, one round trip. A Redis error reply is an Error naming the command.
   Expected<RedisValue> command(const std::vector<std::string>& args);

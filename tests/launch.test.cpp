@@ -91,7 +91,7 @@ TEST_CASE("a node killed with SIGKILL is noticed within 1 s and fails the job", 
   CHECK(log.find("generation is now 2") != std::string::npos);
   // The survivors hear of it as a message and fail the dead peer's transfers.
   CHECK(log.find("[node 1]") != std::string::npos);
-  CHECK(log.find("node 1: peer 2 lost; generation 2") != std::string::npos);
+  CHECK(log.find("node 1: node 2 lost") != std::string::npos);
   CHECK(log.find("job failed") != std::string::npos);
 }
 

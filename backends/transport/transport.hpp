@@ -33,6 +33,11 @@ class Transport {
   virtual void recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) = 0;
   /// Peers this transport has seen fail (their operations complete with errors).
   virtual bool peer_failed(int peer) const = 0;
+  /// Fails every operation of this endpoint that is queued or in flight, and
+  /// returns once none of them can write into its buffer any more; later
+  /// operations fail at once. For an owner about to free its buffers after an
+  /// error (a timed-out wait, a failed step): no transfer outlives them.
+  virtual void abort_all() = 0;
 };
 
 }  // namespace troupe

@@ -2,6 +2,9 @@
 // operations posted by the progress thread, callbacks into completions.
 #include "backends/transport/ucx_transport.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
@@ -9,8 +12,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -78,6 +83,7 @@ struct UcxTransport::Impl {
   std::atomic<bool> sleeping{false};
   std::deque<Op> queue;
   std::deque<int> to_fail;
+  std::vector<std::promise<void>> to_abort;  // abort_all() callers waiting for the progress thread
   std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
 
   explicit Impl(int n) : failed(static_cast<std::size_t>(n)) {}
@@ -168,14 +174,32 @@ struct UcxTransport::Impl {
   void drain() {
     std::deque<Op> ops;
     std::deque<int> fails;
+    std::vector<std::promise<void>> aborts;
     {
       std::lock_guard<std::mutex> lock(mu);
       ops.swap(queue);
       fails.swap(to_fail);
+      aborts.swap(to_abort);
       queued.store(0, std::memory_order_release);
     }
     for (int peer : fails) fail_peer(peer);
     for (auto& op : ops) post(std::move(op));
+    if (aborts.empty()) return;
+    fail_everything();
+    for (auto& a : aborts) a.set_value();
+  }
+
+  // Every peer failed: receives cancelled (UCX completes them inside
+  // ucp_request_cancel), sends reported. Then progress until no receive can
+  // still land in a user buffer.
+  void fail_everything() {
+    for (int p = 0; p < size; ++p) fail_peer(p);
+    for (int i = 0; i < 1000 && has_pending_recv(); ++i) ucp_worker_progress(worker.get());
+  }
+  bool has_pending_recv() const {
+    for (auto& [r, owned] : inflight)
+      if (r->op.kind == Kind::recv) return true;
+    return false;
   }
 
   // Polls while there is traffic. After kSpin (20 µs) of quiet it sleeps: on the
@@ -229,14 +253,12 @@ struct UcxTransport::Impl {
       notify();
       progress.join();
     }
-    // Fail whatever is still queued or in flight, then close the endpoints.
-    drain();
+    // Fail whatever is still queued or in flight, then close the endpoints
+    // while the requests they may complete still exist (their callbacks read
+    // them), and only then forget what is left.
     for (int p = 0; p < size; ++p) failed[static_cast<std::size_t>(p)] = true;
-    for (int p = 0; p < size; ++p) fail_peer(p);
-    for (int i = 0; i < 100 && !inflight.empty(); ++i) ucp_worker_progress(worker.get());
-    for (auto& [r, owned] : inflight)
-      if (owned->op.done) owned->op.done(make_error("transport of rank ", std::to_string(rank), " shut down"));
-    inflight.clear();
+    drain();
+    fail_everything();
     for (ucp_ep_h ep : eps) {
       if (!ep) continue;
       ucp_request_param_t p{};
@@ -244,10 +266,18 @@ struct UcxTransport::Impl {
       p.flags = UCP_EP_CLOSE_FLAG_FORCE;
       ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &p);
       if (UCS_PTR_IS_PTR(req)) {
-        while (ucp_request_check_status(req) == UCS_INPROGRESS) ucp_worker_progress(worker.get());
+        for (int i = 0; i < 100000 && ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
+          ucp_worker_progress(worker.get());
         ucp_request_free(req);
       }
     }
+    for (int i = 0; i < 100 && !inflight.empty(); ++i) ucp_worker_progress(worker.get());
+    for (auto& [r, owned] : inflight)
+      if (owned->op.done) std::exchange(owned->op.done, nullptr)(make_error("transport of rank ", std::to_string(rank), " shut down"));
+    // A request UCX still holds keeps its user_data: leak it rather than free it under UCX.
+    for (auto& [r, owned] : inflight)
+      if (owned->ucx_request) (void)owned.release();
+    inflight.clear();
   }
 };
 
@@ -257,6 +287,26 @@ UcxTransport::~UcxTransport() {
   if (impl_) impl_->shutdown();
 }
 
+namespace {
+
+// The network interface that holds `address` (UCX then opens no lane on any other).
+Expected<std::string> device_of(const std::string& address) {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return make_error("getifaddrs failed: ", std::strerror(errno));
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> owned(list, ::freeifaddrs);
+  for (ifaddrs* i = list; i; i = i->ifa_next) {
+    if (!i->ifa_addr || (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6)) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* raw = i->ifa_addr->sa_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr);
+    if (::inet_ntop(i->ifa_addr->sa_family, raw, text, sizeof text) && address == text) return std::string(i->ifa_name);
+  }
+  return make_error("--host ", address, " is not an address of this machine");
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size, UcxOptions options) {
   if (size < 1 || rank < 0 || rank >= size) return make_error("ucx transport: rank ", std::to_string(rank), " of ", std::to_string(size));
   auto impl = std::make_unique<Impl>(size);
@@ -264,7 +314,12 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
   impl->size = size;
   ucp_config_t* config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK) return ucx_error("ucp_config_read", rank, st);
-  if (options.loopback_only) ucp_config_modify(config, "NET_DEVICES", "lo");
+  auto device = device_of(options.bind_address);
+  if (!device) {
+    ucp_config_release(config);
+    return device.error();
+  }
+  ucp_config_modify(config, "NET_DEVICES", device->c_str());
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | (options.event_fd ? UCP_FEATURE_WAKEUP : 0);
@@ -340,6 +395,19 @@ void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Comple
 }
 
 bool UcxTransport::peer_failed(int peer) const { return impl_->failed[static_cast<std::size_t>(peer)]; }
+
+void UcxTransport::abort_all() {
+  if (!impl_->progress.joinable()) return;  // never connected: nothing can be in flight
+  std::future<void> done;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->to_abort.emplace_back();
+    done = impl_->to_abort.back().get_future();
+    impl_->queued.fetch_add(1);
+  }
+  impl_->notify();
+  done.wait();
+}
 
 void UcxTransport::mark_failed(int peer) {
   {

@@ -14,8 +14,10 @@
 namespace troupe {
 
 struct UcxOptions {
-  /// Restrict network transports to the loopback device (tests, one-machine jobs).
-  bool loopback_only = false;
+  /// The only address whose network device UCX may use ("127.0.0.1": the
+  /// loopback device; tests and one-machine jobs). It must be an address of
+  /// this machine. Shared memory inside the host is always allowed.
+  std::string bind_address = "127.0.0.1";
   /// Sleep on UCX's event fd when idle. UCX 1.13 then uses only transports with
   /// events (tcp here: about 2.5 GB/s between local processes instead of about
   /// 10 GB/s over shared memory), so the default sleeps with a short backoff.
@@ -45,6 +47,7 @@ class UcxTransport final : public Transport {
   void send(int peer, Tag tag, const void* data, std::size_t bytes, Completion done) override;
   void recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) override;
   bool peer_failed(int peer) const override;
+  void abort_all() override;
   /// Declares `peer` dead (e.g. on a supervisor's notice): its pending
   /// operations complete with an error and new ones fail at once.
   void mark_failed(int peer);

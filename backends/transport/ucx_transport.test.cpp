@@ -20,7 +20,7 @@ std::vector<std::unique_ptr<UcxTransport>> connected(int n) {
   std::vector<std::unique_ptr<UcxTransport>> ts;
   std::vector<std::string> addrs;
   for (int r = 0; r < n; ++r) {
-    auto t = UcxTransport::create(r, n, {true});
+    auto t = UcxTransport::create(r, n, {});
     REQUIRE(t.ok());
     addrs.push_back((*t)->address());
     ts.push_back(std::move(*t));
@@ -88,7 +88,7 @@ TEST_CASE("a peer killed with SIGKILL: pending receives fail within 1 s of the n
   REQUIRE(::pipe(to_parent) == 0);
   const pid_t child = ::fork();
   if (child == 0) {
-    auto t = UcxTransport::create(1, 2, {true});
+    auto t = UcxTransport::create(1, 2, {});
     if (!t) ::_exit(2);
     const std::string& a = (*t)->address();
     std::uint32_t len = static_cast<std::uint32_t>(a.size());
@@ -102,7 +102,7 @@ TEST_CASE("a peer killed with SIGKILL: pending receives fail within 1 s of the n
     ::pause();
     ::_exit(0);
   }
-  auto t = UcxTransport::create(0, 2, {true});
+  auto t = UcxTransport::create(0, 2, {});
   REQUIRE(t.ok());
   std::uint32_t len = 0;
   REQUIRE(::read(to_parent[0], &len, 4) == 4);

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <string>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -12,7 +15,7 @@
 
 namespace troupe {
 
-/// Calls start(completion) and sleeps (futex) until the completion has run.
+/// Calls start(completion) and sleeps until the completion has run.
 inline Status wait_for(const std::function<void(Completion)>& start) {
   struct Slot {
     std::atomic<int> ready{0};
@@ -26,6 +29,32 @@ inline Status wait_for(const std::function<void(Completion)>& start) {
   });
   slot->ready.wait(0, std::memory_order_acquire);
   return slot->status;
+}
+
+/// The same, bounded: if the completion has not run within `timeout`, every
+/// operation of `transport` is aborted (so none can still write into the
+/// caller's buffers) and the result is an error naming `what` and the time.
+inline Status wait_for(const std::function<void(Completion)>& start, std::chrono::milliseconds timeout,
+                       Transport& transport, const std::string& what) {
+  struct Slot {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool ready = false;
+    Status status;
+  };
+  auto slot = std::make_shared<Slot>();
+  start([slot](Status st) {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->status = std::move(st);
+    slot->ready = true;
+    slot->cv.notify_one();
+  });
+  std::unique_lock<std::mutex> lock(slot->mu);
+  if (slot->cv.wait_for(lock, timeout, [&] { return slot->ready; })) return slot->status;
+  lock.unlock();
+  transport.abort_all();
+  return make_error(what, " did not complete within ", std::to_string(timeout.count()),
+                    " ms (health.wait_timeout_ms)");
 }
 
 /// A reusable completion for an operation whose owner outlives it: callback()

@@ -9,7 +9,6 @@
 #include "actors/actor_registry.hpp"
 #include "actors/gpt_stage_actor.hpp"
 #include "ops/model/gpt_stage.hpp"
-#include "runtime/messages.hpp"
 
 namespace example {
 namespace {
@@ -30,11 +29,7 @@ void log_stats(int rank, int step, troupe::GptStage& stage) {
 void activation_stats_main(caf::blocking_actor* self, troupe::ActorArgs args) {
   troupe::GptStageHooks hooks;
   hooks.after_step = [rank = args.rank](int step, troupe::GptStage& stage, double) { log_stats(rank, step, stage); };
-  auto result = troupe::train_gpt_stage(self, args, hooks);
-  if (!result)
-    self->send(args.report_to, troupe::msg::failed_atom::value, args.generation, args.rank, result.error().message);
-  self->send(args.report_to, troupe::msg::reduced_atom::value, args.generation, result.ok(),
-             result ? static_cast<float>(*result) : -1.0f);
+  troupe::report_outcome(self, args, troupe::run_guarded([&] { return troupe::train_gpt_stage(self, args, hooks); }));
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <memory>
 #include <random>
 
-#include "actors/job_model.hpp"
+#include "training/job_model.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "runtime/job_config.hpp"

@@ -1,6 +1,9 @@
 // troupe node: one node of a job (by hand, or under `srun`).
 #include "actors/actor_registry.hpp"
 #include "actors/node.hpp"
+#include "runtime/redis_client.hpp"
+
+#include <cstdio>
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {
@@ -20,11 +23,20 @@ void register_node(CLI::App& app, Action& action) {
   cmd->add_option("--init", o->init_path, "Start from these safetensors weights");
   cmd->add_option("--save", o->save_path, "Save the final weights (safetensors, one file for the whole model)");
   cmd->add_option("--hold", o->hold_seconds, "Keep the job up this many seconds after it is verified");
+  auto password_file = std::make_shared<std::string>();
+  cmd->add_option("--redis-password-file", *password_file,
+                  "File (mode 0600) holding the Redis password (default: $TROUPE_REDIS_PASSWORD)");
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->callback([o, &action] {
-    action = [o] {
+  cmd->callback([o, password_file, &action] {
+    action = [o, password_file] {
+      auto password = redis_password(*password_file);
+      if (!password) {
+        std::fprintf(stderr, "troupe node: %s\n", password.error().message.c_str());
+        return 1;
+      }
+      o->redis_password = *password;
       ActorRegistry registry;
       register_builtin_actors(registry);
       return run_node(*o, registry);

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "actors/batches.hpp"
-#include "actors/evaluation.hpp"
-#include "actors/job_model.hpp"
+#include "training/batches.hpp"
+#include "training/evaluation.hpp"
+#include "training/job_model.hpp"
 #include "actors/actor_registry.hpp"
 #include "actors/local_trainer.hpp"
 #include "actors/node.hpp"

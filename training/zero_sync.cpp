@@ -1,5 +1,5 @@
 // ZeroChunk: buckets, readiness counting, sharded optimizer, gathers.
-#include "actors/zero_sync.hpp"
+#include "training/zero_sync.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,7 +1,7 @@
 // make_stage_plan: validation of the parallel layout and the schedule choice.
-#include "actors/stage_plan.hpp"
+#include "training/stage_plan.hpp"
 
-#include "actors/job_model.hpp"
+#include "training/job_model.hpp"
 #include "schedules/auto_pick.hpp"
 
 namespace troupe {

@@ -1,5 +1,5 @@
 // parse_injected_fault / injected_fault_from_env.
-#include "actors/fault_injection.hpp"
+#include "training/fault_injection.hpp"
 
 #include <charconv>
 #include <cstdlib>

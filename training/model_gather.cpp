@@ -1,5 +1,5 @@
 // gather_whole_model.
-#include "actors/model_gather.hpp"
+#include "training/model_gather.hpp"
 
 #include <cstring>
 
@@ -24,7 +24,7 @@ void copy_by_name(GptStage& from, GptStage& into) {
 int whole_model_root(const StagePlan& plan) { return rank_of(plan.dims, Coord{0, 0, 0}); }
 
 Status gather_whole_model(const StagePlan& plan, int rank, Transport& transport, StageRunner& runner,
-                          GptStage* whole, int round) {
+                          GptStage* whole, int round, std::chrono::milliseconds limit) {
   const Coord me = coord_of(plan.dims, rank);
   if (me.dp != 0) return Status::success();
   const int root = whole_model_root(plan);
@@ -35,7 +35,7 @@ Status gather_whole_model(const StagePlan& plan, int rank, Transport& transport,
       TROUPE_TRY(wait_for([&](Completion done) {
         transport.send(root, gather_tag(round, sched.virtual_stage(me.pp, c)), flat.raw(), flat.nbytes(),
                        std::move(done));
-      }));
+      }, limit, transport, "sending the model chunk to the whole-model root"));
     }
     return Status::success();
   }
@@ -50,7 +50,7 @@ Status gather_whole_model(const StagePlan& plan, int rank, Transport& transport,
       TROUPE_TRY(wait_for([&](Completion done) {
         transport.recv(rank_of(plan.dims, Coord{0, st, 0}), gather_tag(round, vs), flat.raw(), flat.nbytes(),
                        std::move(done));
-      }));
+      }, limit, transport, "receiving stage " + std::to_string(st) + "'s model chunk"));
       copy_by_name(**part, *whole);
     }
   return Status::success();

@@ -1,5 +1,5 @@
 // JobConfig -> GptConfig / OptimizerConfig / LrSchedule.
-#include "actors/job_model.hpp"
+#include "training/job_model.hpp"
 
 namespace troupe {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/inbox.hpp"
+#include "training/inbox.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/wait.hpp"
 #include "common/expected.hpp"

@@ -5,10 +5,12 @@
 // it at the same point of the same step.
 #pragma once
 
+#include <chrono>
+
 #include <memory>
 
-#include "actors/stage_plan.hpp"
-#include "actors/stage_runner.hpp"
+#include "training/stage_plan.hpp"
+#include "training/stage_runner.hpp"
 
 namespace troupe {
 
@@ -19,6 +21,7 @@ int whole_model_root(const StagePlan& plan);
 /// other stages of replica 0, sends; elsewhere does nothing. `round` keeps
 /// consecutive gathers apart.
 Status gather_whole_model(const StagePlan& plan, int rank, Transport& transport, StageRunner& runner,
-                          GptStage* whole, int round);
+                          GptStage* whole, int round,
+                          std::chrono::milliseconds limit);
 
 }  // namespace troupe

@@ -1,5 +1,5 @@
 // ZeRO-1 over the in-process transport: the invariants of zero_sync.hpp.
-#include "actors/zero_sync.hpp"
+#include "training/zero_sync.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>

@@ -1,5 +1,5 @@
 // StageRunner: per-(chunk, microbatch) buffers, completion flags, program interpretation.
-#include "actors/stage_runner.hpp"
+#include "training/stage_runner.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,5 +1,5 @@
 // StepTable: layout [stage fields × pp][instruction times × pp][actor fields × actors].
-#include "actors/step_report.hpp"
+#include "training/step_report.hpp"
 
 #include <algorithm>
 

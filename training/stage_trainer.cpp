@@ -1,5 +1,5 @@
 // train_stage: one stage actor's training loop.
-#include "actors/stage_trainer.hpp"
+#include "training/stage_trainer.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -10,13 +10,13 @@
 #include <optional>
 #include <thread>
 
-#include "actors/batches.hpp"
-#include "actors/evaluation.hpp"
-#include "actors/fault_injection.hpp"
-#include "actors/job_model.hpp"
-#include "actors/model_gather.hpp"
-#include "actors/step_report.hpp"
-#include "actors/zero_sync.hpp"
+#include "training/batches.hpp"
+#include "training/evaluation.hpp"
+#include "training/fault_injection.hpp"
+#include "training/job_model.hpp"
+#include "training/model_gather.hpp"
+#include "training/step_report.hpp"
+#include "training/zero_sync.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/transport/collectives.hpp"
@@ -30,6 +30,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
+
+// On an error, aborts every transfer of the stage's transport before the
+// buffers they use are freed (it is declared after them, so it runs first).
+class AbortTransfersOnError {
+ public:
+  explicit AbortTransfersOnError(Transport& t) : transport_(t) {}
+  ~AbortTransfersOnError() {
+    if (armed_) transport_.abort_all();
+  }
+  void dismiss() { armed_ = false; }
+
+ private:
+  Transport& transport_;
+  bool armed_ = true;
+};
 
 }  // namespace
 
@@ -116,10 +131,12 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
                  schedules::kind_name(sched.kind), chunks, chunks > 1 ? "s" : "", par.microbatches, t.batch);
     if (!plan.schedule_reason.empty()) spdlog::info("schedule = auto: {}", plan.schedule_reason);
   }
+  AbortTransfersOnError abort_on_error(*a.transport);
+  const auto limit = std::chrono::milliseconds(a.wait_timeout_ms);
   int gathers = 0;
   auto gather = [&]() -> Status {
     for (auto& z : zero) TROUPE_TRY(z->wait_params());
-    return gather_whole_model(plan, a.rank, *a.transport, run, whole.get(), gathers++);
+    return gather_whole_model(plan, a.rank, *a.transport, run, whole.get(), gathers++, limit);
   };
 
   const LrSchedule lrs = lr_schedule(job);
@@ -130,7 +147,8 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
   // Everyone starts step 0 together (the root measured the peak meanwhile), so
   // step 0's times are the step's, not the setup's.
   float barrier = 0;
-  TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, &barrier, 1, std::move(c)); }));
+  TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, &barrier, 1, std::move(c)); }, limit,
+                      *a.transport, "the start barrier"));
   double loss = 0;
   for (int step = 0; step < t.steps; ++step) {
     const auto step_start = Clock::now();
@@ -146,10 +164,12 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     const auto tied_start = Clock::now();
     if (tied_split && (me.pp == 0 || me.pp == plan.dims.pp - 1)) {
       Tensor& wte = run.model(me.pp == 0 ? 0 : chunks - 1).find("wte.weight")->grad;
-      TROUPE_TRY(wait_for([&](Completion c) {
-        coll.all_reduce({stage_ranks.front(), stage_ranks.back()}, wte.f32(), static_cast<std::size_t>(wte.numel()),
-                        std::move(c));
-      }));
+      TROUPE_TRY(wait_for(
+          [&](Completion c) {
+            coll.all_reduce({stage_ranks.front(), stage_ranks.back()}, wte.f32(),
+                            static_cast<std::size_t>(wte.numel()), std::move(c));
+          },
+          limit, *a.transport, "the tied embedding's gradient sum"));
     }
     const double tied_sync = us_since(tied_start);
     for (auto& z : zero) z->reduce_deferred();
@@ -166,7 +186,8 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     for (int c = 0; c < chunks; ++c)
       sq += zero[static_cast<std::size_t>(c)]->owned_sum_squares(s, tied_split && run.model(c).spec().head);
     float sq_f = static_cast<float>(sq);
-    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, &sq_f, 1, std::move(c)); }));
+    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, &sq_f, 1, std::move(c)); }, limit,
+                        *a.transport, "the gradient norm all-reduce"));
     const double lr = learning_rate(lrs, step);
     for (auto& z : zero) TROUPE_TRY(z->step(static_cast<float>(lr), step + 1, sq_f, s));
     for (auto& z : zero) z->gather_params();
@@ -183,7 +204,8 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     table.add(a.rank, ActorStepFigures{times->loss, times->forward_us + times->backward_us + times->weight_us,
                                        times->blocked_us, times->wall_us, times->instruction_us, tied_sync,
                                        exposed_sync, buckets, hidden});
-    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, table.data(), table.size(), std::move(c)); }));
+    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce(everyone, table.data(), table.size(), std::move(c)); },
+                        limit, *a.transport, "the step report all-reduce"));
     const StepReport rep = table.report();
     loss = rep.loss;
     if (!std::isfinite(loss))
@@ -237,6 +259,7 @@ Expected<double> train_stage(const StageTrainerArgs& a) {
     }
   }
   for (auto& z : zero) TROUPE_TRY(z->wait_params());
+  abort_on_error.dismiss();  // every transfer has completed
   if (trace) TROUPE_TRY(trace->write(a.trace_path));
   return loss;
 }

@@ -10,8 +10,8 @@
 #include <functional>
 #include <string>
 
-#include "actors/stage_plan.hpp"
-#include "actors/stage_runner.hpp"
+#include "training/stage_plan.hpp"
+#include "training/stage_runner.hpp"
 #include "common/expected.hpp"
 
 namespace troupe {
@@ -45,6 +45,7 @@ struct StageTrainerArgs {
   std::string metrics_path;  ///< per-step JSON lines, written by the whole-model root ("" = none)
   std::string init_path;     ///< start from these weights ("" = initialise from the seed)
   std::string save_path;     ///< write the trained whole model here ("" = don't)
+  int wait_timeout_ms = 600000;  ///< bound on any single wait for a peer (health.wait_timeout_ms)
   GptStageHooks hooks;
 };
 

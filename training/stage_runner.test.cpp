@@ -2,7 +2,7 @@
 // same per-step losses as the whole model trained in one stage with the same
 // microbatches, for gpipe, 1f1b and zb-h1 on 2 and 3 stages, and for
 // interleaved 1f1b with 2 chunks per stage.
-#include "actors/stage_runner.hpp"
+#include "training/stage_runner.hpp"
 
 #include <catch2/catch.hpp>
 #include <cmath>

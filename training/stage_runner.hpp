@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/inbox.hpp"
+#include "training/inbox.hpp"
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"

@@ -1,5 +1,5 @@
 // fill_batch / open_data.
-#include "actors/batches.hpp"
+#include "training/batches.hpp"
 
 #include <vector>
 

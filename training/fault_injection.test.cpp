@@ -1,4 +1,4 @@
-#include "actors/fault_injection.hpp"
+#include "training/fault_injection.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,6 +1,6 @@
 // evaluate_windows: batches of B windows; a final partial batch repeats its
 // last window in the unused rows and counts only the real ones.
-#include "actors/evaluation.hpp"
+#include "training/evaluation.hpp"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // StepTable: figures from pp x dp actors, summed as the all-reduce sums them,
 // give the report's bubble, prediction, blocked-beyond and sync figures.
-#include "actors/step_report.hpp"
+#include "training/step_report.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,0 +1,176 @@
+// The typed actor protocol: every message between Troupe's actors is one of
+// these structs, with one meaning each. docs/ARCHITECTURE.md has the table of
+// who sends what to whom, and in which generation.
+//
+//  P-1  Every message that concerns the job carries the membership generation;
+//       a receiver drops (and counts) a message of an older generation.
+//  P-2  A node acts on coordinator messages (Plan, PeerLost, Finish) only from
+//       the job's node 0 as recorded at rendezvous, and after the first Plan
+//       only from that Plan's sender; on work-actor reports only from the work
+//       actors it spawned. Anything else is dropped and counted.
+//  P-3  Every index a message carries (node, actor) is range-checked before
+//       use; an out-of-range index is dropped and counted like a non-member.
+//  P-4  Tensor bytes never travel in these messages: they move over a
+//       transport, and only its completion (TransferDone) is a message.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <caf/meta/type_name.hpp>
+#include <cstdint>
+#include <string>
+
+namespace troupe::msg {
+
+// --- coordinator -> node -------------------------------------------------
+
+/// Start the job's work on `nodes` nodes, in `generation`.
+struct Plan {
+  std::uint64_t generation = 0;
+  std::int32_t nodes = 0;
+};
+/// Node `node` was lost (`reason`); `generation` is the bumped one.
+struct PeerLost {
+  std::uint64_t generation = 0;
+  std::int32_t node = 0;
+  std::string reason;
+};
+/// Stop: the job ended, successfully or not (`reason` says why not).
+struct Finish {
+  std::uint64_t generation = 0;
+  bool ok = false;
+  std::string reason;
+};
+
+// --- node -> coordinator -------------------------------------------------
+
+/// Every work actor of `node` finished; `checksum` is the fabric check's result.
+struct NodeDone {
+  std::uint64_t generation = 0;
+  std::int32_t node = 0;
+  float checksum = 0;
+};
+/// A work actor of `node` failed (`actor` is its rank among the job's actors).
+struct NodeFailed {
+  std::uint64_t generation = 0;
+  std::int32_t node = 0;
+  std::int32_t actor = 0;
+  std::string reason;
+};
+
+// --- work actor -> node (same process) ------------------------------------
+
+/// Work actor `actor` finished its work; `result` is its final figure (the loss).
+struct ActorDone {
+  std::uint64_t generation = 0;
+  std::int32_t actor = 0;
+  double result = 0;
+};
+/// Work actor `actor` failed with `reason` (an error or an exception's message).
+struct ActorFailed {
+  std::uint64_t generation = 0;
+  std::int32_t actor = 0;
+  std::string reason;
+};
+
+// --- transport completion -> stage actor (same process) ---------------------
+
+/// A transfer or collective the stage started is done: which event (StageEvent),
+/// for which chunk and microbatch or bucket, its outcome, and when (steady clock, ns).
+struct TransferDone {
+  std::int32_t event = 0;
+  std::int32_t chunk = 0;
+  std::int32_t index = 0;
+  bool ok = true;
+  std::string error;
+  std::int64_t at_ns = 0;
+};
+
+// --- stage actor <-> data loader (same process) -----------------------------
+
+/// Where are `replica`'s microbatches of `step`? Answered with a BatchSlot.
+struct BatchRequest {
+  std::int32_t step = 0;
+  std::int32_t replica = 0;
+};
+/// The ring slot and the block inside it that hold the asked-for microbatches.
+struct BatchSlot {
+  std::int32_t slot = 0;
+  std::int32_t block = 0;
+};
+/// The sender no longer reads `step`'s batches.
+struct BatchRelease {
+  std::int32_t step = 0;
+};
+
+// --- timers and internal completions -------------------------------------
+
+/// The coordinator's hold time (--hold) is over.
+struct HoldOver {};
+/// The fabric check's all-reduce completed.
+struct FabricReduced {
+  bool ok = false;
+  float checksum = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Plan& x) {
+  return f(caf::meta::type_name("troupe.Plan"), x.generation, x.nodes);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PeerLost& x) {
+  return f(caf::meta::type_name("troupe.PeerLost"), x.generation, x.node, x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Finish& x) {
+  return f(caf::meta::type_name("troupe.Finish"), x.generation, x.ok, x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NodeDone& x) {
+  return f(caf::meta::type_name("troupe.NodeDone"), x.generation, x.node, x.checksum);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NodeFailed& x) {
+  return f(caf::meta::type_name("troupe.NodeFailed"), x.generation, x.node, x.actor, x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ActorDone& x) {
+  return f(caf::meta::type_name("troupe.ActorDone"), x.generation, x.actor, x.result);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ActorFailed& x) {
+  return f(caf::meta::type_name("troupe.ActorFailed"), x.generation, x.actor, x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {
+  return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.at_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BatchRequest& x) {
+  return f(caf::meta::type_name("troupe.BatchRequest"), x.step, x.replica);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BatchSlot& x) {
+  return f(caf::meta::type_name("troupe.BatchSlot"), x.slot, x.block);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BatchRelease& x) {
+  return f(caf::meta::type_name("troupe.BatchRelease"), x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HoldOver&) {
+  return f(caf::meta::type_name("troupe.HoldOver"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FabricReduced& x) {
+  return f(caf::meta::type_name("troupe.FabricReduced"), x.ok, x.checksum);
+}
+
+}  // namespace troupe::msg
+
+namespace troupe {
+
+/// Announces every protocol type to an actor system's config (once, before
+/// the system starts), so that they cross nodes.
+void announce_protocol(caf::actor_system_config& cfg);
+
+}  // namespace troupe

@@ -1,0 +1,33 @@
+#include "runtime/endpoint.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace troupe {
+
+TEST_CASE("an endpoint round-trips, binary addresses included", "[endpoint]") {
+  NodeEndpoint e{"127.0.0.1", 4242, "ABCDEF#1234", {std::string("\0\n\xff", 3), "second"}};
+  auto d = decode_endpoint(encode_endpoint(e), "node 1");
+  REQUIRE(d.ok());
+  CHECK(d->host == e.host);
+  CHECK(d->port == 4242);
+  CHECK(d->system_id == e.system_id);
+  CHECK(d->ucx == e.ucx);
+}
+
+TEST_CASE("a malformed endpoint is an error naming the node, never a crash", "[endpoint]") {
+  const std::string good = encode_endpoint({"h", 1, "id", {"abc"}});
+  for (const std::string& bad :
+       {std::string(), std::string("garbage"), good.substr(0, good.size() - 1), good + "x",
+        std::string("troupe-endpoint 1\nh:99999\nid\n0\n"), std::string("troupe-endpoint 1\nh:x\nid\n0\n"),
+        std::string("troupe-endpoint 1\nh:1\nid\n-1\n"), std::string("troupe-endpoint 1\nh:1\nid\n1\n999999999999\n"),
+        std::string("troupe-endpoint 1\nh:1\nid\n1\n18446744073709551615\nabc"),
+        std::string("troupe-endpoint 1\n:1\nid\n0\n"), std::string("troupe-endpoint 1\nh\n:1\nid\n0\n")}) {
+    auto d = decode_endpoint(bad, "node 7");
+    INFO(bad);
+    REQUIRE_FALSE(d.ok());
+    CHECK(d.error().message.find("node 7") != std::string::npos);
+    CHECK(d.error().message.find('\n') == std::string::npos);
+  }
+}
+
+}  // namespace troupe
