@@ -42,9 +42,9 @@ struct Job {
   caf::scoped_actor observer{sys};
   std::vector<caf::actor> nodes;
   caf::actor coord;
-  Job(int n, const std::string& redis, std::uint64_t generation) {
+  Job(int n, const std::string& redis, std::uint64_t generation, const std::string& password = {}) {
     for (int r = 0; r < n; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}));
-    coord = spawn_coordinator(sys, CoordinatorConfig{nodes, redis, "", "t", generation, 0, 3.0f});
+    coord = spawn_coordinator(sys, CoordinatorConfig{nodes, redis, password, "t", generation, 0, 3.0f});
     for (int i = 0; i < n; ++i)
       observer->receive([&](const std::string& kind, std::uint64_t gen, int, int) {
         CHECK(kind == "plan");
@@ -97,7 +97,7 @@ TEST_CASE("SV-5: reports from anyone but the named node, or naming no node, are 
 TEST_CASE("SV-1, SV-2: a node's death bumps the generation in Redis and reaches the survivors", "[coordinator]") {
   auto server = RedisServer::start();
   REQUIRE(server.ok());
-  Job job(3, server->url(), 1);
+  Job job(3, server->url(), 1, server->password());
   caf::anon_send_exit(job.nodes[1], caf::exit_reason::kill);
   std::vector<int> told;
   bool failed = false;

@@ -360,6 +360,8 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   std::stringstream text;
   text << std::ifstream(o.config_path).rdbuf();
   for (auto& s : o.overrides) text << "\n--set " << s;
+  if (o.redis_password.empty())
+    if (auto env = redis_password(""); env) o.redis_password = *env;
   auto redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
   if (!redis) return fail(make_error("--redis: ", redis.error().message));
 
@@ -470,6 +472,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     sys.await_all_actors_done();
     result = exit_code->load();
   }
+  if (o.rank == 0) (void)forget_job(*redis, o.job_id);  // the job is over: its keys go
   return result;
 }
 

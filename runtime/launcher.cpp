@@ -3,10 +3,13 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,7 +17,10 @@
 #include <optional>
 #include <thread>
 
+#include "runtime/redis_client.hpp"
 #include "runtime/redis_server.hpp"
+#include "runtime/rendezvous.hpp"
+#include "runtime/shm_ring.hpp"
 #include "runtime/trace_writer.hpp"
 
 namespace troupe {
@@ -32,15 +38,26 @@ struct Child {
   int status = 0;
 };
 
-pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& job, int rank, int* out_fd) {
+pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& password, const std::string& job,
+            int rank, int* out_fd) {
   int fds[2];
   if (::pipe(fds) != 0) return -1;
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) {
     ::close(fds[1]);
     *out_fd = fds[0];
     return pid;
   }
+  // A node dies with the launcher (SIGTERM: it removes its ring first), even
+  // if the launcher is killed with SIGKILL.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) ::_exit(1);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGINT, &dfl, nullptr);
+  ::sigaction(SIGTERM, &dfl, nullptr);
+  if (!password.empty()) ::setenv(kRedisPasswordVariable, password.c_str(), 1);  // never argv
   ::dup2(fds[1], 1);
   ::dup2(fds[1], 2);
   ::close(fds[0]);
@@ -67,8 +84,14 @@ pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& j
 void relay(Child& c, bool flush_rest) {
   char buf[4096];
   for (;;) {
+    if (c.out < 0) break;
     const ssize_t n = ::read(c.out, buf, sizeof buf);
-    if (n <= 0) break;
+    if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {  // EOF: stop polling it
+      ::close(c.out);
+      c.out = -1;
+      break;
+    }
+    if (n < 0) break;
     c.partial.append(buf, static_cast<std::size_t>(n));
     if (n < static_cast<ssize_t>(sizeof buf)) break;
   }
@@ -99,6 +122,13 @@ void terminate_all(std::vector<Child>& children) {
   }
 }
 
+// Removes what the nodes of `job` may have left: their shared-memory rings
+// (a node killed with SIGKILL cannot) and the job's Redis keys.
+void clean_up(const std::string& job, int nodes, const std::string& url, const std::string& password) {
+  for (int r = 0; r < nodes; ++r) ::shm_unlink(shm_ring_name(job, r).c_str());
+  if (auto redis = RedisClient::connect(url, std::chrono::milliseconds(1000), password)) (void)forget_job(*redis, job);
+}
+
 }  // namespace
 
 int launch(const LaunchOptions& o) {
@@ -106,8 +136,16 @@ int launch(const LaunchOptions& o) {
     std::fprintf(stderr, "troupe launch: --nodes must be >= 1 (got %d)\n", o.nodes);
     return 2;
   }
+  // Handlers first: a signal from here on stops everything started below.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
   std::optional<RedisServer> server;
   std::string url = o.redis_url;
+  auto user_password = redis_password("");
+  std::string password = user_password ? *user_password : std::string();
   if (url.empty()) {
     auto s = RedisServer::start();
     if (!s) {
@@ -116,18 +154,15 @@ int launch(const LaunchOptions& o) {
     }
     server.emplace(std::move(*s));
     url = server->url();
+    password = server->password();
   }
   const std::string job = "launch-" + std::to_string(::getpid()) + "-" +
                           std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
   std::vector<Child> children;
   for (int r = 0; r < o.nodes; ++r) {
     Child c;
     c.rank = r;
-    c.pid = spawn(o, url, job, r, &c.out);
+    c.pid = spawn(o, url, password, job, r, &c.out);
     if (c.pid < 0) {
       terminate_all(children);
       std::fprintf(stderr, "troupe launch: cannot start node %d\n", r);
@@ -138,10 +173,10 @@ int launch(const LaunchOptions& o) {
   int failed_rank = -1;
   while (true) {
     std::vector<pollfd> fds;
-    for (auto& c : children) fds.push_back({c.out, POLLIN, 0});
+    for (auto& c : children) fds.push_back({c.out, POLLIN, 0});  // a closed pipe (-1) is not polled
     ::poll(fds.data(), fds.size(), 50);
     for (std::size_t i = 0; i < children.size(); ++i)
-      if (fds[i].revents & (POLLIN | POLLHUP)) relay(children[i], false);
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(children[i], false);
     bool all_done = true;
     for (auto& c : children) {
       if (!c.exited && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
@@ -162,7 +197,9 @@ int launch(const LaunchOptions& o) {
       break;
     }
   }
-  for (auto& c : children) ::close(c.out);
+  for (auto& c : children)
+    if (c.out >= 0) ::close(c.out);
+  clean_up(job, o.nodes, url, password);
   if (g_interrupted.load()) {
     std::fprintf(stderr, "troupe launch: interrupted; all nodes stopped\n");
     return 130;

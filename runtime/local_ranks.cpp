@@ -7,18 +7,19 @@
 #include <cstdio>
 
 #include "runtime/rendezvous.hpp"
+#include "common/version.hpp"
 #include "runtime/redis_server.hpp"
 
 namespace troupe {
 
 namespace {
 
-Expected<std::unique_ptr<UcxTransport>> join(const std::string& url, const std::string& job, int rank, int ranks) {
+Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const std::string& job, int rank, int ranks) {
   auto t = UcxTransport::create(rank, ranks, {});
   if (!t) return t.error();
-  auto redis = RedisClient::connect(url, std::chrono::milliseconds(5000));
+  auto redis = server.connect(std::chrono::milliseconds(5000));
   if (!redis) return redis.error();
-  auto m = rendezvous(*redis, {job, rank, ranks, "bench", "0.1.0", (*t)->address(), std::chrono::milliseconds(30000)});
+  auto m = rendezvous(*redis, {job, rank, ranks, "bench", kTroupeVersion, (*t)->address(), std::chrono::milliseconds(30000)});
   if (!m) return m.error();
   TROUPE_TRY((*t)->connect(m->endpoints));
   return t;
@@ -34,7 +35,7 @@ Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohm
   for (int r = 1; r < ranks; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
-      auto t = join(server->url(), job, r, ranks);
+      auto t = join(*server, job, r, ranks);
       if (!t) {
         std::fprintf(stderr, "rank %d: %s\n", r, t.error().message.c_str());
         ::_exit(1);
@@ -47,7 +48,7 @@ Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohm
     children.push_back(pid);
   }
   Expected<nlohmann::json> result = make_error("rank 0 did not run");
-  if (auto t = join(server->url(), job, 0, ranks); t) {
+  if (auto t = join(*server, job, 0, ranks); t) {
     result = body(**t);
   } else {
     result = t.error();

@@ -107,6 +107,7 @@ Expected<RedisClient> RedisClient::connect(const std::string& url, std::chrono::
     auto ok = client.command({"AUTH", password});
     if (!ok) return make_error("redis ", url, ": authentication failed (check --redis-password-file or $",
                                kRedisPasswordVariable, ")");
+    client.round_trips_ = 0;  // authenticating is part of connecting
   }
   return client;
 }

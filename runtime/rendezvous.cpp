@@ -61,7 +61,7 @@ Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest
     return make_error("--nodes ", std::to_string(r.world), " differs from the job's ", v[1].str, " nodes");
   if (verdict == "duplicate")
     return make_error("--node-rank ", std::to_string(r.rank), ": another node already joined job ", r.job_id,
-                      " with this rank");
+                      " with this rank (a live job uses this --job ID: choose another)");
   const long long arrived = std::stoll(v[1].str);
   const std::uint64_t gen = std::stoull(v[2].str);
   if (arrived == r.world) {
@@ -128,6 +128,15 @@ Expected<Membership> rendezvous(RedisClient& redis, const RendezvousRequest& req
   std::vector<int> all;
   for (int i = 0; i < req.world; ++i) all.push_back(i);
   return rendezvous_with_peers(redis, req, all);
+}
+
+Status forget_job(RedisClient& redis, const std::string& job_id) {
+  std::vector<std::string> del{"DEL"};
+  for (const char* name : {"nodes", "joined", "config", "version", "world", "generation", "release"})
+    del.push_back(key(job_id, name));
+  auto r = redis.command(del);
+  if (!r) return r.error();
+  return Status::success();
 }
 
 Expected<std::uint64_t> bump_generation(RedisClient& redis, const std::string& job_id) {

@@ -54,6 +54,9 @@ Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest
 Expected<Membership> rendezvous_finish(RedisClient& redis, const RendezvousRequest& req, const JoinTicket& ticket,
                                        const std::vector<int>& peers);
 
+/// Deletes every key of the job (at its end; the job ID may then be reused).
+Status forget_job(RedisClient& redis, const std::string& job_id);
+
 /// Increments the job's membership generation (recovery); returns the new value.
 Expected<std::uint64_t> bump_generation(RedisClient& redis, const std::string& job_id);
 

@@ -27,7 +27,7 @@ TEST_CASE("N nodes join with a constant number of round trips each", "[rendezvou
     std::vector<std::thread> nodes;
     for (int r = 0; r < world; ++r)
       nodes.emplace_back([&, r] {
-        auto client = RedisClient::connect(server->url(), 2000ms);
+        auto client = server->connect(2000ms);
         REQUIRE(client.ok());
         results[static_cast<std::size_t>(r)] = rendezvous(*client, request(job, r, world));
         trips[static_cast<std::size_t>(r)] = client->round_trips();
@@ -47,7 +47,7 @@ TEST_CASE("N nodes join with a constant number of round trips each", "[rendezvou
 TEST_CASE("a duplicate rank, a different config or version, and a bad rank are refused", "[rendezvous]") {
   auto server = RedisServer::start();
   REQUIRE(server.ok());
-  auto c = *RedisClient::connect(server->url(), 2000ms);
+  auto c = *server->connect(2000ms);
   auto first = request("dup", 0, 3);
   first.wait_timeout = 200ms;
   auto m = rendezvous(c, first);  // times out: nobody else joins
@@ -91,7 +91,7 @@ TEST_CASE("an unreachable Redis is a clear error within the timeout", "[rendezvo
 TEST_CASE("the generation is bumped by recovery", "[rendezvous]") {
   auto server = RedisServer::start();
   REQUIRE(server.ok());
-  auto c = *RedisClient::connect(server->url(), 2000ms);
+  auto c = *server->connect(2000ms);
   REQUIRE(rendezvous(c, request("gen", 0, 1))->generation == 1);
   CHECK(*bump_generation(c, "gen") == 2);
   CHECK(content_hash("a") != content_hash("b"));

@@ -110,6 +110,7 @@ TEST_CASE("troupe node rejects bad input with a one-line error", "[launch][error
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   auto server = RedisServer::start();
   REQUIRE(server.ok());
+  ::setenv(kRedisPasswordVariable, server->password().c_str(), 1);  // the nodes' password, never argv
   check(run(t + " --redis " + server->url() + " --node-rank 3 --nodes 2"), "--node-rank 3 is out of range");
   check(run(t + " --redis " + server->url() + " --node-rank 0 --nodes 1 --set parallel.stage_actor=user.mine"),
         "parallel.stage_actor: actor type 'user.mine' is not registered (registered: troupe.fabric_check, troupe.gpt_stage)");

@@ -33,7 +33,7 @@ ParallelDims shape_for(int n) {
   return d;
 }
 
-Expected<nlohmann::json> bench_one(const std::string& url, int ranks, int clients) {
+Expected<nlohmann::json> bench_one(const std::string& url, const std::string& password, int ranks, int clients) {
   const ParallelDims dims = shape_for(ranks);
   const std::string job = "bench-" + std::to_string(ranks) + "-" + std::to_string(::getpid());
   std::vector<std::uint64_t> trips(static_cast<std::size_t>(ranks), 0);  // per rank, over both phases
@@ -49,7 +49,7 @@ Expected<nlohmann::json> bench_one(const std::string& url, int ranks, int client
     std::vector<std::thread> threads;
     for (int t = 0; t < clients; ++t)
       threads.emplace_back([&, t] {
-        auto c = RedisClient::connect(url, std::chrono::milliseconds(5000));
+        auto c = RedisClient::connect(url, std::chrono::milliseconds(5000), password);
         if (!c) {
           std::lock_guard<std::mutex> l(err_mu);
           first_error = c.error();
@@ -113,15 +113,18 @@ Expected<nlohmann::json> bench_one(const std::string& url, int ranks, int client
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients) {
   std::optional<RedisServer> server;
   std::string url = redis_url;
+  auto password = redis_password("");
+  if (!password) return password.error();
   if (url.empty()) {
     auto s = RedisServer::start();
     if (!s) return s.error();
     server.emplace(std::move(*s));
     url = server->url();
+    *password = server->password();
   }
   nlohmann::json rows = nlohmann::json::array();
   for (int n : sizes) {
-    auto row = bench_one(url, n, clients);
+    auto row = bench_one(url, *password, n, clients);
     if (!row) return row.error();
     rows.push_back(*row);
   }
