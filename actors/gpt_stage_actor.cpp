@@ -12,6 +12,7 @@
 #include "actors/mailbox_inbox.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "actors/protocol.hpp"
+#include "ops/model/weights.hpp"
 
 namespace troupe {
 namespace {
@@ -121,6 +122,8 @@ Status validate_gpt_stage_job(const ActorArgs& args) {
   // Every node reads the token files it may need before it joins the job.
   for (auto [path, key] : {std::pair{plan->job.data.train, "data.train"}, std::pair{plan->job.data.val, "data.val"}})
     if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();
+  if (!args.files.init.empty())
+    if (auto st = check_weights(plan->cfg, args.files.init); !st) return make_error("--init ", st.error().message);
   return Status::success();
 }
 

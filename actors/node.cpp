@@ -333,6 +333,25 @@ void register_builtin_actors(ActorRegistry& registry) {
   register_gpt_stage_actor(registry);
 }
 
+Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
+                              const JobFiles& files, const ActorRegistry& registry) {
+  auto job = load_job_config(config_path, overrides);
+  if (!job) return job.error();
+  const std::string& type = job->parallel.stage_actor;
+  if (auto known = registry.check(type); !known)
+    return make_error(config_path, ": parallel.stage_actor: ", known.error().message);
+  const ActorPlacement placement = registry.placement(type);
+  int k = 1;
+  if (placement.per_node) {
+    auto n = placement.per_node(*job, nodes);
+    if (!n) return n.error();
+    k = *n;
+  }
+  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}};
+  TROUPE_TRY(registry.validate(type, probe));
+  return job;
+}
+
 int run_node(NodeOptions o, const ActorRegistry& registry) {
   if (o.rank == -1) o.rank = env_int("SLURM_PROCID", "RANK");
   if (o.world == -1) o.world = env_int("SLURM_NTASKS", "WORLD_SIZE");
@@ -340,23 +359,12 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   if (o.rank < 0 || o.rank >= o.world)
     return fail(make_error("--node-rank ", std::to_string(o.rank), " is out of range for ", std::to_string(o.world),
                            " nodes"));
-  auto job = load_job_config(o.config_path, o.overrides);
+  const JobFiles files{o.trace_path, o.metrics_path, o.init_path, o.save_path};
+  auto job = check_job(o.config_path, o.overrides, o.world, files, registry);
   if (!job) return fail(job.error());
   const std::string& type = job->parallel.stage_actor;
-  if (auto known = registry.check(type); !known)
-    return fail(make_error(o.config_path, ": parallel.stage_actor: ", known.error().message));
   const ActorPlacement placement = registry.placement(type);
-  int k = 1;  // work actors on this node
-  if (placement.per_node) {
-    auto n = placement.per_node(*job, o.world);
-    if (!n) return fail(n.error());
-    k = *n;
-  }
-  const JobFiles files{o.trace_path, o.metrics_path, o.init_path, o.save_path};
-  {
-    ActorArgs probe{o.rank * k, o.world * k, 0, nullptr, {}, *job, files, o.rank, o.world, {}, {}};
-    if (auto ok = registry.validate(type, probe); !ok) return fail(ok.error());
-  }
+  const int k = placement.per_node ? *placement.per_node(*job, o.world) : 1;  // work actors on this node
   std::stringstream text;
   text << std::ifstream(o.config_path).rdbuf();
   for (auto& s : o.overrides) text << "\n--set " << s;

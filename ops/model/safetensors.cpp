@@ -74,6 +74,31 @@ Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<char> bytes, const 
   SafetensorsFile f;
   f.path_ = path;
   f.bytes_ = std::move(bytes);
+  const std::uint64_t size = f.bytes_.size();
+  return parse_header(std::move(f), size);
+}
+
+Expected<SafetensorsFile> SafetensorsFile::read_header(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return file_error(path, "cannot open (" + std::string(std::strerror(errno)) + ")");
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0);
+  SafetensorsFile f;
+  f.path_ = path;
+  f.bytes_.resize(8);
+  if (size < 8 || !in.read(f.bytes_.data(), 8))
+    return file_error(path, "not a safetensors file (shorter than its 8-byte header)");
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(f.bytes_[static_cast<std::size_t>(i)]);
+  if (header_len > size - 8) return file_error(path, "header length exceeds the file size");
+  if (header_len > kMaxHeaderBytes) return file_error(path, "header is larger than 100 MB");
+  f.bytes_.resize(8 + static_cast<std::size_t>(header_len));
+  if (!in.read(f.bytes_.data() + 8, static_cast<std::streamsize>(header_len))) return file_error(path, "read failed");
+  return parse_header(std::move(f), size);
+}
+
+Expected<SafetensorsFile> SafetensorsFile::parse_header(SafetensorsFile f, std::uint64_t file_size) {
+  const std::string& path = f.path_;
   if (f.bytes_.size() < 8) return file_error(path, "not a safetensors file (shorter than its 8-byte header)");
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i)
@@ -81,7 +106,7 @@ Expected<SafetensorsFile> SafetensorsFile::parse(std::vector<char> bytes, const 
   if (header_len > f.bytes_.size() - 8) return file_error(path, "header length exceeds the file size");
   if (header_len > kMaxHeaderBytes) return file_error(path, "header is larger than 100 MB");
   f.data_start_ = 8 + static_cast<std::size_t>(header_len);
-  const std::size_t data_bytes = f.bytes_.size() - f.data_start_;
+  const std::size_t data_bytes = static_cast<std::size_t>(file_size) - f.data_start_;
   auto header = nlohmann::json::parse(f.bytes_.begin() + 8, f.bytes_.begin() + static_cast<long>(f.data_start_),
                                       nullptr, false);
   if (header.is_discarded() || !header.is_object()) return file_error(path, "header is not a JSON object");

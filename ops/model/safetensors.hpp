@@ -29,6 +29,9 @@ class SafetensorsFile {
   /// and byte size do not overflow, and data offsets inside the file. Never
   /// throws; a hostile file is an Error naming the file and tensor.
   static Expected<SafetensorsFile> parse(std::vector<char> bytes, const std::string& path);
+  /// Reads and validates only the header of `path` (against the file's size):
+  /// names, dtypes and shapes without reading the data; data() is unusable.
+  static Expected<SafetensorsFile> read_header(const std::string& path);
 
   const std::string& path() const { return path_; }
   /// Tensor names in file order of their data.
@@ -38,6 +41,8 @@ class SafetensorsFile {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
+  /// Validates the header in bytes_[8, 8 + header length) for a file of `file_size` bytes.
+  static Expected<SafetensorsFile> parse_header(SafetensorsFile f, std::uint64_t file_size);
   std::string path_;
   std::vector<char> bytes_;
   std::size_t data_start_ = 0;

@@ -8,25 +8,45 @@
 
 namespace troupe {
 
+namespace {
+
+// The entry of `spec` in `file`, present with its shape and F32 or BF16.
+Expected<const SafetensorEntry*> entry_for(const SafetensorsFile& file, const ParamSpec& spec) {
+  const std::string& path = file.path();
+  const SafetensorEntry* e = file.find(spec.name);
+  if (!e) return make_error(path, ": missing tensor ", spec.name, " (shape ", shape_string(spec.shape), ")");
+  if (e->shape != spec.shape)
+    return make_error(path, ": tensor ", spec.name, " has shape ", shape_string(e->shape), ", the model needs ",
+                      shape_string(spec.shape));
+  if (e->dtype != DType::f32 && e->dtype != DType::bf16)
+    return make_error(path, ": tensor ", spec.name, " has dtype ", std::string(dtype_name(e->dtype)),
+                      ", expected F32 or BF16");
+  return e;
+}
+
+}  // namespace
+
+Status check_weights(const GptConfig& cfg, const std::string& path) {
+  auto file = SafetensorsFile::read_header(path);
+  if (!file) return file.error();
+  for (auto& spec : stage_param_specs(cfg, whole_model(cfg))) TROUPE_TRY(entry_for(*file, spec));
+  return Status::success();
+}
+
 Status load_weights(GptStage& stage, const std::string& path, std::vector<std::string>& unused) {
   auto file = SafetensorsFile::read(path);
   if (!file) return file.error();
   std::set<std::string> used;
   for (auto& p : stage.params()) {
-    const SafetensorEntry* e = file->find(p.spec.name);
-    if (!e) return make_error(path, ": missing tensor ", p.spec.name, " (shape ", shape_string(p.spec.shape), ")");
-    if (e->shape != p.spec.shape)
-      return make_error(path, ": tensor ", p.spec.name, " has shape ", shape_string(e->shape), ", the model needs ",
-                        shape_string(p.spec.shape));
+    auto entry = entry_for(*file, p.spec);
+    if (!entry) return entry.error();
+    const SafetensorEntry* e = *entry;
     float* dst = p.value.f32();
     if (e->dtype == DType::f32) {
       std::memcpy(dst, file->data(*e), p.value.nbytes());
-    } else if (e->dtype == DType::bf16) {
+    } else {
       auto* src = static_cast<const BFloat16*>(file->data(*e));
       for (std::int64_t i = 0; i < p.value.numel(); ++i) dst[i] = from_bf16(src[i]);
-    } else {
-      return make_error(path, ": tensor ", p.spec.name, " has dtype ", std::string(dtype_name(e->dtype)),
-                        ", expected F32 or BF16");
     }
     used.insert(p.spec.name);
   }

@@ -14,6 +14,11 @@ namespace troupe {
 /// are appended to `unused` (the caller warns).
 Status load_weights(GptStage& stage, const std::string& path, std::vector<std::string>& unused);
 
+/// Checks, from its header alone, that `path` holds every parameter of the
+/// whole model of `cfg` with the right shape and a loadable dtype; the error
+/// names the file and tensor.
+Status check_weights(const GptConfig& cfg, const std::string& path);
+
 /// Writes the stage's parameters (the tied LM head has no tensor of its own).
 Status save_weights(const GptStage& stage, const std::string& path);
 

@@ -3,6 +3,8 @@
 
 #include <climits>
 
+#include "actors/actor_registry.hpp"
+#include "actors/node.hpp"
 #include "runtime/launcher.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -36,6 +38,12 @@ void register_launch(CLI::App& app, Action& action) {
           o->extra_node_args.push_back(flags[i]);
           o->extra_node_args.push_back((*files)[i]);
         }
+      // Bad input is one line from here, before Redis or any node starts.
+      ActorRegistry registry;
+      register_builtin_actors(registry);
+      const JobFiles job_files{o->trace_path, (*files)[0], (*files)[1], (*files)[2]};
+      if (auto job = check_job(o->config_path, o->overrides, o->nodes, job_files, registry); !job)
+        return fail("launch", job.error());
       return launch(*o);
     };
   });
