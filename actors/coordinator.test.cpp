@@ -66,7 +66,7 @@ struct Job {
 
 }  // namespace
 
-TEST_CASE("SV-3: stale reports are dropped; SV-4: the coordinator ends the job", "[coordinator]") {
+TEST_CASE("SV-3 and SV-4: stale reports are dropped and the coordinator alone ends the job", "[coordinator]") {
   Job job(2, "redis://127.0.0.1:1", 5);
   // Both nodes report, but from generation 4: nothing may finish.
   for (auto& n : job.nodes) job.observer->send(n, std::string("report"), std::uint64_t{4}, 3.0f);

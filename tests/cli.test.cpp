@@ -158,10 +158,8 @@ namespace troupe::testing {
 // The learning bar: tiny.toml on the demo corpus gets the training loss
 // below 2.7 nats/byte within 300 steps (PyTorch's same model reaches 2.60).
 TEST_CASE("tiny GPT learns the demo corpus", "[cli][train][learning]") {
-  if (!std::filesystem::exists("/usr/share/games/fortunes")) {
-    WARN("skipped: Debian's fortunes package is not installed (scripts/setup.sh installs it)");
-    return;
-  }
+  if (!std::filesystem::exists("/usr/share/games/fortunes"))
+    skip("Debian's fortunes package is not installed (scripts/setup.sh installs it)");
   ScratchDir dir("learn");
   REQUIRE(run(source_dir() + "/scripts/demo_corpus.sh " + (dir / "corpus.txt")).exit_code == 0);
   REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);

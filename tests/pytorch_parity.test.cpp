@@ -23,10 +23,7 @@ double loss_of(const RunResult& r) {
 
 void check_parity(const std::string& extra_toml) {
   std::string why;
-  if (!torch_available(why)) {
-    WARN("skipped: " << why);
-    return;
-  }
+  if (!torch_available(why)) skip(why);
   ScratchDir dir("parity");
   write_file(dir / "corpus.txt", synthetic_text(60000));
   REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);

@@ -4,7 +4,7 @@
 
 namespace troupe {
 
-TEST_CASE("TROUPE_INJECT_FAULT is <rank>@<step>; anything else is an error naming it", "[fault]") {
+TEST_CASE("TROUPE_INJECT_FAULT is <rank>@<step> and anything else is an error naming it", "[fault]") {
   auto f = parse_injected_fault("3@12");
   REQUIRE(f.ok());
   CHECK(f->rank == 3);

@@ -61,7 +61,8 @@ TEST_CASE("R-1, R-2: the summed table gives the bubble, the prediction and block
   CHECK(on_time.bubble == Approx(0.4));       // (100 - 60) / 100 on both stages
   CHECK(on_time.wall_us == Approx(100));
   CHECK(on_time.buckets == Approx(10));       // 5 per stage
-  CHECK(on_time.bubble_predicted > 0);
+  // GPipe with equal stages: (p - 1) / (m + p - 1) = 1/3, whatever F and B are.
+  CHECK(on_time.bubble_predicted == Approx(1.0 / 3));
   CHECK(on_time.blocked_beyond_us == Approx(0).margin(1e-3));  // waited exactly what the simulator says
   // One replica of stage 1 waits 8 us more: the stage's mean is 4 us beyond.
   per_rank[static_cast<std::size_t>(rank_of(fx.dims, Coord{1, 1, 0}))] = fx.figures(rank_of(fx.dims, Coord{1, 1, 0}), 8);

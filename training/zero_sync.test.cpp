@@ -46,7 +46,7 @@ TEST_CASE("Z-1: buckets tile the flat buffer at parameter boundaries, the lone t
     }
 }
 
-TEST_CASE("Z-3, Z-4: reduced shards hold the sums; gathered parameters equal the unsharded update", "[zero]") {
+TEST_CASE("Z-3, Z-4: reduced shards hold the sums and gathered parameters equal the unsharded update", "[zero]") {
   const GptConfig cfg = model_config();
   for (const auto kind : {OptimizerKind::adamw, OptimizerKind::lamb})
     for (int n : {2, 3}) {

@@ -19,7 +19,7 @@ TEST_CASE("run calls every task exactly once", "[thread_pool]") {
   }
 }
 
-TEST_CASE("parallel_for covers [0, n) with disjoint ranges", "[thread_pool]") {
+TEST_CASE("parallel_for covers 0 to n with disjoint ranges", "[thread_pool]") {
   ThreadPool pool(3);
   for (std::int64_t n : {1, 5, 1000, 12345}) {
     std::vector<std::atomic<int>> hits(static_cast<std::size_t>(n));

@@ -46,14 +46,24 @@ struct Waiter {
 
 TEST_CASE("UCX moves tagged messages between workers, in order per tag", "[ucx]") {
   auto ts = connected(2);
-  std::vector<int> out(1000), in(1000, -1);
-  for (int i = 0; i < 1000; ++i) out[static_cast<std::size_t>(i)] = i * 3;
-  Waiter r1, s1;
-  ts[1]->recv(0, 42, in.data(), in.size() * sizeof(int), r1.cb());
-  ts[0]->send(1, 42, out.data(), out.size() * sizeof(int), s1.cb());
-  REQUIRE(r1.get().ok());
-  REQUIRE(s1.get().ok());
-  CHECK(in == out);
+  // Five messages on one tag, of several sizes (eager and rendezvous), each
+  // received by the receive posted in the same position.
+  constexpr int kMessages = 5;
+  const std::size_t sizes[kMessages] = {1, 1000, 100000, 7, 300000};
+  std::vector<std::vector<int>> out(kMessages), in(kMessages);
+  std::vector<Waiter> recvs(kMessages), sends(kMessages);
+  for (int m = 0; m < kMessages; ++m) {
+    out[m].assign(sizes[m], 0);
+    for (std::size_t i = 0; i < sizes[m]; ++i) out[m][i] = static_cast<int>(m * 1000003 + i);
+    in[m].assign(sizes[m], -1);
+  }
+  for (int m = 0; m < kMessages; ++m) ts[1]->recv(0, 42, in[m].data(), sizes[m] * sizeof(int), recvs[m].cb());
+  for (int m = 0; m < kMessages; ++m) ts[0]->send(1, 42, out[m].data(), sizes[m] * sizeof(int), sends[m].cb());
+  for (int m = 0; m < kMessages; ++m) {
+    REQUIRE(recvs[m].get().ok());
+    REQUIRE(sends[m].get().ok());
+    CHECK(in[m] == out[m]);
+  }
 
   // A message larger than the receive buffer is an error naming the ranks.
   std::vector<char> small(4), big(64);
@@ -82,13 +92,20 @@ TEST_CASE("ring all-reduce over UCX matches the direct sum", "[ucx][collectives]
     for (std::size_t i = 0; i < count; i += 997) REQUIRE(bufs[static_cast<std::size_t>(r)][i] == 6.0f + 3.0f * static_cast<float>(i % 7));
 }
 
-TEST_CASE("a peer killed with SIGKILL: pending receives fail within 1 s of the notice", "[ucx][failure]") {
+namespace {
+
+// Rank 0 here, rank 1 in a forked child that connects and then waits to be killed.
+struct ChildPeer {
+  std::unique_ptr<UcxTransport> t;
+  pid_t child = -1;
+};
+ChildPeer connect_to_child(UcxOptions options) {
   int to_child[2], to_parent[2];
   REQUIRE(::pipe(to_child) == 0);
   REQUIRE(::pipe(to_parent) == 0);
   const pid_t child = ::fork();
   if (child == 0) {
-    auto t = UcxTransport::create(1, 2, {});
+    auto t = UcxTransport::create(1, 2, options);
     if (!t) ::_exit(2);
     const std::string& a = (*t)->address();
     std::uint32_t len = static_cast<std::uint32_t>(a.size());
@@ -99,10 +116,16 @@ TEST_CASE("a peer killed with SIGKILL: pending receives fail within 1 s of the n
     peer.resize(len);
     [[maybe_unused]] auto r2 = ::read(to_child[0], peer.data(), len);
     (void)(*t)->connect({peer, a});
+    // One message each way, so that every lane is up before the kill.
+    char byte = 1;
+    std::promise<void> got;
+    (*t)->recv(0, 1, &byte, 1, [&](Status) { got.set_value(); });
+    got.get_future().wait();
+    (*t)->send(0, 2, &byte, 1, [](Status) {});
     ::pause();
     ::_exit(0);
   }
-  auto t = UcxTransport::create(0, 2, {});
+  auto t = UcxTransport::create(0, 2, options);
   REQUIRE(t.ok());
   std::uint32_t len = 0;
   REQUIRE(::read(to_parent[0], &len, 4) == 4);
@@ -113,23 +136,51 @@ TEST_CASE("a peer killed with SIGKILL: pending receives fail within 1 s of the n
   REQUIRE(::write(to_child[1], &len, 4) == 4);
   REQUIRE(::write(to_child[1], mine.data(), len) == static_cast<ssize_t>(len));
   REQUIRE((*t)->connect({mine, child_addr}).ok());
+  char byte = 1;
+  Waiter sent, got;
+  (*t)->send(1, 1, &byte, 1, sent.cb());
+  (*t)->recv(1, 2, &byte, 1, got.cb());
+  REQUIRE(sent.get().ok());
+  REQUIRE(got.get().ok());
+  for (int fd : {to_child[0], to_child[1], to_parent[0], to_parent[1]}) ::close(fd);
+  return {std::move(*t), child};
+}
 
+}  // namespace
+
+TEST_CASE("after a supervisor's notice of a peer killed with SIGKILL, pending receives fail at once", "[ucx][failure]") {
+  auto [t, child] = connect_to_child({});
   std::vector<char> buf(1024);
   Waiter w;
-  (*t)->recv(1, 3, buf.data(), buf.size(), w.cb());
+  t->recv(1, 3, buf.data(), buf.size(), w.cb());
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   // The supervisor (CAF down message) tells the transport; the receive fails.
   const auto t0 = std::chrono::steady_clock::now();
-  (*t)->mark_failed(1);
+  t->mark_failed(1);
   auto st = w.get(std::chrono::milliseconds(1000));
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message.find("rank 1 failed") != std::string::npos);
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(1));
-  CHECK((*t)->peer_failed(1));
+  CHECK(t->peer_failed(1));
   Waiter later;
-  (*t)->send(1, 3, buf.data(), 8, later.cb());
+  t->send(1, 3, buf.data(), 8, later.cb());
   CHECK_FALSE(later.get(std::chrono::milliseconds(1000)).ok());
+}
+
+TEST_CASE("with UCX's own peer-failure detection, a peer killed with SIGKILL fails pending receives unaided", "[ucx][failure]") {
+  UcxOptions options;
+  options.peer_error_detection = true;  // no mark_failed below: the transport must notice by itself
+  auto [t, child] = connect_to_child(options);
+  std::vector<char> buf(1024);
+  Waiter w;
+  t->recv(1, 3, buf.data(), buf.size(), w.cb());
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  auto st = w.get(std::chrono::milliseconds(10000));
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message != "timed out");
+  CHECK(t->peer_failed(1));
 }
 
 }  // namespace troupe
