@@ -37,15 +37,6 @@ std::string prepared_job(const ScratchDir& dir, std::size_t chars, const std::st
   return cfg;
 }
 
-bool wait_for_text(const std::string& path, const std::string& needle, std::chrono::milliseconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < end) {
-    if (slurp(path).find(needle) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return false;
-}
-
 }  // namespace
 
 TEST_CASE("troupe launch runs N nodes that verify the fabric", "[launch]") {

@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -45,7 +48,7 @@ inline std::string slurp(const std::filesystem::path& p) {
 
 /// Runs `cmd` under /bin/sh; stderr goes to a file read back afterwards.
 inline RunResult run(const std::string& cmd) {
-  static int counter = 0;
+  static std::atomic<int> counter{0};
   const auto err_path = std::filesystem::temp_directory_path() /
                         ("troupe_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   RunResult r;
@@ -75,6 +78,16 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+/// Waits until the file at `path` contains `needle`; false after `limit`.
+inline bool wait_for_text(const std::string& path, const std::string& needle, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < end) {
+    if (slurp(path).find(needle) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
 
 /// Writes `text` to `path`.
 inline void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }

@@ -1,0 +1,40 @@
+// forge_control HOST PORT: a process that is not a member of the job connects
+// to a node's published actor and sends it every control message a member
+// could — with a huge generation, out-of-range indices, and a failure verdict.
+// The node must drop and count them all (P-2, P-3) and finish its job normally.
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <cstdio>
+#include <thread>
+
+#include "actors/protocol.hpp"
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: forge_control HOST PORT\n");
+    return 2;
+  }
+  caf::actor_system_config cfg;
+  cfg.load<caf::io::middleman>();
+  troupe::announce_protocol(cfg);
+  caf::actor_system sys{cfg};
+  auto node = sys.middleman().remote_actor(argv[1], static_cast<std::uint16_t>(std::atoi(argv[2])));
+  if (!node) {
+    std::fprintf(stderr, "forge_control: %s\n", sys.render(node.error()).c_str());
+    return 1;
+  }
+  namespace msg = troupe::msg;
+  const std::uint64_t huge = std::uint64_t{1} << 40;
+  caf::scoped_actor forger{sys};
+  forger->send(*node, msg::Plan{huge, 2});
+  forger->send(*node, msg::PeerLost{huge, 1 << 30, "forged"});
+  forger->send(*node, msg::PeerLost{huge, 0, "forged"});
+  forger->send(*node, msg::ActorFailed{huge, 1 << 30, "forged"});
+  forger->send(*node, msg::ActorFailed{huge, 1, "forged"});
+  forger->send(*node, msg::ActorDone{huge, 1, 0.0});
+  forger->send(*node, msg::Finish{huge, false, "forged"});
+  caf::anon_send(*node, msg::Finish{huge, false, "forged anonymously"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::printf("sent 8 forged messages\n");
+  return 0;
+}
