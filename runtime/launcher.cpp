@@ -1,6 +1,7 @@
 // launch(): fork/exec the nodes, relay their output line by line, supervise.
 #include "runtime/launcher.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -41,11 +42,13 @@ struct Child {
 pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& password, const std::string& job,
             int rank, int* out_fd) {
   int fds[2];
-  if (::pipe(fds) != 0) return -1;
+  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;  // the child's dup2 onto 1 and 2 keeps its end open
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid != 0) {
     ::close(fds[1]);
+    // Non-blocking: relaying never waits on a node that is silent or stopped.
+    ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
     *out_fd = fds[0];
     return pid;
   }
@@ -107,7 +110,10 @@ void relay(Child& c, bool flush_rest) {
 
 void terminate_all(std::vector<Child>& children) {
   for (auto& c : children)
-    if (!c.exited) ::kill(c.pid, SIGTERM);
+    if (!c.exited) {
+      ::kill(c.pid, SIGTERM);
+      ::kill(c.pid, SIGCONT);  // a stopped node handles its SIGTERM (and releases its ring) too
+    }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   for (auto& c : children) {
     while (!c.exited && std::chrono::steady_clock::now() < deadline) {
