@@ -1,9 +1,11 @@
 // rendezvous: join pipeline, release, wait, read.
 #include "runtime/rendezvous.hpp"
 
+#include <charconv>
 #include <cstdio>
 
 #include "common/hash.hpp"
+#include "common/printable.hpp"
 
 namespace troupe {
 namespace {
@@ -41,6 +43,59 @@ Status check_request(const RendezvousRequest& r) {
 
 }  // namespace
 
+namespace {
+
+template <class T>
+bool parse_number(const std::string& text, T& out) {
+  if (text.empty()) return false;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+Expected<JoinVerdict> interpret_join_reply(const RedisValue& reply, const RendezvousRequest& r) {
+  const auto bad = [&] { return make_error("rendezvous: unexpected reply from redis to the join of job ", printable(r.job_id)); };
+  if (reply.kind != RedisValue::Kind::array) return bad();
+  const auto& v = reply.elements;
+  if (v.size() < 2) return bad();
+  for (auto& e : v)
+    if (e.kind != RedisValue::Kind::string && e.kind != RedisValue::Kind::nil) return bad();
+  const std::string& verdict = v[0].str;
+  const std::string detail = printable(v[1].str);
+  if (verdict == "config")
+    return make_error("node ", std::to_string(r.rank), " runs a different config than the job's first node (hash ",
+                      r.config_hash, " vs ", detail, ")");
+  if (verdict == "version")
+    return make_error("node ", std::to_string(r.rank), " runs Troupe ", r.version, " but the job runs ", detail);
+  if (verdict == "world")
+    return make_error("--nodes ", std::to_string(r.world), " differs from the job's ", detail, " nodes");
+  if (verdict == "duplicate")
+    return make_error("--node-rank ", std::to_string(r.rank), ": another node already joined job ", r.job_id,
+                      " with this rank (a live job uses this --job ID: choose another)");
+  JoinVerdict out;
+  if (verdict != "ok" || v.size() < 3 || !parse_number(v[1].str, out.arrived) ||
+      !parse_number(v[2].str, out.generation) || out.arrived < 1)
+    return bad();
+  if (out.arrived > r.world)
+    return make_error("job ", r.job_id, ": more than ", std::to_string(r.world), " nodes joined");
+  return out;
+}
+
+Expected<std::vector<std::string>> interpret_peers_reply(const RedisValue& reply, const RendezvousRequest& req,
+                                                         const std::vector<int>& peers) {
+  if (reply.kind != RedisValue::Kind::array || reply.elements.size() != peers.size())
+    return make_error("rendezvous: unexpected reply from redis to the endpoints of job ", printable(req.job_id));
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < peers.size(); ++i) {
+    const auto& e = reply.elements[i];
+    if (e.kind != RedisValue::Kind::string)
+      return make_error("rendezvous: node ", std::to_string(peers[i]), " has no endpoint in job ", req.job_id);
+    out.push_back(e.str);
+  }
+  return out;
+}
+
 Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest& r) {
   TROUPE_TRY(check_request(r));
   const std::string release = key(r.job_id, "release");
@@ -49,32 +104,18 @@ Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest
                               key(r.job_id, "generation"), std::to_string(r.rank), r.endpoint, r.config_hash,
                               r.version, std::to_string(r.world), kExpirySeconds});
   if (!reply) return reply.error();
-  const auto& v = reply->elements;
-  if (v.size() < 2) return make_error("rendezvous: unexpected reply from redis ", redis.url());
-  const std::string& verdict = v[0].str;
-  if (verdict == "config")
-    return make_error("node ", std::to_string(r.rank), " runs a different config than the job's first node (hash ",
-                      r.config_hash, " vs ", v[1].str, ")");
-  if (verdict == "version")
-    return make_error("node ", std::to_string(r.rank), " runs Troupe ", r.version, " but the job runs ", v[1].str);
-  if (verdict == "world")
-    return make_error("--nodes ", std::to_string(r.world), " differs from the job's ", v[1].str, " nodes");
-  if (verdict == "duplicate")
-    return make_error("--node-rank ", std::to_string(r.rank), ": another node already joined job ", r.job_id,
-                      " with this rank (a live job uses this --job ID: choose another)");
-  const long long arrived = std::stoll(v[1].str);
-  const std::uint64_t gen = std::stoull(v[2].str);
-  if (arrived == r.world) {
+  auto verdict = interpret_join_reply(*reply, r);
+  if (!verdict) return verdict.error();
+  if (verdict->arrived == r.world) {
     if (r.world > 1) {
       std::vector<std::string> push{"RPUSH", release};
       for (int i = 1; i < r.world; ++i) push.push_back("1");
       auto pushed = redis.pipeline({push, {"EXPIRE", release, kExpirySeconds}});
       if (!pushed) return pushed.error();
     }
-    return JoinTicket{gen, true};
+    return JoinTicket{verdict->generation, true};
   }
-  if (arrived > r.world) return make_error("job ", r.job_id, ": more than ", std::to_string(r.world), " nodes joined");
-  return JoinTicket{gen, false};
+  return JoinTicket{verdict->generation, false};
 }
 
 namespace {
@@ -108,12 +149,9 @@ Expected<Membership> rendezvous_finish(RedisClient& redis, const RendezvousReque
   for (int p : peers) get.push_back(std::to_string(p));
   auto got = redis.command(get);
   if (!got) return got.error();
-  for (std::size_t i = 0; i < peers.size(); ++i) {
-    const auto& e = got->elements[i];
-    if (e.kind != RedisValue::Kind::string)
-      return make_error("rendezvous: node ", std::to_string(peers[i]), " has no endpoint in job ", req.job_id);
-    m.endpoints[static_cast<std::size_t>(peers[i])] = e.str;
-  }
+  auto endpoints = interpret_peers_reply(*got, req, peers);
+  if (!endpoints) return endpoints.error();
+  for (std::size_t i = 0; i < peers.size(); ++i) m.endpoints[static_cast<std::size_t>(peers[i])] = (*endpoints)[i];
   return m;
 }
 

@@ -51,6 +51,18 @@ struct JoinTicket {
   bool released_others = false;
 };
 Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest& req);
+
+/// What the join script answered: how many nodes have joined (this one
+/// included) and the job's generation. Replies are hostile input (anyone with
+/// the Redis password can write the job's keys): every field is checked.
+struct JoinVerdict {
+  long long arrived = 0;
+  std::uint64_t generation = 0;
+};
+Expected<JoinVerdict> interpret_join_reply(const RedisValue& reply, const RendezvousRequest& req);
+/// The endpoints of `peers` from the HMGET reply, one per peer, in order.
+Expected<std::vector<std::string>> interpret_peers_reply(const RedisValue& reply, const RendezvousRequest& req,
+                                                         const std::vector<int>& peers);
 Expected<Membership> rendezvous_finish(RedisClient& redis, const RendezvousRequest& req, const JoinTicket& ticket,
                                        const std::vector<int>& peers);
 

@@ -9,6 +9,9 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <utility>
@@ -28,6 +31,15 @@ struct Header {
 
 std::size_t round_up(std::size_t n) { return (n + 63) / 64 * 64; }
 
+// Header plus `slots` slots of `slot_bytes`, each rounded up to 64 bytes;
+// false if that does not fit in a size_t (a hostile or absurd header).
+bool ring_bytes(std::uint64_t slot_bytes, std::int64_t slots, std::size_t& out) {
+  if (slots < 1 || slot_bytes == 0 || slot_bytes > SIZE_MAX - 63) return false;
+  std::size_t all = 0;
+  if (__builtin_mul_overflow(round_up(slot_bytes), static_cast<std::size_t>(slots), &all)) return false;
+  return !__builtin_add_overflow(all, kHeaderBytes, &out);
+}
+
 Error sys_error(const std::string& name, const char* what) {
   return make_error("shared memory ", name, ": ", what, " (", std::strerror(errno), ")");
 }
@@ -43,6 +55,27 @@ Expected<void*> map(int fd, std::size_t bytes, const std::string& name) {
 }
 
 }  // namespace
+
+namespace {
+
+char g_ring_path[256] = {};  // written once before the handlers are installed
+
+extern "C" void remove_ring_and_die(int sig) {
+  if (g_ring_path[0]) ::unlink(g_ring_path);  // async-signal-safe, unlike shm_unlink
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+}  // namespace
+
+void remove_ring_on_termination(const std::string& name) {
+  const std::string path = "/dev/shm" + name;
+  if (path.size() >= sizeof g_ring_path) return;
+  std::snprintf(g_ring_path, sizeof g_ring_path, "%s", path.c_str());
+  struct sigaction sa {};
+  sa.sa_handler = remove_ring_and_die;
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+}
 
 std::string shm_ring_name(const std::string& job_id, int node_rank) {
   std::string safe;
@@ -81,7 +114,13 @@ Expected<ShmRing> ShmRing::create(const std::string& name, std::size_t slot_byte
   }
   const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) return sys_error(name, "cannot create");
-  const std::size_t bytes = kHeaderBytes + round_up(slot_bytes) * static_cast<std::size_t>(slots);
+  std::size_t bytes = 0;
+  if (!ring_bytes(slot_bytes, slots, bytes)) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    return make_error("shared memory ", name, ": ", std::to_string(slots), " slots of ", std::to_string(slot_bytes),
+                      " bytes do not fit in memory");
+  }
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     ::close(fd);
     ::shm_unlink(name.c_str());
@@ -117,8 +156,8 @@ Expected<ShmRing> ShmRing::open(const std::string& name) {
   r.base_ = *p;
   r.bytes_ = static_cast<std::size_t>(st.st_size);
   const auto* h = static_cast<const Header*>(r.base_);
-  if (h->magic != kMagic ||
-      kHeaderBytes + round_up(h->slot_bytes) * static_cast<std::size_t>(h->slots) > r.bytes_)
+  std::size_t needed = 0;
+  if (h->magic != kMagic || !ring_bytes(h->slot_bytes, h->slots, needed) || needed > r.bytes_)
     return make_error("shared memory ", name, ": not a Troupe ring");
   return r;
 }

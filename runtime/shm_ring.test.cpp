@@ -6,6 +6,8 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <filesystem>
+#include <limits>
 #include <fcntl.h>
 #include <sys/mman.h>
 
@@ -80,6 +82,32 @@ TEST_CASE("creating a ring removes other jobs' orphaned rings, not live ones", "
   REQUIRE(mine.ok());
   CHECK_FALSE(ShmRing::open(orphan).ok());  // the crashed job's ring is gone
   CHECK(ShmRing::open(live->name()).ok());  // a living creator's stays
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("ring sizes that overflow are refused, and a ring whose header lies is not opened", "[shm]") {
+  const std::string name = "/troupe.overflow-test-" + std::to_string(::getpid());
+  auto huge = ShmRing::create(name, SIZE_MAX - 10, 4);
+  REQUIRE_FALSE(huge.ok());
+  CHECK(huge.error().message.find("do not fit") != std::string::npos);
+  auto many = ShmRing::create(name, 1 << 20, std::numeric_limits<int>::max());
+  REQUIRE_FALSE(many.ok());
+  {
+    auto ring = ShmRing::create(name, 128, 2);
+    REQUIRE(ring.ok());
+    // Rewrite the header as a hostile process could: negative slot count, then a huge one.
+    auto* header = static_cast<std::int64_t*>(static_cast<void*>(static_cast<char*>(ring->slot(0)) - 64));
+    header[2] = -1;
+    CHECK_FALSE(ShmRing::open(name).ok());
+    header[2] = std::int64_t{1} << 62;
+    CHECK_FALSE(ShmRing::open(name).ok());
+    header[2] = 2;
+    CHECK(ShmRing::open(name).ok());
+  }
+  CHECK_FALSE(std::filesystem::exists("/dev/shm" + name));
 }
 
 }  // namespace troupe

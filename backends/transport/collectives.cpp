@@ -68,7 +68,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     float* recv_into = phase == Phase::reduce_scatter ? scratch.data() : data + rb;
     pending = 2;
     auto self = shared_from_this();
-    auto on_done = [self, rb, re](Status st) { self->part_done(std::move(st), rb, re); };
+    auto on_done = [self, rb = rb, re = re](Status st) { self->part_done(std::move(st), rb, re); };
     t->recv(prev, tag, recv_into, (re - rb) * sizeof(float), on_done);
     t->send(next, tag, data + sb, (se - sb) * sizeof(float), on_done);
   }

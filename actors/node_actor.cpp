@@ -1,0 +1,243 @@
+// The node actor (see node_actor.hpp).
+//
+//  N-1  Coordinator messages count only from node 0's actor system (as
+//       recorded at rendezvous) and, after the first Plan, only from that
+//       Plan's sender (P-2); work-actor reports only from the actors this node
+//       spawned, naming their own rank (P-3). The rest is dropped and counted.
+//  N-2  Every work actor is monitored: one that ends without reporting is a
+//       failure with its exit reason; a report of failure fails the job.
+//  N-3  Losing the coordinator (node 0 dead or silent for
+//       health.peer_timeout_ms) fails every transfer and ends the node
+//       non-zero, naming node 0; so does a Plan that does not come within
+//       health.rendezvous_timeout_ms.
+
+#include "actors/node_actor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <caf/all.hpp>
+
+#include "actors/protocol.hpp"
+#include "backends/transport/ucx_transport.hpp"
+
+namespace troupe {
+namespace {
+
+struct NodeState : NodeActorConfig {
+  std::uint64_t generation = 0;
+  caf::node_id coordinator_system;  // node 0's actor system, from rendezvous
+  caf::actor coordinator;           // pinned at the first Plan
+  std::vector<caf::actor_addr> work;  // this node's work actors, by local index
+  std::vector<bool> reported;
+  int reports = 0;
+  float checksum = 0;
+  bool failed = false;
+  std::uint64_t stale = 0, foreign = 0;
+  static inline const char* name = "troupe.node";
+};
+
+using NodeSelf = caf::stateful_actor<NodeState>;
+
+// run_node -> its node actor (same process, never announced, so it cannot
+// arrive from the network): node 0's actor system, learnt at rendezvous.
+struct KnownMembers {
+  caf::node_id coordinator_system;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, KnownMembers& x) {
+  return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_system);
+}
+
+int local_actors(const NodeState& s) { return static_cast<int>(s.transports.size()); }
+
+// P-2: from node 0's actor system, and after the Plan from the Plan's sender.
+bool from_coordinator(NodeSelf* self) {
+  auto& s = self->state;
+  const auto& sender = self->current_sender();
+  const bool ok = sender && (s.coordinator ? sender->address() == s.coordinator.address()
+                                           : sender->node() == s.coordinator_system);
+  if (!ok) ++s.foreign;
+  return ok;
+}
+
+// P-1: not older than what the node has seen.
+bool current(NodeSelf* self, std::uint64_t gen) {
+  if (gen >= self->state.generation) return true;
+  ++self->state.stale;
+  return false;
+}
+
+// P-3: a work actor's report about itself, from itself. Its local index, or -1.
+int reporter(NodeSelf* self, std::int32_t actor) {
+  auto& s = self->state;
+  const auto& sender = self->current_sender();
+  const int i = actor - s.rank * local_actors(s);
+  if (!sender || i < 0 || i >= static_cast<int>(s.work.size()) || sender->address() != s.work[static_cast<std::size_t>(i)] ||
+      s.reported[static_cast<std::size_t>(i)]) {
+    ++s.foreign;
+    return -1;
+  }
+  return i;
+}
+
+void fail_all_transfers(NodeState& s) {
+  for (auto* t : s.transports)
+    for (int r = 0; r < s.nodes * local_actors(s); ++r) t->mark_failed(r);
+}
+
+void stop(NodeSelf* self, int code) {
+  auto& s = self->state;
+  s.exit_code->store(code);
+  if (s.loader) self->send_exit(s.loader, caf::exit_reason::user_shutdown);
+  if (s.stale + s.foreign > 0)
+    spdlog::warn("node {}: dropped {} stale and {} non-member control messages", s.rank, s.stale, s.foreign);
+  self->quit();
+}
+
+// A local work actor failed: its local peers stop waiting on it now, remote
+// ones when the coordinator ends the job.
+void on_actor_failed(NodeSelf* self, int actor, const std::string& reason) {
+  auto& s = self->state;
+  spdlog::error("node {}: stage actor {}: {}", s.rank, actor, reason);
+  s.failed = true;
+  for (auto* t : s.transports) t->mark_failed(actor);
+  if (s.coordinator) self->send(s.coordinator, msg::NodeFailed{s.generation, s.rank, actor, reason});
+}
+
+void on_actor_reported(NodeSelf* self, float checksum) {
+  auto& s = self->state;
+  s.checksum = checksum;
+  if (++s.reports < local_actors(s) || s.failed) return;
+  self->send(s.coordinator, msg::NodeDone{s.generation, s.rank, s.checksum});
+}
+
+void spawn_work(NodeSelf* self, int nodes) {
+  auto& s = self->state;
+  const int k = local_actors(s);
+  s.reports = 0;
+  s.work.assign(static_cast<std::size_t>(k), caf::actor_addr{});
+  s.reported.assign(static_cast<std::size_t>(k), false);
+  for (int i = 0; i < k; ++i) {
+    ActorArgs args{s.rank * k + i, nodes * k, s.generation, s.transports[static_cast<std::size_t>(i)],
+                   caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, nodes, s.loader, s.ring_name};
+    auto work = s.registry->spawn(s.work_actor, self->system(), args);
+    if (!work) return on_actor_failed(self, args.rank, work.error().message);
+    self->monitor(*work);  // N-2
+    s.work[static_cast<std::size_t>(i)] = work->address();
+  }
+}
+
+void on_down(NodeSelf* self, const caf::down_msg& dm) {
+  auto& s = self->state;
+  if (s.coordinator && dm.source == s.coordinator.address()) {  // N-3
+    spdlog::error("node {}: lost the coordinator on node 0 ({}); stopping", s.rank, self->system().render(dm.reason));
+    fail_all_transfers(s);
+    return stop(self, 1);
+  }
+  for (std::size_t i = 0; i < s.work.size(); ++i) {
+    if (dm.source != s.work[i] || s.reported[i]) continue;
+    s.reported[i] = true;
+    on_actor_failed(self, s.rank * local_actors(s) + static_cast<int>(i),
+                    "ended without reporting (" + self->system().render(dm.reason) + ")");
+  }
+}
+
+caf::behavior running(NodeSelf* self);
+
+// Before rendezvous ends the node does not know node 0's actor system: every
+// message but that news waits in the mailbox (skipped, not dropped).
+caf::behavior node_actor(NodeSelf* self, NodeActorConfig config) {
+  static_cast<NodeActorConfig&>(self->state) = std::move(config);
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  self->set_default_handler(caf::skip);
+  return {
+      [self](const KnownMembers& m) {
+        const auto& sender = self->current_sender();
+        if (!sender || sender->node() != self->system().node()) return;  // only from run_node
+        self->state.coordinator_system = m.coordinator_system;
+        self->set_default_handler([](caf::scheduled_actor* a, caf::message_view&) -> caf::result<caf::message> {
+          ++static_cast<NodeSelf*>(a)->state.foreign;
+          return caf::sec::unexpected_message;
+        });
+        self->delayed_send(self, std::chrono::milliseconds(self->state.job.health.rendezvous_timeout_ms),
+                           msg::HoldOver{});
+        self->become(running(self));
+      },
+  };
+}
+
+caf::behavior running(NodeSelf* self) {
+  return {
+      [self](const msg::Plan& m) {
+        auto& s = self->state;
+        if (!from_coordinator(self) || !current(self, m.generation)) return;
+        if (s.coordinator || m.nodes != s.nodes) {
+          ++s.foreign;
+          return;
+        }
+        s.generation = m.generation;
+        s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
+        self->monitor(s.coordinator);
+        spawn_work(self, m.nodes);
+      },
+      [self](const msg::ActorDone& m) {
+        auto& s = self->state;
+        const int i = reporter(self, m.actor);
+        if (i < 0 || !current(self, m.generation)) return;
+        s.reported[static_cast<std::size_t>(i)] = true;
+        on_actor_reported(self, static_cast<float>(m.result));
+      },
+      [self](const msg::ActorFailed& m) {
+        auto& s = self->state;
+        const int i = reporter(self, m.actor);
+        if (i < 0 || !current(self, m.generation)) return;
+        s.reported[static_cast<std::size_t>(i)] = true;
+        on_actor_failed(self, m.actor, m.reason);
+      },
+      [self](const msg::PeerLost& m) {
+        auto& s = self->state;
+        if (!from_coordinator(self) || !current(self, m.generation)) return;
+        if (m.node < 0 || m.node >= s.nodes) {
+          ++s.foreign;
+          return;
+        }
+        s.generation = m.generation;
+        const int k = local_actors(s);
+        for (auto* t : s.transports)
+          for (int i = 0; i < k; ++i) t->mark_failed(m.node * k + i);
+        spdlog::warn("node {}: {}; generation {}", s.rank, m.reason, m.generation);
+      },
+      [self](const msg::Finish& m) {
+        auto& s = self->state;
+        if (!from_coordinator(self) || !current(self, m.generation)) return;
+        // A failed job: every transfer still waiting fails, so the work
+        // actors unwind and the process can exit.
+        if (!m.ok) {
+          fail_all_transfers(s);
+          spdlog::error("node {}: the job failed: {}", s.rank, m.reason);
+        }
+        stop(self, m.ok ? 0 : 1);
+      },
+      [self](msg::HoldOver) {  // N-3: the Plan is overdue
+        auto& s = self->state;
+        if (s.coordinator || self->current_sender() != self->ctrl()) return;
+        spdlog::error("node {}: no plan from node 0 within {} ms (health.rendezvous_timeout_ms); stopping", s.rank,
+                      s.job.health.rendezvous_timeout_ms);
+        fail_all_transfers(s);
+        stop(self, 1);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config) {
+  return sys.spawn(node_actor, std::move(config));
+}
+
+void tell_members(caf::actor_system& sys, const caf::actor& node, const caf::node_id& coordinator_system) {
+  caf::scoped_actor main_thread{sys};
+  main_thread->send(node, KnownMembers{coordinator_system});
+}
+
+}  // namespace troupe

@@ -1,0 +1,42 @@
+// The node actor: one per node process. It spawns and monitors the node's work
+// actors, reports their outcome to the coordinator, and follows the
+// coordinator's word (Plan, PeerLost, Finish), accepting it only from the
+// job's members (N-1 ... N-3 in node_actor.cpp).
+#pragma once
+
+#include <atomic>
+#include <caf/fwd.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/actor_registry.hpp"
+#include "runtime/job_config.hpp"
+
+namespace troupe {
+
+class UcxTransport;
+
+struct NodeActorConfig {
+  int rank = 0;   ///< the node's
+  int nodes = 1;
+  std::vector<UcxTransport*> transports;  ///< one per work actor on this node
+  const ActorRegistry* registry = nullptr;
+  std::string work_actor;  ///< registered type of the work actors
+  JobConfig job;
+  JobFiles files;
+  caf::actor loader;       ///< the node's data loader, if the work actor type wants one
+  std::string ring_name;   ///< its shared-memory ring
+  std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
+};
+
+/// Spawns the node actor. It acts on nothing until told node 0's actor system
+/// (tell_members), which run_node learns at rendezvous.
+caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config);
+
+/// Tells the node actor which actor system hosts the coordinator (node 0's).
+/// Only a local actor can send this: the message type is never announced, so
+/// it cannot arrive from the network.
+void tell_members(caf::actor_system& sys, const caf::actor& node, const caf::node_id& coordinator_system);
+
+}  // namespace troupe
