@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The layering rule of docs/ARCHITECTURE.md: an include may point to the same
+# layer or one below, never above; CAF only in actors/, tools/, examples/,
+# tests/ and fuzz/. Prints every violation and fails if there is one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rank() {
+  case "$1" in
+    common) echo 0 ;; schedules) echo 1 ;; backends) echo 2 ;; ops) echo 3 ;; runtime) echo 4 ;;
+    training) echo 5 ;; actors) echo 6 ;; tools|examples) echo 7 ;; tests|fuzz) echo 8 ;; *) echo -1 ;;
+  esac
+}
+status=0
+while IFS= read -r line; do
+  file=${line%%:*}
+  target=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"${line#*:}")
+  from=${file%%/*}
+  to=${target%%/*}
+  rf=$(rank "$from")
+  rt=$(rank "$to")
+  [ "$rt" -ge 0 ] || continue
+  if [ "$rt" -gt "$rf" ] || { [ "$from" = schedules ] && [ "$to" != schedules ] && [ "$to" != common ]; }; then
+    echo "layering: $file includes $target (up from $from to $to)"
+    status=1
+  fi
+done < <(grep -rn --include='*.hpp' --include='*.cpp' --include='*.cu' '^#include "' \
+           common schedules backends ops runtime training actors tools examples tests fuzz | sed -E 's/:[0-9]+:/:/')
+if grep -rln --include='*.hpp' --include='*.cpp' '#include <caf/' common schedules backends ops runtime training; then
+  echo "layering: CAF included below actors/ (files above)"
+  status=1
+fi
+[ $status -eq 0 ] && echo "layering: clean"
+exit $status
