@@ -91,6 +91,7 @@ Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(Device& device, GptStage&
 int ZeroChunk::bucket_count() const { return static_cast<int>(impl_->buckets.size()); }
 const std::vector<ElementRange>& ZeroChunk::buckets() const { return impl_->buckets; }
 const StageOptimizer& ZeroChunk::optimizer() const { return *impl_->optimizer; }
+StageOptimizer& ZeroChunk::optimizer() { return *impl_->optimizer; }
 
 void ZeroChunk::start_reduce(std::size_t b) {
   Impl& m = *impl_;

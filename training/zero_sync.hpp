@@ -82,6 +82,7 @@ class ZeroChunk {
   int bucket_count() const;
   const std::vector<ElementRange>& buckets() const;
   const StageOptimizer& optimizer() const;
+  StageOptimizer& optimizer();
 
  private:
   struct Impl;
