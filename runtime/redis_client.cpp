@@ -133,8 +133,13 @@ Expected<std::vector<RedisValue>> RedisClient::pipeline(const std::vector<std::v
   }
   // Every reply is read before any error is returned, so the connection stays in step.
   for (std::size_t i = 0; i < out.size(); ++i)
-    if (out[i].kind == RedisValue::Kind::error)
-      return make_error("redis ", url_, ": ", commands[i][0], ": ", out[i].str);
+    if (out[i].kind == RedisValue::Kind::error) {
+      const std::string& e = out[i].str;
+      if (e.rfind("NOAUTH", 0) == 0 || e.find("unauthenticated") != std::string::npos)
+        return make_error("redis ", url_, ": authentication failed: the server requires a password (set $",
+                          kRedisPasswordVariable, " or --redis-password-file)");
+      return make_error("redis ", url_, ": ", commands[i][0], ": ", e);
+    }
   return out;
 }
 

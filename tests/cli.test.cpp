@@ -180,3 +180,13 @@ TEST_CASE("tiny GPT learns the demo corpus", "[cli][train][learning]") {
 }
 
 }  // namespace troupe::testing
+
+namespace troupe::testing {
+
+TEST_CASE("troupe --version prints the version", "[cli]") {
+  auto r = run(troupe_bin() + " --version");
+  CHECK(r.exit_code == 0);
+  CHECK(r.out == std::string("troupe ") + TROUPE_VERSION + "\n");
+}
+
+}  // namespace troupe::testing

@@ -2,6 +2,7 @@
 // redis-server, verify the fabric, and a node killed with SIGKILL is noticed by
 // the coordinator within 1 s and fails the job; bad input is a one-line error.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -101,6 +102,13 @@ TEST_CASE("troupe node rejects bad input with a one-line error", "[launch][error
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   auto server = RedisServer::start();
   REQUIRE(server.ok());
+  // Without the password, and with a password file others can read: refused, naming why.
+  ::unsetenv(kRedisPasswordVariable);
+  check(run(t + " --redis " + server->url() + " --node-rank 0 --nodes 1"), "authentication failed");
+  write_file(dir / "password", server->password());
+  ::chmod((dir / "password").c_str(), 0644);
+  check(run(t + " --redis " + server->url() + " --node-rank 0 --nodes 1 --redis-password-file " + (dir / "password")),
+        "must be a file of yours with mode 0600");
   ::setenv(kRedisPasswordVariable, server->password().c_str(), 1);  // the nodes' password, never argv
   check(run(t + " --redis " + server->url() + " --node-rank 3 --nodes 2"), "--node-rank 3 is out of range");
   check(run(t + " --redis " + server->url() + " --node-rank 0 --nodes 1 --set parallel.stage_actor=user.mine"),
