@@ -46,10 +46,12 @@ struct Job {
     for (int r = 0; r < n; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}));
     coord = spawn_coordinator(sys, CoordinatorConfig{nodes, redis, password, "t", generation, 0, 3.0f});
     for (int i = 0; i < n; ++i)
-      observer->receive([&](const std::string& kind, std::uint64_t gen, int, int) {
-        CHECK(kind == "plan");
-        CHECK(gen == generation);
-      });
+      observer->receive(
+          [&](const std::string& kind, std::uint64_t gen, int, int) {
+            CHECK(kind == "plan");
+            CHECK(gen == generation);
+          },
+          caf::after(std::chrono::seconds(10)) >> [] { FAIL("no plan within 10 s"); });
   }
   // Whether a finish arrives within `wait`; its ok flag in `ok`.
   bool finished(std::chrono::milliseconds wait, bool* ok = nullptr) {

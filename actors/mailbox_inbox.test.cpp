@@ -37,4 +37,20 @@ TEST_CASE("MailboxInbox delivers completions from other threads as messages", "[
   CHECK(other == 42);
 }
 
+TEST_CASE("a wait on an event that never comes gives up after the timeout, naming the event", "[inbox]") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  MailboxInbox inbox(self.ptr(), 200);
+  const EventKey never{StageEvent::gradient_arrived, 1, 5};
+  auto done = inbox.expect(never);  // armed, never completed
+  const auto t0 = std::chrono::steady_clock::now();
+  auto st = inbox.wait(never);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message == "gradient arrival (chunk 1, index 5) did not complete within 200 ms (health.wait_timeout_ms)");
+  CHECK(took >= std::chrono::milliseconds(200));
+  CHECK(took < std::chrono::seconds(5));
+}
+
 }  // namespace troupe

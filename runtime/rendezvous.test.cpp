@@ -27,8 +27,11 @@ TEST_CASE("N nodes join with a constant number of round trips each", "[rendezvou
     std::vector<std::thread> nodes;
     for (int r = 0; r < world; ++r)
       nodes.emplace_back([&, r] {
-        auto client = server->connect(2000ms);
-        REQUIRE(client.ok());
+        auto client = server->connect(2000ms);  // asserted on the test's thread, below
+        if (!client) {
+          results[static_cast<std::size_t>(r)] = client.error();
+          return;
+        }
         results[static_cast<std::size_t>(r)] = rendezvous(*client, request(job, r, world));
         trips[static_cast<std::size_t>(r)] = client->round_trips();
       });

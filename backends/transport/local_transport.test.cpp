@@ -3,9 +3,11 @@
 #include "backends/transport/local_transport.hpp"
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <numeric>
 
 #include "backends/transport/collectives.hpp"
+#include "backends/transport/wait.hpp"
 
 namespace troupe {
 namespace {
@@ -117,6 +119,28 @@ TEST_CASE("a size mismatch fails both sides, naming the sizes", "[transport]") {
   w.ts[0]->send(1, 9, a.data(), a.size(), [&](Status st) { err_send = st.ok() ? "" : st.error().message; });
   CHECK(err_recv.find("sent 8 bytes") != std::string::npos);
   CHECK(err_send == err_recv);
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("a bounded wait gives up, naming what it waited for, and aborts the endpoint's transfers", "[transport]") {
+  auto fabric = LocalFabric::create(2);
+  auto t0 = fabric->endpoint(0), t1 = fabric->endpoint(1);
+  std::vector<float> buf(8, 0.0f);
+  const auto start = std::chrono::steady_clock::now();
+  auto st = wait_for([&](Completion c) { t0->recv(1, 3, buf.data(), buf.size() * sizeof(float), std::move(c)); },
+                     std::chrono::milliseconds(100), *t0, "the receive from rank 1");
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message == "the receive from rank 1 did not complete within 100 ms (health.wait_timeout_ms)");
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  // The abandoned receive can no longer write into `buf`: the late send fails instead.
+  std::vector<float> late(8, 7.0f);
+  Status sent = Status::success();
+  t1->send(0, 3, late.data(), late.size() * sizeof(float), [&](Status s) { sent = s; });
+  CHECK_FALSE(sent.ok());
+  CHECK(buf[0] == 0.0f);
 }
 
 }  // namespace troupe
