@@ -200,7 +200,9 @@ Status check_relations(const JobConfig& c) {
     return make_error(where, ": train.optimizer must be adamw or lamb (got ", t.optimizer, ")");
   if (t.lr_schedule != "cosine" && t.lr_schedule != "constant")
     return make_error(where, ": train.lr_schedule must be cosine or constant (got ", t.lr_schedule, ")");
-  if (t.min_lr > t.lr) return make_error(where, ": train.min_lr must not exceed train.lr");
+  if (t.min_lr > t.lr)
+    return make_error(where, ": train.min_lr (", std::to_string(t.min_lr), ") must not exceed train.lr (",
+                      std::to_string(t.lr), ")");
   if (static_cast<std::int64_t>(t.batch) * c.model.ctx > (1 << 26))
     return make_error(where, ": train.batch x model.ctx must be at most 2^26 tokens per microbatch");
   if (static_cast<std::int64_t>(c.parallel.dp) * c.parallel.pp * c.parallel.tp > (1 << 20))

@@ -64,3 +64,37 @@ TEST_CASE("config errors name the file, key or flag", "[config]") {
 }
 
 }  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("every numeric key has a range: NaN, infinities, overflow and out-of-range values are refused", "[config]") {
+  struct Case {
+    const char* set;
+    const char* message;
+  };
+  for (auto c : {Case{"train.lr=nan", "--set train.lr=nan: train.lr must be a finite number"},
+                 Case{"train.beta1=1", "--set train.beta1=1: train.beta1 must be in [0, 0.999999]"},
+                 Case{"train.grad_clip=nan", "--set train.grad_clip=nan: train.grad_clip must be a finite number"},
+                 Case{"parallel.bucket_mb=inf", "--set parallel.bucket_mb=inf: parallel.bucket_mb must be a finite number"},
+                 Case{"parallel.bucket_mb=0", "--set parallel.bucket_mb=0: parallel.bucket_mb must be in (0, 1.04858e+06]"},
+                 Case{"model.dim=4294967424", "--set model.dim=4294967424: model.dim must be in [1, 65536]"},
+                 Case{"train.seed=-1", "--set train.seed=-1: train.seed must be in [0, 9.22337e+18]"},
+                 Case{"train.steps=1.5", "--set train.steps=1.5: train.steps has the wrong type (an integer is expected)"},
+                 Case{"train.stepz=3", "--set train.stepz=3: unknown key train.stepz (did you mean train.steps?)"},
+                 Case{"health.peer_timeout_ms=100", "job.toml: health.peer_timeout_ms must be at least twice health.heartbeat_ms"},
+                 Case{"train.lr=1e-5", "job.toml: train.min_lr (0.000100) must not exceed train.lr (0.000010)"}}) {
+    auto r = parse_job_config("", "job.toml", {c.set});
+    INFO(c.set);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message == c.message);
+  }
+  // In the file too, naming the file.
+  auto f = parse_job_config("[model]\nheads = 0\n", "job.toml");
+  REQUIRE_FALSE(f.ok());
+  CHECK(f.error().message == "job.toml: key model.heads must be in [1, 4096]");
+  // A value that is not one TOML value is refused rather than half-read.
+  auto two = parse_job_config("", "job.toml", {"train.steps=1\nx = 2"});
+  REQUIRE_FALSE(two.ok());
+}
+
+}  // namespace troupe
