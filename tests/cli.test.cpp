@@ -190,3 +190,18 @@ TEST_CASE("troupe --version prints the version", "[cli]") {
 }
 
 }  // namespace troupe::testing
+
+namespace troupe::testing {
+
+TEST_CASE("a metrics file that cannot be written ends training with an error naming it", "[cli][errors]") {
+  Job job;
+  auto r = run(troupe_bin() + " train " + job.cfg + " --metrics /dev/full");
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  // Progress lines may come first (the file opens fine; its first write fails); the error is the last line.
+  const auto last = r.err.rfind('\n', r.err.size() - 2);
+  CHECK(r.err.substr(last == std::string::npos ? 0 : last + 1).find(
+            "troupe train: stage actor 0: --metrics /dev/full: write failed (No space left on device)") == 0);
+}
+
+}  // namespace troupe::testing
