@@ -39,7 +39,7 @@ class Reader {
 // A canonical decimal number: digits only, no sign, no leading zero.
 template <class T>
 bool number(const std::string& text, T& out) {
-  if (text.empty() || (text.size() > 1 && text[0] == '0')) return false;
+  if (text.empty() || text[0] < '0' || text[0] > '9' || (text.size() > 1 && text[0] == '0')) return false;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   return ec == std::errc() && end == text.data() + text.size();
 }

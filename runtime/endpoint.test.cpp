@@ -21,7 +21,10 @@ TEST_CASE("a malformed endpoint is an error naming the node, never a crash", "[e
         std::string("troupe-endpoint 1\nh:99999\nid\n0\n"), std::string("troupe-endpoint 1\nh:x\nid\n0\n"),
         std::string("troupe-endpoint 1\nh:1\nid\n-1\n"), std::string("troupe-endpoint 1\nh:1\nid\n1\n999999999999\n"),
         std::string("troupe-endpoint 1\nh:1\nid\n1\n18446744073709551615\nabc"),
-        std::string("troupe-endpoint 1\n:1\nid\n0\n"), std::string("troupe-endpoint 1\nh\n:1\nid\n0\n")}) {
+        std::string("troupe-endpoint 1\n:1\nid\n0\n"), std::string("troupe-endpoint 1\nh\n:1\nid\n0\n"),
+        // Numbers in other spellings than encode_endpoint writes (found by the fuzzer).
+        std::string("troupe-endpoint 1\nh:02\nid\n0\n"), std::string("troupe-endpoint 1\nh:1\nid\n-0\n"),
+        std::string("troupe-endpoint 1\nh:+1\nid\n0\n")}) {
     auto d = decode_endpoint(bad, "node 7");
     INFO(bad);
     REQUIRE_FALSE(d.ok());
