@@ -74,7 +74,9 @@ void remove_ring_on_termination(const std::string& name) {
   std::snprintf(g_ring_path, sizeof g_ring_path, "%s", path.c_str());
   struct sigaction sa {};
   sa.sa_handler = remove_ring_and_die;
-  for (int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  // SIGPIPE too: a node whose launcher was killed dies writing its next log
+  // line into the launcher's closed pipe, possibly before its SIGTERM comes.
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) ::sigaction(sig, &sa, nullptr);
 }
 
 std::string shm_ring_name(const std::string& job_id, int node_rank) {

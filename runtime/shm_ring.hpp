@@ -21,7 +21,7 @@ std::string shm_ring_name(const std::string& job_id, int node_rank);
 /// creator process is gone; returns how many. ShmRing::create calls it.
 int remove_orphaned_rings();
 
-/// Makes SIGTERM, SIGINT and SIGHUP remove the ring `name` before they end the
+/// Makes SIGTERM, SIGINT, SIGHUP and SIGPIPE remove the ring `name` before they end the
 /// process as they would have (so a node stopped by its launcher, or orphaned
 /// by a launcher's death, leaves no ring). One ring per process.
 void remove_ring_on_termination(const std::string& name);

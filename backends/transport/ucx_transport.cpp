@@ -151,6 +151,9 @@ struct UcxTransport::Impl {
       finish(r, nullptr, UCS_PTR_STATUS(sp), 0);
       return;
     }
+    // UCX may run the callback inside the call (even with NO_IMM_CMPL): then
+    // finish() has already freed both the UCX request and `r`.
+    if (!inflight.contains(r)) return;
     r->ucx_request = sp;
   }
 
