@@ -53,35 +53,24 @@ class RedisServer {
   /// its standard input as config, never on its command line. It dies with
   /// its parent (PR_SET_PDEATHSIG).
   static Expected<RedisServer> start() {
-    RedisServer s;
-    s.port_ = free_loopback_port();
-    s.password_ = random_password();
-    int config[2];
-    if (::pipe(config) != 0) return make_error("redis-server: pipe failed");
-    const pid_t parent = ::getpid();
-    s.pid_ = ::fork();
-    if (s.pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != parent) ::_exit(1);
-      const int devnull = ::open("/dev/null", O_WRONLY);
-      ::dup2(config[0], 0);
-      ::close(config[1]);
-      ::dup2(devnull, 1);
-      ::dup2(devnull, 2);
-      ::execlp("redis-server", "redis-server", "-", static_cast<char*>(nullptr));
-      ::_exit(127);
+    // The port was free a moment ago; if another process took it meanwhile,
+    // redis-server exits at once and another port is tried.
+    for (int attempt = 0; attempt < 5; ++attempt) {
+      RedisServer s;
+      s.port_ = free_loopback_port();
+      s.password_ = random_password();
+      if (!s.spawn()) return make_error("redis-server: cannot start a process");
+      for (int i = 0; i < 200; ++i) {
+        auto c = RedisClient::connect(s.url(), std::chrono::milliseconds(200), s.password_);
+        if (c && c->command({"PING"})) return s;
+        if (::waitpid(s.pid_, nullptr, WNOHANG) == s.pid_) {
+          s.pid_ = -1;  // it exited (the port was taken): try another
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
-    ::close(config[0]);
-    const std::string text = "bind 127.0.0.1\nport " + std::to_string(s.port_) + "\nrequirepass " + s.password_ +
-                             "\nsave \"\"\nappendonly no\nloglevel warning\n";
-    [[maybe_unused]] auto n = ::write(config[1], text.data(), text.size());
-    ::close(config[1]);
-    for (int i = 0; i < 200; ++i) {
-      auto c = RedisClient::connect(s.url(), std::chrono::milliseconds(200), s.password_);
-      if (c && c->command({"PING"})) return s;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return make_error("redis-server did not start on port ", std::to_string(s.port_));
+    return make_error("redis-server did not start on a free loopback port (5 attempts)");
   }
   RedisServer(RedisServer&& o) noexcept : pid_(o.pid_), port_(o.port_), password_(std::move(o.password_)) {
     o.pid_ = -1;
@@ -107,6 +96,31 @@ class RedisServer {
 
  private:
   RedisServer() = default;
+  // Forks redis-server with its config (password included) on its standard input.
+  bool spawn() {
+    int config[2];
+    if (::pipe(config) != 0) return false;
+    const pid_t parent = ::getpid();
+    pid_ = ::fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(1);
+      const int devnull = ::open("/dev/null", O_WRONLY);
+      ::dup2(config[0], 0);
+      ::close(config[1]);
+      ::dup2(devnull, 1);
+      ::dup2(devnull, 2);
+      ::execlp("redis-server", "redis-server", "-", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(config[0]);
+    const std::string text = "bind 127.0.0.1\nport " + std::to_string(port_) + "\nrequirepass " + password_ +
+                             "\nsave \"\"\nappendonly no\nloglevel warning\n";
+    [[maybe_unused]] auto n = ::write(config[1], text.data(), text.size());
+    ::close(config[1]);
+    return true;
+  }
   pid_t pid_ = -1;
   int port_ = 0;
   std::string password_;

@@ -122,7 +122,9 @@ TEST_CASE("a stopped node (SIGSTOP) ends the job with an error naming it within 
   LongJob job("sigstop");
   const auto log = job.dir / "launch.log";
   const pid_t launcher = start({"launch", job.cfg, "--nodes", "2"}, log);
-  REQUIRE(wait_for_text(log, "step     3", 30s));
+  const bool training = wait_for_text(log, "step     3", 30s);
+  INFO(slurp(log));
+  REQUIRE(training);
   const pid_t victim = node_of_launch(launcher, 1);
   REQUIRE(victim > 0);
   const auto t0 = Clock::now();
@@ -173,7 +175,9 @@ TEST_CASE("the launcher stopped with SIGTERM or killed with SIGKILL leaves nothi
     LongJob job(sig == SIGTERM ? "term" : "killl");
     const auto log = job.dir / "launch.log";
     const pid_t launcher = start({"launch", job.cfg, "--nodes", "2"}, log);
-    REQUIRE(wait_for_text(log, "step     3", 30s));
+    const bool training = wait_for_text(log, "step     3", 30s);
+    INFO("signal " << sig << "\n" << slurp(log));
+    REQUIRE(training);
     const auto started = children_of(launcher);  // the redis-server and both nodes
     REQUIRE(started.size() == 3);
     ::kill(launcher, sig);
@@ -186,7 +190,6 @@ TEST_CASE("the launcher stopped with SIGTERM or killed with SIGKILL leaves nothi
       return false;
     };
     while (any_alive() && Clock::now() < end) std::this_thread::sleep_for(20ms);
-    INFO("signal " << sig << "\n" << slurp(log));
     CHECK_FALSE(any_alive());
     CHECK(processes_with(job.dir.path().string()).empty());
     CHECK(rings_of("launch-" + std::to_string(launcher) + "-").empty());
