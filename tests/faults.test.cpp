@@ -70,17 +70,6 @@ int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
   return -1;
 }
 
-std::vector<pid_t> processes_with(const std::string& needle) {
-  std::vector<pid_t> out;
-  for (auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = slurp(e.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(needle) != std::string::npos) out.push_back(std::stoi(name));
-  }
-  return out;
-}
 
 // Children of `parent` (from /proc/PID/stat's ppid field).
 std::vector<pid_t> children_of(pid_t parent) {

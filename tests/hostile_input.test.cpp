@@ -53,18 +53,6 @@ std::set<std::string> rings() {
   return out;
 }
 
-// Processes whose command line mentions `needle` (the job's scratch directory).
-std::vector<pid_t> processes_with(const std::string& needle) {
-  std::vector<pid_t> out;
-  for (auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmdline = slurp(e.path() / "cmdline");
-    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
-    if (cmdline.find(needle) != std::string::npos && std::stoi(name) != ::getpid()) out.push_back(std::stoi(name));
-  }
-  return out;
-}
 
 // `cmd` fails within 10 s with one line naming `needle`, and leaves nothing behind.
 void refused(const Job& job, const std::string& cmd, const std::string& needle) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace troupe::testing {
 
@@ -87,6 +89,20 @@ inline bool wait_for_text(const std::string& path, const std::string& needle, st
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return false;
+}
+
+/// Processes (other than this one) whose command line mentions `needle`,
+/// e.g. a job's scratch directory: what a test checks is left behind.
+inline std::vector<pid_t> processes_with(const std::string& needle) {
+  std::vector<pid_t> out;
+  for (auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline = slurp(e.path() / "cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(needle) != std::string::npos && std::stoi(name) != ::getpid()) out.push_back(std::stoi(name));
+  }
+  return out;
 }
 
 /// Writes `text` to `path`.
