@@ -39,15 +39,18 @@ struct Stage {
   explicit Stage(const JobConfig& job, std::uint64_t seed) : plan(*make_stage_plan(with_seed(job, seed), 1)) {
     for (int mb = 0; mb < job.parallel.microbatches; ++mb)
       batches.push_back({*Tensor::empty(device, {kB, kT}, DType::i32), *Tensor::empty(device, {kB, kT}, DType::i32)});
-    StageLinks links{transport.get(), nullptr, {0}, [this](int step, int mb) -> Expected<MicroBatch> {
-                       auto& m = batches[static_cast<std::size_t>(mb)];
-                       for (int i = 0; i < kB * kT; ++i) {
-                         const unsigned x = static_cast<unsigned>(step * 7919 + mb * 104729 + i * 31);
-                         m.tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((x * 2654435761u >> 7) % 32);
-                         m.targets.data<std::int32_t>()[i] = static_cast<std::int32_t>((x * 40503u >> 5) % 32);
-                       }
-                       return m;
-                     }};
+    StageLinks links;
+    links.transport = transport.get();
+    links.stage_ranks = {0};
+    links.batch = [this](int step, int mb) -> Expected<MicroBatch> {
+      auto& m = batches[static_cast<std::size_t>(mb)];
+      for (int i = 0; i < kB * kT; ++i) {
+        const unsigned x = static_cast<unsigned>(step * 7919 + mb * 104729 + i * 31);
+        m.tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((x * 2654435761u >> 7) % 32);
+        m.targets.data<std::int32_t>()[i] = static_cast<std::int32_t>((x * 40503u >> 5) % 32);
+      }
+      return m;
+    };
     auto built = StageState::build(StageStateArgs{&device, &collectives, &plan, 0, links, ""});
     REQUIRE(built.ok());
     state = std::move(*built);
