@@ -169,18 +169,10 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     }
     for (auto& t : transports)
       if (auto st = t->connect(ucx); !st) return abort(st.error());
-    // Node 0's actor system, as node 0 itself published it.
-    caf::node_id coordinator_system = sys.node();
-    if (o.rank != 0) {
-      auto node0 = sys.middleman().remote_actor(peers[0].host, peers[0].port);
-      if (!node0) return abort(make_error("cannot reach node 0 at ", peers[0].host, ":", std::to_string(peers[0].port),
-                                          ": ", sys.render(node0.error())));
-      if (caf::to_string(node0->node()) != peers[0].system_id)
-        return abort(make_error("node 0's address ", peers[0].host, ":", std::to_string(peers[0].port),
-                                " answered as another actor system than the one it published"));
-      coordinator_system = node0->node();
-    }
-    tell_members(sys, node, coordinator_system);
+    // Node 0's actor system, as node 0 itself published it in Redis. Only node
+    // 0 connects out (to every node, below): connections opened from both ends
+    // at once race in CAF 0.17's handshake.
+    tell_members(sys, node, peers[0].system_id);
     spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}, {} work actor{}", o.rank, o.world,
                  o.job_id, members->generation, o.host, *port, k, k > 1 ? "s" : "");
     if (o.rank == 0) {

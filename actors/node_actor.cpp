@@ -25,7 +25,7 @@ namespace {
 
 struct NodeState : NodeActorConfig {
   std::uint64_t generation = 0;
-  caf::node_id coordinator_system;  // node 0's actor system, from rendezvous
+  std::string coordinator_system;  // node 0's actor system (caf::to_string of its node id), from rendezvous
   caf::actor coordinator;           // pinned at the first Plan
   std::vector<caf::actor_addr> work;  // this node's work actors, by local index
   std::vector<bool> reported;
@@ -41,7 +41,7 @@ using NodeSelf = caf::stateful_actor<NodeState>;
 // run_node -> its node actor (same process, never announced, so it cannot
 // arrive from the network): node 0's actor system, learnt at rendezvous.
 struct KnownMembers {
-  caf::node_id coordinator_system;
+  std::string coordinator_system;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, KnownMembers& x) {
@@ -55,7 +55,7 @@ bool from_coordinator(NodeSelf* self) {
   auto& s = self->state;
   const auto& sender = self->current_sender();
   const bool ok = sender && (s.coordinator ? sender->address() == s.coordinator.address()
-                                           : sender->node() == s.coordinator_system);
+                                           : caf::to_string(sender->node()) == s.coordinator_system);
   if (!ok) ++s.foreign;
   return ok;
 }
@@ -235,7 +235,7 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config) {
   return sys.spawn(node_actor, std::move(config));
 }
 
-void tell_members(caf::actor_system& sys, const caf::actor& node, const caf::node_id& coordinator_system) {
+void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system) {
   caf::scoped_actor main_thread{sys};
   main_thread->send(node, KnownMembers{coordinator_system});
 }

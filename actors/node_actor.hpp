@@ -34,9 +34,10 @@ struct NodeActorConfig {
 /// (tell_members), which run_node learns at rendezvous.
 caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config);
 
-/// Tells the node actor which actor system hosts the coordinator (node 0's).
+/// Tells the node actor which actor system hosts the coordinator: node 0's,
+/// as caf::to_string of its node id, which node 0 published at rendezvous.
 /// Only a local actor can send this: the message type is never announced, so
 /// it cannot arrive from the network.
-void tell_members(caf::actor_system& sys, const caf::actor& node, const caf::node_id& coordinator_system);
+void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system);
 
 }  // namespace troupe
