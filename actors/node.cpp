@@ -20,6 +20,7 @@
 #include "actors/node_actor.hpp"
 #include "actors/protocol.hpp"
 #include "backends/transport/ucx_transport.hpp"
+#include "common/decimal.hpp"
 #include "common/version.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/job_config.hpp"
@@ -31,10 +32,8 @@ namespace {
 int env_int(const char* a, const char* b) {
   for (const char* name : {a, b})
     if (const char* v = std::getenv(name)) {
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (end && *end == '\0' && n >= 0 && n < (1L << 20)) return static_cast<int>(n);
-      return -2;
+      int n = 0;
+      return parse_decimal(v, n) && n < (1 << 20) ? n : -2;
     }
   return -1;
 }

@@ -1,8 +1,8 @@
 // encode_endpoint / decode_endpoint.
 #include "runtime/endpoint.hpp"
 
-#include <charconv>
 
+#include "common/decimal.hpp"
 #include "common/printable.hpp"
 
 namespace troupe {
@@ -36,12 +36,10 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// A canonical decimal number: digits only, no sign, no leading zero.
+// A number as encode_endpoint writes it: parse_decimal, without a leading zero.
 template <class T>
 bool number(const std::string& text, T& out) {
-  if (text.empty() || text[0] < '0' || text[0] > '9' || (text.size() > 1 && text[0] == '0')) return false;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
+  return !(text.size() > 1 && text[0] == '0') && parse_decimal(text, out);
 }
 
 }  // namespace

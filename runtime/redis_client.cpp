@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "common/decimal.hpp"
+
 namespace troupe {
 namespace {
 
@@ -62,15 +64,8 @@ Expected<RedisAddress> parse_redis_url(const std::string& url) {
   const auto colon = rest.rfind(':');
   a.host = colon == std::string::npos ? rest : rest.substr(0, colon);
   if (a.host.empty()) return make_error("--redis ", url, ": no host");
-  if (colon != std::string::npos) {
-    try {
-      std::size_t used = 0;
-      a.port = std::stoi(rest.substr(colon + 1), &used);
-      if (used != rest.size() - colon - 1 || a.port < 1 || a.port > 65535) throw std::out_of_range("port");
-    } catch (const std::exception&) {
-      return make_error("--redis ", url, ": bad port");
-    }
-  }
+  if (colon != std::string::npos && (!parse_decimal(rest.substr(colon + 1), a.port) || a.port < 1 || a.port > 65535))
+    return make_error("--redis ", url, ": bad port");
   return a;
 }
 

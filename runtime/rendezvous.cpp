@@ -1,9 +1,9 @@
 // rendezvous: join pipeline, release, wait, read.
 #include "runtime/rendezvous.hpp"
 
-#include <charconv>
 #include <cstdio>
 
+#include "common/decimal.hpp"
 #include "common/hash.hpp"
 #include "common/printable.hpp"
 
@@ -43,17 +43,6 @@ Status check_request(const RendezvousRequest& r) {
 
 }  // namespace
 
-namespace {
-
-template <class T>
-bool parse_number(const std::string& text, T& out) {
-  if (text.empty()) return false;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
-  return ec == std::errc() && end == text.data() + text.size();
-}
-
-}  // namespace
-
 Expected<JoinVerdict> interpret_join_reply(const RedisValue& reply, const RendezvousRequest& r) {
   const auto bad = [&] { return make_error("rendezvous: unexpected reply from redis to the join of job ", printable(r.job_id)); };
   if (reply.kind != RedisValue::Kind::array) return bad();
@@ -74,8 +63,8 @@ Expected<JoinVerdict> interpret_join_reply(const RedisValue& reply, const Rendez
     return make_error("--node-rank ", std::to_string(r.rank), ": another node already joined job ", r.job_id,
                       " with this rank (a live job uses this --job ID: choose another)");
   JoinVerdict out;
-  if (verdict != "ok" || v.size() < 3 || !parse_number(v[1].str, out.arrived) ||
-      !parse_number(v[2].str, out.generation) || out.arrived < 1)
+  if (verdict != "ok" || v.size() < 3 || !parse_decimal(v[1].str, out.arrived) ||
+      !parse_decimal(v[2].str, out.generation) || out.arrived < 1)
     return bad();
   if (out.arrived > r.world)
     return make_error("job ", r.job_id, ": more than ", std::to_string(r.world), " nodes joined");

@@ -1,24 +1,15 @@
 // parse_injected_fault / injected_fault_from_env.
 #include "training/fault_injection.hpp"
 
-#include <charconv>
+#include "common/decimal.hpp"
+
 #include <cstdlib>
 
 namespace troupe {
-namespace {
-
-bool parse_int(const std::string& s, int& out) {
-  const char* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, out);
-  return ec == std::errc() && p == end && out >= 0;
-}
-
-}  // namespace
-
 Expected<InjectedFault> parse_injected_fault(const std::string& text) {
   const auto at = text.find('@');
   InjectedFault f;
-  if (at == std::string::npos || !parse_int(text.substr(0, at), f.rank) || !parse_int(text.substr(at + 1), f.step))
+  if (at == std::string::npos || !parse_decimal(text.substr(0, at), f.rank) || !parse_decimal(text.substr(at + 1), f.step))
     return make_error(kInjectFaultVariable, "=", text, ": expected <rank>@<step> with non-negative integers");
   return f;
 }
