@@ -49,4 +49,23 @@ std::vector<std::string> ActorRegistry::names() const {
   return out;
 }
 
+Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
+                              const JobFiles& files, const ActorRegistry& registry) {
+  auto job = load_job_config(config_path, overrides);
+  if (!job) return job.error();
+  const std::string& type = job->parallel.stage_actor;
+  if (auto known = registry.check(type); !known)
+    return make_error(config_path, ": parallel.stage_actor: ", known.error().message);
+  const ActorPlacement placement = registry.placement(type);
+  int k = 1;
+  if (placement.per_node) {
+    auto n = placement.per_node(*job, nodes);
+    if (!n) return n.error();
+    k = *n;
+  }
+  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}};
+  TROUPE_TRY(registry.validate(type, probe));
+  return job;
+}
+
 }  // namespace troupe

@@ -81,4 +81,11 @@ class ActorRegistry {
   std::map<std::string, ActorPlacement> placements_;
 };
 
+/// What every process checks before it runs a job of `nodes` nodes (one for
+/// troupe train) — the config and its ranges, the actor type, its placement,
+/// and its validator (token files, --init weights) — so that bad input is one
+/// line before anything starts. Returns the parsed config.
+Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
+                              const JobFiles& files, const ActorRegistry& registry);
+
 }  // namespace troupe

@@ -6,11 +6,9 @@
 #include <caf/all.hpp>
 
 #include "actors/actor_registry.hpp"
-#include "training/batches.hpp"
 #include "actors/data_loader.hpp"
-#include "training/stage_plan.hpp"
-#include "backends/transport/local_transport.hpp"
 #include "actors/protocol.hpp"
+#include "backends/transport/local_transport.hpp"
 #include "runtime/metrics_writer.hpp"
 #include "runtime/trace_writer.hpp"
 
@@ -18,24 +16,16 @@ namespace troupe {
 
 Status train_in_process(const std::string& config_path, const std::vector<std::string>& overrides,
                         const TrainOptions& options, const ActorRegistry& registry) {
-  auto job = load_job_config(config_path, overrides);
+  // Bad input is refused before any actor starts: the checks every node makes.
+  const JobFiles files{options.trace_path, options.metrics_path, options.init_path, options.save_path};
+  auto job = check_job(config_path, overrides, 1, files, registry);
   if (!job) return job.error();
   const std::string& type = job->parallel.stage_actor;
-  TROUPE_TRY(registry.check(type));
   const ActorPlacement placement = registry.placement(type);
   if (!placement.per_node)
     return make_error("parallel.stage_actor: ", type, " does not train a model (it runs one per node; use troupe launch)");
-  auto per_node = placement.per_node(*job, 1);
-  if (!per_node) return per_node.error();
-  const int actors = *per_node;
-  // Bad input is refused before any actor starts.
-  auto plan = make_stage_plan(*job, actors);
-  if (!plan) return plan.error();
-  for (auto [path, key] : {std::pair{job->data.train, "data.train"}, std::pair{job->data.val, "data.val"}})
-    if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();
+  const int actors = *placement.per_node(*job, 1);  // check_job ran it successfully
   if (auto m = MetricsWriter::open(options.metrics_path); !m) return m.error();
-
-  const JobFiles files{options.trace_path, options.metrics_path, options.init_path, options.save_path};
   std::shared_ptr<ShmRing> ring;
   std::optional<DataLoaderSpec> spec;
   if (placement.data_loader) {

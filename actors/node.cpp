@@ -1,5 +1,5 @@
 // run_node: transport, actor system, rendezvous, the node actor, and the
-// coordinator on node 0. check_job: what every node checks before it joins.
+// coordinator on node 0.
 #include "actors/node.hpp"
 
 #include <spdlog/spdlog.h>
@@ -57,25 +57,6 @@ void configure_system(caf::actor_system_config& cfg, const HealthSection& h) {
 void register_builtin_actors(ActorRegistry& registry) {
   (void)registry.add("troupe.fabric_check", spawn_fabric_check);
   register_gpt_stage_actor(registry);
-}
-
-Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
-                              const JobFiles& files, const ActorRegistry& registry) {
-  auto job = load_job_config(config_path, overrides);
-  if (!job) return job.error();
-  const std::string& type = job->parallel.stage_actor;
-  if (auto known = registry.check(type); !known)
-    return make_error(config_path, ": parallel.stage_actor: ", known.error().message);
-  const ActorPlacement placement = registry.placement(type);
-  int k = 1;
-  if (placement.per_node) {
-    auto n = placement.per_node(*job, nodes);
-    if (!n) return n.error();
-    k = *n;
-  }
-  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}};
-  TROUPE_TRY(registry.validate(type, probe));
-  return job;
 }
 
 int run_node(NodeOptions o, const ActorRegistry& registry) {

@@ -8,8 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "common/expected.hpp"
-
 namespace troupe {
 
 struct NodeOptions {
@@ -30,15 +28,6 @@ struct NodeOptions {
 };
 
 class ActorRegistry;
-struct JobConfig;
-struct JobFiles;
-
-/// What every node checks before it joins a job of `nodes` nodes — the config
-/// and its ranges, the actor type, its placement, and its validator (token
-/// files, --init weights) — so that `troupe launch` can refuse bad input with
-/// one line before it starts anything. Returns the parsed config.
-Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
-                              const JobFiles& files, const ActorRegistry& registry);
 
 /// Registers the built-in work actors ("troupe.fabric_check").
 void register_builtin_actors(ActorRegistry& registry);

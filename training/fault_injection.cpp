@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 namespace troupe {
+
 Expected<InjectedFault> parse_injected_fault(const std::string& text) {
   const auto at = text.find('@');
   InjectedFault f;
