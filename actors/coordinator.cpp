@@ -18,6 +18,7 @@ struct CoordinatorState {
   CoordinatorConfig cfg;
   std::vector<bool> done, alive;
   int done_count = 0;
+  std::string from_peer_failure;  ///< held for kBlameGraceMs (SV-6)
   std::uint64_t stale = 0, foreign = 0;
   bool finished = false;
   static inline const char* name = "troupe.coordinator";
@@ -110,8 +111,17 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
       },
       [self](const msg::NodeFailed& m) {
         if (!accept_report(self, m.generation, m.node)) return;
-        finish(self, false,
-               "node " + std::to_string(m.node) + ", stage actor " + std::to_string(m.actor) + ": " + m.reason);
+        const std::string why =
+            "node " + std::to_string(m.node) + ", stage actor " + std::to_string(m.actor) + ": " + m.reason;
+        if (!m.from_peer) return finish(self, false, why);
+        auto& held = self->state.from_peer_failure;
+        if (!held.empty()) return;
+        held = why;
+        self->delayed_send(self, std::chrono::milliseconds(kBlameGraceMs), msg::BlameDeadline{});
+      },
+      [self](msg::BlameDeadline) {
+        if (self->current_sender() && self->current_sender()->address() == self->address())
+          finish(self, false, self->state.from_peer_failure);
       },
       [self](msg::HoldOver) {
         if (self->current_sender() && self->current_sender()->address() == self->address()) finish(self, true, "");

@@ -9,6 +9,10 @@
 //  SV-4  the coordinator alone ends the job (Finish), with its outcome and reason.
 //  SV-5  a node report (NodeDone, NodeFailed) counts only if it comes from the
 //        node actor of the rank it names; anything else is dropped and counted.
+//  SV-6  a failed job is reported by its root cause: a failure that only reports
+//        a peer's (NodeFailed::from_peer) waits up to kBlameGraceMs for a report
+//        that began elsewhere (another NodeFailed, a node's death) and gives way
+//        to it.
 #pragma once
 
 #include <caf/fwd.hpp>
@@ -16,6 +20,10 @@
 #include <vector>
 
 namespace troupe {
+
+/// How long a from_peer failure waits for its root cause's report (SV-6):
+/// the root cause's report follows its transfers' failure within milliseconds.
+inline constexpr int kBlameGraceMs = 1000;
 
 struct CoordinatorConfig {
   std::vector<caf::actor> nodes;  ///< by rank

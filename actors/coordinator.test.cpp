@@ -16,9 +16,12 @@ namespace {
 using namespace std::chrono_literals;
 
 // A node stand-in: tells `observer` ("plan" | "lost" | "finish", generation,
-// its rank, detail) what the coordinator sent, and on ("report", generation,
-// checksum) from the observer reports NodeDone to the coordinator itself.
-caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observer) {
+// its rank, detail) what the coordinator sent (a Finish's reason into
+// `reasons[rank]` first), and on ("report", generation, checksum) from the
+// observer reports NodeDone to the coordinator itself, on ("fail", generation,
+// from_peer) NodeFailed.
+caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observer,
+                       std::shared_ptr<std::vector<std::string>> reasons) {
   auto coordinator = std::make_shared<caf::actor>();
   return {
       [=](const msg::Plan& m) {
@@ -27,11 +30,16 @@ caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observ
       },
       [=](const msg::PeerLost& m) { self->send(observer, std::string("lost"), m.generation, rank, int{m.node}); },
       [=](const msg::Finish& m) {
+        (*reasons)[static_cast<std::size_t>(rank)] = m.reason;
         self->send(observer, std::string("finish"), m.generation, rank, m.ok ? 1 : 0);
         self->quit();
       },
       [=](const std::string&, std::uint64_t gen, float checksum) {
         self->send(*coordinator, msg::NodeDone{gen, rank, checksum});
+      },
+      [=](const std::string&, std::uint64_t gen, bool from_peer) {
+        const std::string why = from_peer ? "transfer with a failed peer" : "the root cause";
+        self->send(*coordinator, msg::NodeFailed{gen, rank, 2 * rank, why, from_peer});
       },
   };
 }
@@ -41,9 +49,11 @@ struct Job {
   caf::actor_system sys{(announce_protocol(cfg), cfg)};
   caf::scoped_actor observer{sys};
   std::vector<caf::actor> nodes;
+  std::shared_ptr<std::vector<std::string>> reasons;  ///< each stand-in's Finish reason
   caf::actor coord;
-  Job(int n, const std::string& redis, std::uint64_t generation, const std::string& password = {}) {
-    for (int r = 0; r < n; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}));
+  Job(int n, const std::string& redis, std::uint64_t generation, const std::string& password = {})
+      : reasons(std::make_shared<std::vector<std::string>>(static_cast<std::size_t>(n))) {
+    for (int r = 0; r < n; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}, reasons));
     coord = spawn_coordinator(sys, CoordinatorConfig{nodes, redis, password, "t", generation, 0, 3.0f});
     for (int i = 0; i < n; ++i)
       observer->receive(
@@ -85,9 +95,9 @@ TEST_CASE("SV-5: reports from anyone but the named node, or naming no node, are 
   // A forger (the observer) reports for both nodes, a failure for node 0, and nodes that do not exist.
   job.observer->send(job.coord, msg::NodeDone{1, 0, 3.0f});
   job.observer->send(job.coord, msg::NodeDone{1, 1, 3.0f});
-  job.observer->send(job.coord, msg::NodeFailed{1, 0, 0, "forged"});
+  job.observer->send(job.coord, msg::NodeFailed{1, 0, 0, "forged", false});
   job.observer->send(job.coord, msg::NodeDone{1, 1 << 30, 3.0f});
-  job.observer->send(job.coord, msg::NodeFailed{1, -1, 0, "forged"});
+  job.observer->send(job.coord, msg::NodeFailed{1, -1, 0, "forged", false});
   CHECK_FALSE(job.finished(300ms));
   // The real nodes' reports still finish the job, successfully.
   for (auto& n : job.nodes) job.observer->send(n, std::string("report"), std::uint64_t{1}, 3.0f);
@@ -117,6 +127,27 @@ TEST_CASE("SV-1, SV-2: a node's death bumps the generation in Redis and reaches 
         caf::after(10s) >> [] { FAIL("no word from the coordinator within 10 s"); });
   CHECK(told.size() == 2);
   CHECK(failed);
+}
+
+TEST_CASE("SV-6: a failure that only reports a peer's gives way to its root cause", "[coordinator]") {
+  SECTION("the root cause arrives second and is the job's reason") {
+    Job job(2, "redis://127.0.0.1:1", 1);
+    job.observer->send(job.nodes[1], std::string("fail"), std::uint64_t{1}, true);
+    CHECK_FALSE(job.finished(200ms));  // waits (kBlameGraceMs) for a report that began elsewhere
+    job.observer->send(job.nodes[0], std::string("fail"), std::uint64_t{1}, false);
+    bool ok = true;
+    CHECK(job.finished(5s, &ok));
+    CHECK_FALSE(ok);
+    CHECK((*job.reasons)[0] == "node 0, stage actor 0: the root cause");
+  }
+  SECTION("with no root cause reported, the peer's failure ends the job after the grace") {
+    Job job(2, "redis://127.0.0.1:1", 1);
+    job.observer->send(job.nodes[1], std::string("fail"), std::uint64_t{1}, true);
+    bool ok = true;
+    CHECK(job.finished(std::chrono::milliseconds(kBlameGraceMs + 5000), &ok));
+    CHECK_FALSE(ok);
+    CHECK((*job.reasons)[0] == "node 1, stage actor 2: transfer with a failed peer");
+  }
 }
 
 }  // namespace troupe

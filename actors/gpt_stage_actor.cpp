@@ -113,7 +113,8 @@ void report_outcome(caf::blocking_actor* self, const ActorArgs& args, const Expe
   if (outcome)
     self->send(args.report_to, msg::ActorDone{args.generation, args.rank, *outcome});
   else
-    self->send(args.report_to, msg::ActorFailed{args.generation, args.rank, outcome.error().message});
+    self->send(args.report_to, msg::ActorFailed{args.generation, args.rank, outcome.error().message,
+                                                outcome.error().origin == Origin::peer});
 }
 
 Status validate_gpt_stage_job(const ActorArgs& args) {

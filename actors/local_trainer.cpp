@@ -57,10 +57,13 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
       work.push_back(a->address());
     }
     // The first failure ends the run: every transfer still waiting fails, so
-    // the other actors unwind instead of waiting for the failed one.
-    std::string first_failure;
-    auto failed = [&](const std::string& why) {
-      if (first_failure.empty()) first_failure = why;
+    // the other actors unwind instead of waiting for the failed one. The run
+    // reports its root cause: a failure that only reports a peer's (from_peer)
+    // gives way to one that began in its actor, whichever arrived first.
+    std::string first_failure, first_from_peer;
+    auto failed = [&](const std::string& why, bool from_peer) {
+      std::string& slot = from_peer ? first_from_peer : first_failure;
+      if (slot.empty()) slot = why;
       for (int r = 0; r < actors; ++r) fabric->fail(r);
     };
     std::vector<bool> reported(static_cast<std::size_t>(actors), false);
@@ -79,7 +82,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
             if (!from_actor(m.actor)) return;
             reported[static_cast<std::size_t>(m.actor)] = true;
             ++n;
-            failed("stage actor " + std::to_string(m.actor) + ": " + m.reason);
+            failed("stage actor " + std::to_string(m.actor) + ": " + m.reason, m.from_peer);
           },
           // An actor that ends without a report (it was killed, or its
           // behaviour threw) is a failure too.
@@ -88,11 +91,13 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
               if (dm.source == work[static_cast<std::size_t>(r)] && !reported[static_cast<std::size_t>(r)]) {
                 reported[static_cast<std::size_t>(r)] = true;
                 ++n;
-                failed("stage actor " + std::to_string(r) + " ended without reporting (" + sys.render(dm.reason) + ")");
+                failed("stage actor " + std::to_string(r) + " ended without reporting (" + sys.render(dm.reason) + ")",
+                       false);
               }
           });
     }
     if (loader) self->send_exit(loader, caf::exit_reason::user_shutdown);
+    if (first_failure.empty()) first_failure = first_from_peer;
     if (!first_failure.empty()) result = make_error(first_failure);
   }
   if (result.ok() && !options.trace_path.empty()) {

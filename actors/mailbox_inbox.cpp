@@ -18,7 +18,7 @@ Completion MailboxInbox::expect(EventKey key) {
     const auto at = EventClock::now().time_since_epoch().count();
     caf::anon_send(to, msg::TransferDone{static_cast<std::int32_t>(key.event), key.chunk, key.index, st.ok(),
                                          st.ok() ? std::string() : st.error().message,
-                                         static_cast<std::int64_t>(at)});
+                                         !st.ok() && st.error().origin == Origin::peer, static_cast<std::int64_t>(at)});
   };
 }
 
@@ -27,7 +27,7 @@ bool MailboxInbox::receive_one(int timeout_ms) {
   auto on_arrival = [&](const msg::TransferDone& m) {
     Entry& e = entries_[EventKey{static_cast<StageEvent>(m.event), m.chunk, m.index}];
     e.done = true;
-    e.status = m.ok ? Status::success() : Status(make_error(m.error));
+    e.status = m.ok ? Status::success() : Status(Error{m.error, m.from_peer ? Origin::peer : Origin::here});
     e.done_at = EventClock::time_point(EventClock::duration(m.at_ns));
     got = true;
   };

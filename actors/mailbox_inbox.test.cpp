@@ -21,7 +21,7 @@ TEST_CASE("MailboxInbox delivers completions from other threads as messages", "[
   CHECK_FALSE(inbox.arrived(a));
   self->send(self, 42);  // someone else's message
   std::thread t([&] {
-    done_b(make_error("peer 2 lost"));
+    done_b(make_peer_error("peer 2 lost"));
     done_a(Status::success());
   });
   CHECK(inbox.wait(a).ok());
@@ -30,6 +30,7 @@ TEST_CASE("MailboxInbox delivers completions from other threads as messages", "[
   auto st = inbox.wait(b);
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message == "peer 2 lost");
+  CHECK(st.error().origin == Origin::peer);  // survives the trip through the mailbox
   const auto [armed, completed] = inbox.times(a);
   CHECK(completed >= armed);
   int other = 0;

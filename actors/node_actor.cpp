@@ -96,12 +96,12 @@ void stop(NodeSelf* self, int code) {
 
 // A local work actor failed: its local peers stop waiting on it now, remote
 // ones when the coordinator ends the job.
-void on_actor_failed(NodeSelf* self, int actor, const std::string& reason) {
+void on_actor_failed(NodeSelf* self, int actor, const std::string& reason, bool from_peer) {
   auto& s = self->state;
   spdlog::error("node {}: stage actor {}: {}", s.rank, actor, reason);
   s.failed = true;
   for (auto* t : s.transports) t->mark_failed(actor);
-  if (s.coordinator) self->send(s.coordinator, msg::NodeFailed{s.generation, s.rank, actor, reason});
+  if (s.coordinator) self->send(s.coordinator, msg::NodeFailed{s.generation, s.rank, actor, reason, from_peer});
 }
 
 void on_actor_reported(NodeSelf* self, float checksum) {
@@ -121,7 +121,7 @@ void spawn_work(NodeSelf* self, int nodes) {
     ActorArgs args{s.rank * k + i, nodes * k, s.generation, s.transports[static_cast<std::size_t>(i)],
                    caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, nodes, s.loader, s.ring_name};
     auto work = s.registry->spawn(s.work_actor, self->system(), args);
-    if (!work) return on_actor_failed(self, args.rank, work.error().message);
+    if (!work) return on_actor_failed(self, args.rank, work.error().message, false);
     self->monitor(*work);  // N-2
     s.work[static_cast<std::size_t>(i)] = work->address();
   }
@@ -138,7 +138,7 @@ void on_down(NodeSelf* self, const caf::down_msg& dm) {
     if (dm.source != s.work[i] || s.reported[i]) continue;
     s.reported[i] = true;
     on_actor_failed(self, s.rank * local_actors(s) + static_cast<int>(i),
-                    "ended without reporting (" + self->system().render(dm.reason) + ")");
+                    "ended without reporting (" + self->system().render(dm.reason) + ")", false);
   }
 }
 
@@ -192,7 +192,7 @@ caf::behavior running(NodeSelf* self) {
         const int i = reporter(self, m.actor);
         if (i < 0 || !current(self, m.generation)) return;
         s.reported[static_cast<std::size_t>(i)] = true;
-        on_actor_failed(self, m.actor, m.reason);
+        on_actor_failed(self, m.actor, m.reason, m.from_peer);
       },
       [self](const msg::PeerLost& m) {
         auto& s = self->state;

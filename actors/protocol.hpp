@@ -49,12 +49,14 @@ struct NodeDone {
   std::int32_t node = 0;
   float checksum = 0;
 };
-/// A work actor of `node` failed (`actor` is its rank among the job's actors).
+/// A work actor of `node` failed (`actor` is its rank among the job's actors);
+/// `from_peer`: only as the consequence of a peer's failure (Origin::peer).
 struct NodeFailed {
   std::uint64_t generation = 0;
   std::int32_t node = 0;
   std::int32_t actor = 0;
   std::string reason;
+  bool from_peer = false;
 };
 
 // --- work actor -> node (same process) ------------------------------------
@@ -65,11 +67,13 @@ struct ActorDone {
   std::int32_t actor = 0;
   double result = 0;
 };
-/// Work actor `actor` failed with `reason` (an error or an exception's message).
+/// Work actor `actor` failed with `reason` (an error or an exception's message);
+/// `from_peer`: only as the consequence of a peer's failure (Origin::peer).
 struct ActorFailed {
   std::uint64_t generation = 0;
   std::int32_t actor = 0;
   std::string reason;
+  bool from_peer = false;
 };
 
 // --- transport completion -> stage actor (same process) ---------------------
@@ -82,6 +86,7 @@ struct TransferDone {
   std::int32_t index = 0;
   bool ok = true;
   std::string error;
+  bool from_peer = false;  ///< the error is a peer's failure (Origin::peer)
   std::int64_t at_ns = 0;
 };
 
@@ -106,6 +111,8 @@ struct BatchRelease {
 
 /// The coordinator's hold time (--hold) is over.
 struct HoldOver {};
+/// The coordinator's wait for a failure's root cause is over (SV-6).
+struct BlameDeadline {};
 /// The fabric check's all-reduce completed.
 struct FabricReduced {
   bool ok = false;
@@ -130,7 +137,7 @@ typename Inspector::result_type inspect(Inspector& f, NodeDone& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeFailed& x) {
-  return f(caf::meta::type_name("troupe.NodeFailed"), x.generation, x.node, x.actor, x.reason);
+  return f(caf::meta::type_name("troupe.NodeFailed"), x.generation, x.node, x.actor, x.reason, x.from_peer);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorDone& x) {
@@ -138,11 +145,11 @@ typename Inspector::result_type inspect(Inspector& f, ActorDone& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorFailed& x) {
-  return f(caf::meta::type_name("troupe.ActorFailed"), x.generation, x.actor, x.reason);
+  return f(caf::meta::type_name("troupe.ActorFailed"), x.generation, x.actor, x.reason, x.from_peer);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {
-  return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.at_ns);
+  return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.from_peer, x.at_ns);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BatchRequest& x) {
@@ -159,6 +166,10 @@ typename Inspector::result_type inspect(Inspector& f, BatchRelease& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HoldOver&) {
   return f(caf::meta::type_name("troupe.HoldOver"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, BlameDeadline&) {
+  return f(caf::meta::type_name("troupe.BlameDeadline"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FabricReduced& x) {

@@ -9,9 +9,15 @@
 
 namespace troupe {
 
+/// Where a failure began: here, or at a peer whose failure this one only
+/// reports (a transfer with a rank that failed first). A job's failure is
+/// reported by its root cause, so `peer` failures give way to `here` ones.
+enum class Origin : unsigned char { here, peer };
+
 /// What went wrong, in one line that names the file, key, flag or call.
 struct Error {
   std::string message;
+  Origin origin = Origin::here;
 };
 
 /// Either a T or the Error that prevented it.
@@ -60,7 +66,15 @@ template <class... Parts>
 Error make_error(Parts&&... parts) {
   std::string message;
   ((message += std::forward<Parts>(parts)), ...);
-  return Error{std::move(message)};
+  return Error{std::move(message), Origin::here};
+}
+
+/// make_error for a failure that is the consequence of a peer's (Origin::peer).
+template <class... Parts>
+Error make_peer_error(Parts&&... parts) {
+  Error e = make_error(std::forward<Parts>(parts)...);
+  e.origin = Origin::peer;
+  return e;
 }
 
 }  // namespace troupe

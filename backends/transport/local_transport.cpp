@@ -45,7 +45,7 @@ Status size_check(std::size_t sent, std::size_t expected, int src, int dst) {
                     std::to_string(dst), ", which expected ", std::to_string(expected));
 }
 
-Error peer_error(int peer) { return make_error("local transport: rank ", std::to_string(peer), " failed"); }
+Error peer_error(int peer) { return make_peer_error("local transport: rank ", std::to_string(peer), " failed"); }
 
 }  // namespace
 

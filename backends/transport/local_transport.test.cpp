@@ -105,6 +105,7 @@ TEST_CASE("a failed rank completes its peers' pending operations with an error",
   REQUIRE(called);
   REQUIRE_FALSE(got.ok());
   CHECK(got.error().message.find("rank 2 failed") != std::string::npos);
+  CHECK(got.error().origin == Origin::peer);  // the root cause is rank 2's, not ours
   CHECK(w.ts[0]->peer_failed(2));
   bool later = false;
   w.ts[1]->send(2, 1, buf.data(), 4, [&](Status st) { later = !st.ok(); });

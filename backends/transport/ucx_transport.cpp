@@ -89,7 +89,7 @@ struct UcxTransport::Impl {
   explicit Impl(int n) : failed(static_cast<std::size_t>(n)) {}
 
   Error peer_error(int peer) const {
-    return make_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
+    return make_peer_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
   }
 
   // Called after queued was incremented; wakes the progress thread only if it sleeps.
