@@ -88,6 +88,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
   auto& t = c.train;
   auto& d = c.data;
   auto& h = c.health;
+  auto& k = c.checkpoint;
   return {
       {"model.layers", integer(m.layers, 1, 4096)},
       {"model.heads", integer(m.heads, 1, 4096)},
@@ -129,6 +130,9 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"health.peer_timeout_ms", integer(h.peer_timeout_ms, 50, 3600000)},
       {"health.rendezvous_timeout_ms", integer(h.rendezvous_timeout_ms, 100, 86400000)},
       {"health.wait_timeout_ms", integer(h.wait_timeout_ms, 100, 86400000)},
+      {"checkpoint.dir", string(k.dir)},
+      {"checkpoint.every", integer(k.every, 0, kMaxInt / 2)},
+      {"checkpoint.keep", integer(k.keep, 1, 1 << 20)},
   };
 }
 
@@ -207,6 +211,8 @@ Status check_relations(const JobConfig& c) {
     return make_error(where, ": train.batch x model.ctx must be at most 2^26 tokens per microbatch");
   if (static_cast<std::int64_t>(c.parallel.dp) * c.parallel.pp * c.parallel.tp > (1 << 20))
     return make_error(where, ": parallel.dp x parallel.pp x parallel.tp must be at most 2^20 actors");
+  if (c.checkpoint.every > 0 && c.checkpoint.dir.empty())
+    return make_error(where, ": checkpoint.every needs checkpoint.dir (where to write them)");
   if (c.health.peer_timeout_ms < 2 * c.health.heartbeat_ms)
     return make_error(where, ": health.peer_timeout_ms must be at least twice health.heartbeat_ms");
   return Status::success();

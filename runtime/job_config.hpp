@@ -71,12 +71,21 @@ struct HealthSection {
   int wait_timeout_ms = 600000;       ///< any single wait on a transfer or a local actor (a backstop)
 };
 
+/// Sharded two-phase checkpoints (training/checkpoint_*): every `every` steps
+/// into `dir`, keeping the newest `keep` complete ones.
+struct CheckpointSection {
+  std::string dir;  ///< "" = no periodic checkpoints
+  int every = 0;    ///< steps between checkpoints; 0 = none
+  int keep = 2;     ///< complete checkpoints kept; older ones go once a newer one is complete
+};
+
 struct JobConfig {
   ModelSection model;
   ParallelSection parallel;
   TrainSection train;
   DataSection data;
   HealthSection health;
+  CheckpointSection checkpoint;
   std::string source;  ///< file it was read from (for messages)
 };
 

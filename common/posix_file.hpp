@@ -1,0 +1,48 @@
+// POSIX files as RAII handles, with whole reads and writes that report errors
+// as values naming the file (short writes and EINTR handled; a full disk is ENOSPC).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "common/expected.hpp"
+
+namespace troupe {
+
+/// An open file descriptor, closed when the handle goes.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd();
+
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+/// Creates `path` for writing; it must not exist yet (O_EXCL: a planted file or symlink is refused).
+Expected<UniqueFd> create_new_file(const std::string& path);
+/// Opens `path` for reading.
+Expected<UniqueFd> open_for_reading(const std::string& path);
+/// Writes all `size` bytes.
+Status write_all(int fd, const void* data, std::size_t size, const std::string& path);
+/// Reads exactly `size` bytes at `offset` (a short file is an error naming it).
+Status read_exactly(int fd, void* data, std::size_t size, std::uint64_t offset, const std::string& path);
+/// fsync of an open file, and of a directory by path (so that a rename or a new entry is durable).
+Status sync_file(int fd, const std::string& path);
+Status sync_directory(const std::string& path);
+
+}  // namespace troupe

@@ -1,0 +1,220 @@
+// Shards: write_shard streams a snapshot into one safetensors file; read_shard
+// reads back the ranges a (possibly differently laid out) actor owns.
+#include "training/checkpoint_shard.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "common/posix_file.hpp"
+
+namespace troupe {
+namespace {
+
+// One tensor of the shard file: `count` floats at `data`.
+struct Entry {
+  std::string key;      ///< name in the safetensors file
+  std::string logical;  ///< name in the manifest (the parameter or NAME.exp_avg ...)
+  Shape full_shape;     ///< the logical tensor's shape
+  Shape stored_shape;
+  std::int64_t begin = 0;  ///< first element of the logical tensor
+  const float* data = nullptr;
+  std::int64_t count = 0;
+};
+
+// The moment slices of one chunk: each owned range cut at parameter boundaries.
+void add_moment_entries(const ShardChunk& chunk, const std::vector<float>& moment, const char* suffix,
+                        std::vector<Entry>& out) {
+  std::int64_t at = 0;  // position in the moment buffer
+  for (const ElementRange& r : chunk.owned) {
+    for (const ShardParam& p : chunk.params) {
+      const std::int64_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
+      if (lo >= hi || !p.stored) continue;
+      const std::string logical = p.name + suffix;
+      out.push_back(Entry{logical, logical, p.shape, {hi - lo}, lo - p.offset, moment.data() + at + (lo - r.begin),
+                          hi - lo});
+    }
+    at += r.size();
+  }
+}
+
+// A moment's key must be unique in the file; a second slice of one tensor gets its range appended.
+void make_keys_unique(std::vector<Entry>& entries) {
+  std::map<std::string, int> seen;
+  for (auto& e : entries)
+    if (seen[e.key]++ > 0) e.key.append(".").append(std::to_string(e.begin));
+}
+
+std::string safetensors_header(const std::vector<Entry>& entries) {
+  nlohmann::json header = nlohmann::json::object();
+  nlohmann::json meta = {{"format", "pt"}};
+  std::uint64_t offset = 0;
+  for (auto& e : entries) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(e.count) * sizeof(float);
+    header[e.key] = {{"dtype", "F32"}, {"shape", e.stored_shape}, {"data_offsets", {offset, offset + bytes}}};
+    if (e.key != e.logical || e.stored_shape != e.full_shape)
+      meta[e.key] = e.logical + "[" + std::to_string(e.begin) + ":" + std::to_string(e.begin + e.count) + "]";
+    offset += bytes;
+  }
+  header["__metadata__"] = meta;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+// Open files of one checkpoint, by name.
+class ShardFiles {
+ public:
+  explicit ShardFiles(std::string dir) : dir_(std::move(dir)) {}
+  Expected<int> fd(const std::string& name) {
+    auto it = open_.find(name);
+    if (it != open_.end()) return it->second.get();
+    auto f = open_for_reading(dir_ + "/" + name);
+    if (!f) return f.error();
+    const int fd = f->get();
+    open_.emplace(name, std::move(*f));
+    return fd;
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+ private:
+  std::string dir_;
+  std::map<std::string, UniqueFd> open_;
+};
+
+// Elements [lo, hi) of logical tensor `name` into dst, piece by piece (K-3).
+Status read_range(ShardFiles& files, const Manifest& m, const std::string& name, const Shape& shape, std::int64_t lo,
+                  std::int64_t hi, float* dst, std::vector<float>& scratch, std::uint64_t& bytes_read) {
+  auto it = m.tensors.find(name);
+  if (it == m.tensors.end()) return make_error("checkpoint has no tensor ", name);
+  if (it->second.shape != shape)
+    return make_error("checkpoint tensor ", name, " has shape ", shape_string(it->second.shape), ", the model needs ",
+                      shape_string(shape));
+  for (const CheckpointPiece& p : it->second.pieces) {
+    const std::int64_t a = std::max(lo, p.begin), b = std::min(hi, p.end);
+    if (a >= b) continue;
+    const auto n = static_cast<std::size_t>(p.end - p.begin);
+    const bool whole = a == p.begin && b == p.end;
+    float* into = whole ? dst + (a - lo) : (scratch.resize(n), scratch.data());
+    auto fd = files.fd(p.file);
+    if (!fd) return fd.error();
+    TROUPE_TRY(read_exactly(*fd, into, n * sizeof(float), p.offset, files.path(p.file)));
+    bytes_read += n * sizeof(float);
+    if (const auto crc = crc32_of(into, n * sizeof(float)); crc != p.crc)
+      return make_error(files.path(p.file), ": tensor ", name, " [", std::to_string(p.begin), ":",
+                        std::to_string(p.end), ") has CRC-32 ", std::to_string(crc), ", the manifest says ",
+                        std::to_string(p.crc), " (corrupted)");
+    if (!whole) std::memcpy(dst + (a - lo), scratch.data() + (a - p.begin), static_cast<std::size_t>(b - a) * sizeof(float));
+  }
+  return Status::success();
+}
+
+}  // namespace
+
+ShardLayout shard_layout(StageState& state, int replica) {
+  ShardLayout layout;
+  layout.writes_params = replica == 0;
+  for (int c = 0; c < state.chunks(); ++c) {
+    GptStage& model = state.model(c);
+    ShardChunk chunk;
+    const bool tied_copy = model.spec().head && !model.spec().embedding;
+    for (const StageParam& p : model.params())
+      chunk.params.push_back({p.spec.name, p.spec.shape, p.offset, p.value.numel(),
+                              !(tied_copy && p.spec.name == "wte.weight")});
+    chunk.owned = state.zero(c).optimizer().owned();
+    layout.chunks.push_back(std::move(chunk));
+  }
+  return layout;
+}
+
+void size_snapshot(const ShardLayout& layout, StageSnapshot& into) {
+  const auto n = layout.chunks.size();
+  into.params.resize(n);
+  into.exp_avg.resize(n);
+  into.exp_avg_sq.resize(n);
+  for (std::size_t c = 0; c < n; ++c) {
+    const auto& chunk = layout.chunks[c];
+    std::int64_t params = 0, owned = 0;
+    for (auto& p : chunk.params) params = std::max(params, p.offset + p.numel);
+    for (auto& r : chunk.owned) owned += r.size();
+    into.params[c].resize(static_cast<std::size_t>(params));
+    into.exp_avg[c].resize(static_cast<std::size_t>(owned));
+    into.exp_avg_sq[c].resize(static_cast<std::size_t>(owned));
+  }
+}
+
+Expected<ShardRecord> write_shard(const std::string& dir, const std::string& name, const ShardLayout& layout,
+                                  const StageSnapshot& snapshot) {
+  const std::string path = dir + "/" + name;
+  if (snapshot.params.size() != layout.chunks.size() || snapshot.exp_avg.size() != layout.chunks.size() ||
+      snapshot.exp_avg_sq.size() != layout.chunks.size())
+    return make_error(path, ": the snapshot does not match the stage's layout");
+  std::vector<Entry> entries;
+  for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunk& chunk = layout.chunks[c];
+    if (layout.writes_params)
+      for (const ShardParam& p : chunk.params)
+        if (p.stored) entries.push_back({p.name, p.name, p.shape, p.shape, 0, snapshot.params[c].data() + p.offset, p.numel});
+    add_moment_entries(chunk, snapshot.exp_avg[c], ".exp_avg", entries);
+    add_moment_entries(chunk, snapshot.exp_avg_sq[c], ".exp_avg_sq", entries);
+  }
+  make_keys_unique(entries);
+  const std::string header = safetensors_header(entries);
+  auto file = create_new_file(path);
+  if (!file) return file.error();
+  ShardRecord record;
+  record.file.name = name;
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((header.size() >> (8 * i)) & 0xff);
+  std::uint32_t crc = crc32_of(len, 8);
+  crc = crc32_of(header.data(), header.size(), crc);
+  TROUPE_TRY(write_all(file->get(), len, 8, path));
+  TROUPE_TRY(write_all(file->get(), header.data(), header.size(), path));
+  std::uint64_t offset = 8 + header.size();
+  for (const Entry& e : entries) {
+    const std::size_t bytes = static_cast<std::size_t>(e.count) * sizeof(float);
+    TROUPE_TRY(write_all(file->get(), e.data, bytes, path));
+    const std::uint32_t piece_crc = crc32_of(e.data, bytes);
+    crc = static_cast<std::uint32_t>(crc32_of(e.data, bytes, crc));
+    CheckpointTensor& t = record.tensors[e.logical];
+    t.shape = e.full_shape;
+    t.pieces.push_back({name, offset, e.begin, e.begin + e.count, piece_crc});
+    offset += bytes;
+  }
+  TROUPE_TRY(sync_file(file->get(), path));
+  record.file.size = offset;
+  record.file.crc = crc;
+  return record;
+}
+
+Expected<std::uint64_t> read_shard(const std::string& dir, const Manifest& m, const ShardLayout& layout,
+                                   ShardPart part, StageSnapshot& into) {
+  size_snapshot(layout, into);
+  ShardFiles files(dir);
+  std::vector<float> scratch;
+  std::uint64_t bytes = 0;
+  for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
+    const ShardChunk& chunk = layout.chunks[c];
+    if (part != ShardPart::moments)
+      for (const ShardParam& p : chunk.params)
+        TROUPE_TRY(read_range(files, m, p.name, p.shape, 0, p.numel, into.params[c].data() + p.offset, scratch, bytes));
+    if (part == ShardPart::params) continue;
+    std::int64_t at = 0;
+    for (const ElementRange& r : chunk.owned) {
+      for (const ShardParam& p : chunk.params) {
+        const std::int64_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
+        if (lo >= hi) continue;
+        const std::size_t pos = static_cast<std::size_t>(at + (lo - r.begin));
+        TROUPE_TRY(read_range(files, m, p.name + ".exp_avg", p.shape, lo - p.offset, hi - p.offset,
+                              into.exp_avg[c].data() + pos, scratch, bytes));
+        TROUPE_TRY(read_range(files, m, p.name + ".exp_avg_sq", p.shape, lo - p.offset, hi - p.offset,
+                              into.exp_avg_sq[c].data() + pos, scratch, bytes));
+      }
+      at += r.size();
+    }
+  }
+  into.next_step = m.step;
+  return bytes;
+}
+
+}  // namespace troupe

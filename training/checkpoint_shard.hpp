@@ -1,0 +1,72 @@
+// One stage actor's part of a checkpoint: writing its snapshot as a
+// safetensors shard (parameters under their Hugging Face names, its ZeRO
+// shard of the moments as "NAME.exp_avg" / "NAME.exp_avg_sq" slices), and
+// reading back exactly the ranges an actor of any layout owns.
+//
+//  K-1  a shard holds each parameter at most once per checkpoint: only
+//       replica 0 writes parameters, and the tied "wte.weight" of a head chunk
+//       is left to the embedding's chunk (its copy is identical);
+//  K-2  the moments of the replicas tile each parameter (their ZeRO shards),
+//       so the checkpoint holds one copy of the model state, not dp copies;
+//  K-3  every piece read is checked against its CRC-32 before it is used.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+#include "ops/optim/stage_optimizer.hpp"
+#include "training/checkpoint_manifest.hpp"
+#include "training/stage_state.hpp"
+
+namespace troupe {
+
+/// A parameter of a model chunk: its name, shape and place in the flat buffer.
+struct ShardParam {
+  std::string name;
+  Shape shape;
+  std::int64_t offset = 0, numel = 0;
+  bool stored = true;  ///< written to the checkpoint (K-1: not the head's tied copy)
+};
+
+struct ShardChunk {
+  std::vector<ShardParam> params;
+  std::vector<ElementRange> owned;  ///< flat ranges whose moments this actor holds, in moment order
+};
+
+/// The shape of one stage actor's state: what its snapshot's buffers mean.
+struct ShardLayout {
+  std::vector<ShardChunk> chunks;
+  bool writes_params = true;  ///< replica 0 writes the parameters (K-1)
+};
+
+/// The layout of `state` (replica `replica` of its stage).
+ShardLayout shard_layout(StageState& state, int replica);
+
+/// What a written shard adds to the manifest.
+struct ShardRecord {
+  CheckpointFileRecord file;
+  std::map<std::string, CheckpointTensor> tensors;  ///< this shard's pieces, with shapes
+};
+
+/// Writes `snapshot` of an actor laid out as `layout` to DIR/NAME (a new
+/// file, fsynced); errors name the file.
+Expected<ShardRecord> write_shard(const std::string& dir, const std::string& name, const ShardLayout& layout,
+                                  const StageSnapshot& snapshot);
+
+/// What restore_from_checkpoint reads.
+enum class ShardPart { params, moments, both };
+
+/// Fills the parts of `into` (sized for `layout`) from checkpoint DIR with
+/// manifest `m`: parameters whole, moments just the owned ranges; sets
+/// into.next_step. Returns the bytes read from storage. Errors name the file,
+/// tensor and checksum (K-3).
+Expected<std::uint64_t> read_shard(const std::string& dir, const Manifest& m, const ShardLayout& layout,
+                                   ShardPart part, StageSnapshot& into);
+
+/// Sizes `into`'s buffers for `layout`.
+void size_snapshot(const ShardLayout& layout, StageSnapshot& into);
+
+}  // namespace troupe

@@ -1,0 +1,59 @@
+// A directory of checkpoints, and how one comes into being:
+//
+//   ROOT/.partial-step-00000012/    every node writes its actors' shards here,
+//       shard-a0003.safetensors     then its part (node-1.part.json: the
+//       node-1.part.json            pieces and files it wrote), fsynced;
+//   ROOT/step-00000012/             the committer (node 0) merges the parts
+//       manifest.json               into manifest.json, written last, then
+//                                   renames the directory.
+//
+//  C-1  a checkpoint exists only once its manifest is in place and its
+//       directory renamed: a crash at any earlier point leaves only a
+//       .partial directory, never chosen by a resume and removed by the next commit;
+//  C-2  older checkpoints are deleted only after a newer one is complete, and
+//       the newest `keep` complete ones always stay.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+#include "training/checkpoint_manifest.hpp"
+#include "training/checkpoint_shard.hpp"
+
+namespace troupe {
+
+std::string checkpoint_dir(const std::string& root, int step);
+std::string partial_dir(const std::string& root, int step);
+/// The shard file of stage actor `rank`.
+std::string shard_name(int rank);
+
+/// Creates ROOT and ROOT/.partial-step-N (which may already exist: other nodes).
+Status begin_partial(const std::string& root, int step);
+
+/// Records node `node`'s shards in the partial directory (its part file, fsynced).
+Status write_part(const std::string& root, int step, int node, const std::vector<ShardRecord>& shards);
+
+/// Whether all `nodes` parts of `step` are written.
+bool parts_complete(const std::string& root, int step, int nodes);
+
+/// Merges the parts into `base` (step, model, layout, versions already set),
+/// checks that every tensor is tiled (M-1), writes the manifest and renames the
+/// directory (C-1), then keeps the newest `keep` (C-2). Returns the checkpoint's bytes.
+Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base, int nodes, int keep);
+
+/// Steps of the complete checkpoints under ROOT, oldest first.
+std::vector<int> complete_steps(const std::string& root);
+
+/// Checks every file of checkpoint DIR against the manifest (size and CRC-32);
+/// the error names the file and both checksums.
+Status verify_checkpoint(const std::string& dir, const Manifest& m);
+
+/// The checkpoint `--resume` means: "latest" is the newest complete one under
+/// `root` that verifies (an older one is taken if a newer one does not, and
+/// `warn` is told why); anything else is a checkpoint directory itself.
+Expected<std::string> resolve_resume(const std::string& what, const std::string& root,
+                                     const std::function<void(const std::string&)>& warn);
+
+}  // namespace troupe
