@@ -1,7 +1,11 @@
 // ActorRegistry.
 #include "actors/actor_registry.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <caf/actor_system.hpp>
+
+#include "training/checkpoint_store.hpp"
 
 namespace troupe {
 
@@ -50,9 +54,14 @@ std::vector<std::string> ActorRegistry::names() const {
 }
 
 Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
-                              const JobFiles& files, const ActorRegistry& registry) {
+                              JobFiles& files, const ActorRegistry& registry) {
   auto job = load_job_config(config_path, overrides);
   if (!job) return job.error();
+  if (!files.resume.empty()) {
+    auto dir = resolve_resume(files.resume, job->checkpoint.dir, [](const std::string& w) { spdlog::warn("{}", w); });
+    if (!dir) return dir.error();
+    files.resume = *dir;
+  }
   const std::string& type = job->parallel.stage_actor;
   if (auto known = registry.check(type); !known)
     return make_error(config_path, ": parallel.stage_actor: ", known.error().message);
@@ -63,7 +72,7 @@ Expected<JobConfig> check_job(const std::string& config_path, const std::vector<
     if (!n) return n.error();
     k = *n;
   }
-  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}};
+  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}, {}, {}};
   TROUPE_TRY(registry.validate(type, probe));
   return job;
 }

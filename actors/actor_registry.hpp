@@ -7,6 +7,7 @@
 #include <caf/actor.hpp>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 namespace troupe {
 
 class Transport;
+class SnapshotPool;
 
 /// Where a job's outputs go and what it starts from (command-line flags, not
 /// part of the job config and its hash).
@@ -25,6 +27,7 @@ struct JobFiles {
   std::string metrics;  ///< per-step JSON lines (the whole-model root writes them); empty = none
   std::string init;     ///< safetensors weights to start from; empty = initialise from the seed
   std::string save;     ///< safetensors weights written at the end; empty = none
+  std::string resume;   ///< the checkpoint directory to continue from (--resume, resolved); empty = none
 };
 
 /// What a factory gets: the actor's rank among the job's actors and its own
@@ -43,6 +46,8 @@ struct ActorArgs {
   int nodes = 1;
   caf::actor data_loader;  ///< the node's data loader (if the type asked for one)
   std::string data_ring;   ///< name of the loader's shared-memory ring
+  caf::actor checkpoint_writer;              ///< the node's, if the job takes checkpoints
+  std::shared_ptr<SnapshotPool> snapshots;   ///< its host buffers
 };
 
 /// How many actors of a type a job places on each node, and what the node
@@ -84,8 +89,10 @@ class ActorRegistry {
 /// What every process checks before it runs a job of `nodes` nodes (one for
 /// troupe train) — the config and its ranges, the actor type, its placement,
 /// and its validator (token files, --init weights) — so that bad input is one
-/// line before anything starts. Returns the parsed config.
+/// line before anything starts. Returns the parsed config. A files.resume of
+/// "latest" becomes the newest complete checkpoint under checkpoint.dir that
+/// verifies (an older one, with a warning, when a newer one does not).
 Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
-                              const JobFiles& files, const ActorRegistry& registry);
+                              JobFiles& files, const ActorRegistry& registry);
 
 }  // namespace troupe

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -63,6 +64,7 @@ caf::behavior data_loader(LoaderSelf* self, std::shared_ptr<ShmRing> ring, DataL
     return {};
   }
   st.file.emplace(std::move(*file));
+  st.next_fill = st.released_upto = std::clamp(st.spec.first_step, 0, st.spec.steps);
   fill_ahead(self);
   return {
       [self](const msg::BatchRequest& ask) -> caf::result<msg::BatchSlot> {

@@ -33,6 +33,7 @@ struct DataLoaderSpec {
   std::vector<int> replicas;  ///< the data-parallel replicas whose stages on this node read batches
   int consumers = 1;          ///< stage actors on this node that read (each releases every step)
   int depth = 3;              ///< steps prepared ahead (ring slots)
+  int first_step = 0;         ///< the run starts here (a resumed run: the checkpoint's step)
 
   std::size_t block_bytes() const {
     return static_cast<std::size_t>(microbatches) * 2 * static_cast<std::size_t>(batch) * ctx * sizeof(std::int32_t);

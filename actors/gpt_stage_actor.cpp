@@ -13,6 +13,7 @@
 #include "backends/cpu/cpu_device.hpp"
 #include "actors/protocol.hpp"
 #include "ops/model/weights.hpp"
+#include "training/snapshot_pool.hpp"
 
 namespace troupe {
 namespace {
@@ -93,6 +94,22 @@ Expected<BatchSource> file_batches(const StagePlan& plan, int replica) {
   return src;
 }
 
+// Phase 1 into the node's snapshot pool, then a word to its checkpoint writer.
+CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args) {
+  const auto limit = std::chrono::milliseconds(args.job.health.wait_timeout_ms);
+  std::shared_ptr<SnapshotPool> pool = args.snapshots;
+  const int local = pool->local_index(args.rank);
+  CheckpointSink sink;
+  sink.acquire = [pool, local, limit](int step, const ShardLayout& layout) {
+    return pool->acquire(local, step, layout, limit);
+  };
+  sink.filled = [self, writer = args.checkpoint_writer, rank = args.rank](int step) {
+    self->send(writer, msg::SnapshotTaken{step, rank});
+  };
+  sink.drain = [pool, limit] { return pool->drain(limit); };
+  return sink;
+}
+
 void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
   report_outcome(self, args, run_guarded([&] { return train_gpt_stage(self, args); }));
 }
@@ -125,6 +142,7 @@ Status validate_gpt_stage_job(const ActorArgs& args) {
     if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();
   if (!args.files.init.empty())
     if (auto st = check_weights(plan->cfg, args.files.init); !st) return make_error("--init ", st.error().message);
+  if (!args.files.resume.empty()) TROUPE_TRY(check_resumable(args.files.resume, plan->cfg));
   return Status::success();
 }
 
@@ -150,7 +168,9 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   ta.metrics_path = args.files.metrics;
   ta.init_path = args.files.init;
   ta.save_path = args.files.save;
+  ta.resume_dir = args.files.resume;
   ta.wait_timeout_ms = args.job.health.wait_timeout_ms;
+  if (args.snapshots && args.checkpoint_writer) ta.checkpoints = checkpoint_sink(self, args);
   ta.hooks = hooks;
   return train_stage(ta);
 }

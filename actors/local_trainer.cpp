@@ -5,8 +5,12 @@
 
 #include <caf/all.hpp>
 
+#include <spdlog/spdlog.h>
+
 #include "actors/actor_registry.hpp"
+#include "actors/checkpoint_writer.hpp"
 #include "actors/data_loader.hpp"
+#include "training/checkpoint_store.hpp"
 #include "actors/protocol.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "runtime/metrics_writer.hpp"
@@ -17,7 +21,7 @@ namespace troupe {
 Status train_in_process(const std::string& config_path, const std::vector<std::string>& overrides,
                         const TrainOptions& options, const ActorRegistry& registry) {
   // Bad input is refused before any actor starts: the checks every node makes.
-  const JobFiles files{options.trace_path, options.metrics_path, options.init_path, options.save_path};
+  JobFiles files{options.trace_path, options.metrics_path, options.init_path, options.save_path, options.resume};
   auto job = check_job(config_path, overrides, 1, files, registry);
   if (!job) return job.error();
   const std::string& type = job->parallel.stage_actor;
@@ -30,6 +34,9 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
   std::optional<DataLoaderSpec> spec;
   if (placement.data_loader) {
     spec = placement.data_loader(*job, 0, actors);
+    auto first = resume_step(files.resume);
+    if (!first) return first.error();
+    spec->first_step = *first;
     auto r = create_data_ring("train-" + std::to_string(::getpid()), 0, *spec);
     if (!r) return r.error();
     ring = *r;
@@ -45,9 +52,15 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     caf::scoped_actor self{sys};
     std::vector<caf::actor_addr> work;
     caf::actor loader = spec && spec->consumers > 0 ? spawn_data_loader(sys, ring, *spec) : caf::actor{};
+    auto checkpoints = start_checkpoint_writer(sys, *job, 0, 1, actors);
+    if (!checkpoints) return checkpoints.error();
+    // The writer goes with this scope whichever way it is left (its last persist completes first).
+    std::shared_ptr<void> stop_writer(nullptr, [w = checkpoints->writer](void*) {
+      if (w) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
+    });
     for (int r = 0; r < actors; ++r) {
       ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, *job, files, 0, 1, loader,
-                     ring ? ring->name() : std::string()};
+                     ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool};
       auto a = registry.spawn(type, sys, args);
       if (!a) {
         for (int p = 0; p < actors; ++p) fabric->fail(p);
@@ -97,6 +110,11 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
           });
     }
     if (loader) self->send_exit(loader, caf::exit_reason::user_shutdown);
+    // A checkpoint whose snapshots were all taken is persisted even if the run failed later.
+    if (checkpoints->pool) {
+      if (auto st = checkpoints->pool->drain(std::chrono::milliseconds(job->health.wait_timeout_ms)); !st)
+        spdlog::error("{}", st.error().message);
+    }
     if (first_failure.empty()) first_failure = first_from_peer;
     if (!first_failure.empty()) result = make_error(first_failure);
   }

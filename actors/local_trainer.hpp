@@ -18,6 +18,7 @@ struct TrainOptions {
   std::string init_path;     ///< safetensors weights to start from; empty = random init
   std::string save_path;     ///< safetensors weights written at the end; empty = none
   std::string trace_path;    ///< Chrome trace of every stage actor; empty = none
+  std::string resume;        ///< "latest" or a checkpoint directory to continue from; empty = step 0
 };
 
 /// Runs the job in `config_path` (with `overrides`) to the end with the stage

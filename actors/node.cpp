@@ -14,7 +14,9 @@
 
 #include "actors/actor_registry.hpp"
 #include "actors/coordinator.hpp"
+#include "actors/checkpoint_writer.hpp"
 #include "actors/data_loader.hpp"
+#include "training/checkpoint_store.hpp"
 #include "actors/fabric_check.hpp"
 #include "actors/gpt_stage_actor.hpp"
 #include "actors/node_actor.hpp"
@@ -66,7 +68,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   if (o.rank < 0 || o.rank >= o.world)
     return fail(make_error("--node-rank ", std::to_string(o.rank), " is out of range for ", std::to_string(o.world),
                            " nodes"));
-  const JobFiles files{o.trace_path, o.metrics_path, o.init_path, o.save_path};
+  JobFiles files{o.trace_path, o.metrics_path, o.init_path, o.save_path, o.resume};
   auto job = check_job(o.config_path, o.overrides, o.world, files, registry);
   if (!job) return fail(job.error());
   const std::string& type = job->parallel.stage_actor;
@@ -93,6 +95,9 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   std::optional<DataLoaderSpec> loader_spec;
   if (placement.data_loader) {
     DataLoaderSpec spec = placement.data_loader(*job, o.rank, k);
+    auto first = resume_step(files.resume);
+    if (!first) return fail(first.error());
+    spec.first_step = *first;
     if (spec.consumers > 0) {
       auto r = create_data_ring(o.job_id, o.rank, spec);
       if (!r) return fail(r.error());
@@ -120,11 +125,19 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);
       init.ring_name = ring->name();
     }
+    auto checkpoints = start_checkpoint_writer(sys, *job, o.rank, o.world, k);
+    if (!checkpoints) {
+      if (init.loader) caf::anon_send_exit(init.loader, caf::exit_reason::kill);
+      return fail(checkpoints.error());
+    }
+    init.checkpoint_writer = checkpoints->writer;
+    init.snapshots = checkpoints->pool;
     caf::actor loader = init.loader;
     auto node = spawn_node_actor(sys, std::move(init));
     auto abort = [&](const Error& e) {
       caf::anon_send_exit(node, caf::exit_reason::kill);
       if (loader) caf::anon_send_exit(loader, caf::exit_reason::kill);
+      if (checkpoints->writer) caf::anon_send_exit(checkpoints->writer, caf::exit_reason::kill);
       return fail(e);
     };
     auto port = sys.middleman().publish(node, static_cast<std::uint16_t>(o.port), o.host.c_str());

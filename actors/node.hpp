@@ -25,6 +25,7 @@ struct NodeOptions {
   std::string metrics_path;  ///< per-step JSON lines (written by actor 0, on node 0); empty = none
   std::string init_path;     ///< safetensors weights to start from; empty = initialise from the seed
   std::string save_path;     ///< safetensors weights written at the end (by actor 0); empty = none
+  std::string resume;        ///< "latest" or a checkpoint directory to continue from; empty = step 0
 };
 
 class ActorRegistry;

@@ -89,6 +89,9 @@ void stop(NodeSelf* self, int code) {
   auto& s = self->state;
   s.exit_code->store(code);
   if (s.loader) self->send_exit(s.loader, caf::exit_reason::user_shutdown);
+  // The writer finishes the persist it is in (a checkpoint every node has
+  // written commits; one still waiting for a stopped node is abandoned).
+  if (s.checkpoint_writer) self->send_exit(s.checkpoint_writer, caf::exit_reason::user_shutdown);
   if (s.stale + s.foreign > 0)
     spdlog::warn("node {}: dropped {} stale and {} non-member control messages", s.rank, s.stale, s.foreign);
   self->quit();
@@ -119,7 +122,8 @@ void spawn_work(NodeSelf* self, int nodes) {
   s.reported.assign(static_cast<std::size_t>(k), false);
   for (int i = 0; i < k; ++i) {
     ActorArgs args{s.rank * k + i, nodes * k, s.generation, s.transports[static_cast<std::size_t>(i)],
-                   caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, nodes, s.loader, s.ring_name};
+                   caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, nodes, s.loader, s.ring_name,
+                   s.checkpoint_writer, s.snapshots};
     auto work = s.registry->spawn(s.work_actor, self->system(), args);
     if (!work) return on_actor_failed(self, args.rank, work.error().message, false);
     self->monitor(*work);  // N-2

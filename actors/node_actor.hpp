@@ -16,6 +16,7 @@
 namespace troupe {
 
 class UcxTransport;
+class SnapshotPool;
 
 struct NodeActorConfig {
   int rank = 0;   ///< the node's
@@ -27,6 +28,8 @@ struct NodeActorConfig {
   JobFiles files;
   caf::actor loader;       ///< the node's data loader, if the work actor type wants one
   std::string ring_name;   ///< its shared-memory ring
+  caf::actor checkpoint_writer;             ///< the node's, if the job takes checkpoints
+  std::shared_ptr<SnapshotPool> snapshots;  ///< its host buffers
   std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
 };
 

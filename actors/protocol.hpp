@@ -107,12 +107,31 @@ struct BatchRelease {
   std::int32_t step = 0;
 };
 
+// --- stage actor -> checkpoint writer (same process) -----------------------
+
+/// Stage actor `actor` copied its state after `step` steps into the
+/// SnapshotPool buffer it acquired (phase 1 is over for it).
+struct SnapshotTaken {
+  std::int32_t step = 0;
+  std::int32_t actor = 0;
+};
+
 // --- timers and internal completions -------------------------------------
 
 /// The coordinator's hold time (--hold) is over.
 struct HoldOver {};
 /// The coordinator's wait for a failure's root cause is over (SV-6).
 struct BlameDeadline {};
+/// The checkpoint writer's persist of `step` ended (phase 2): `failure` is
+/// empty when it succeeded; `committed` on the node that wrote the manifest.
+/// Local only: never announced, so it cannot arrive from the network.
+struct PersistDone {
+  std::int32_t step = 0;
+  std::string failure;
+  std::uint64_t bytes = 0;
+  double seconds = 0;
+  bool committed = false;
+};
 /// The fabric check's all-reduce completed.
 struct FabricReduced {
   bool ok = false;
@@ -166,6 +185,14 @@ typename Inspector::result_type inspect(Inspector& f, BatchRelease& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HoldOver&) {
   return f(caf::meta::type_name("troupe.HoldOver"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SnapshotTaken& x) {
+  return f(caf::meta::type_name("troupe.SnapshotTaken"), x.step, x.actor);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PersistDone& x) {
+  return f(caf::meta::type_name("troupe.PersistDone"), x.step, x.failure, x.bytes, x.seconds, x.committed);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BlameDeadline&) {

@@ -124,6 +124,13 @@ std::vector<int> complete_steps(const std::string& root) {
   return steps;
 }
 
+Expected<int> resume_step(const std::string& dir) {
+  if (dir.empty()) return 0;
+  auto m = read_manifest(dir);
+  if (!m) return m.error();
+  return m->step;
+}
+
 Status verify_checkpoint(const std::string& dir, const Manifest& m) {
   std::vector<char> buffer(1 << 20);
   for (const CheckpointFileRecord& f : m.files) {

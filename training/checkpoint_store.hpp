@@ -46,6 +46,9 @@ Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base
 /// Steps of the complete checkpoints under ROOT, oldest first.
 std::vector<int> complete_steps(const std::string& root);
 
+/// The step a run resumed from `dir` starts at (0 for "": no resume).
+Expected<int> resume_step(const std::string& dir);
+
 /// Checks every file of checkpoint DIR against the manifest (size and CRC-32);
 /// the error names the file and both checksums.
 Status verify_checkpoint(const std::string& dir, const Manifest& m);

@@ -52,6 +52,8 @@ struct StepFigures {
   int buckets = 0, hidden = 0;
   double lr = 0;
   float global_sum_squares = 0;
+  double checkpoint_stall_us = -1;  ///< phase 1 of a checkpoint taken after this step (< 0: none)
+  std::string checkpoint_failure;   ///< a persist that failed since the last checkpoint
 };
 
 class Trainer {
@@ -76,6 +78,7 @@ class Trainer {
     AbortTransfersOnError abort_on_error(*a_.transport);  // destroyed before the buffers it protects
     auto fault = injected_fault_from_env();
     if (!fault) return fault.error();
+    if (!a_.resume_dir.empty()) TROUPE_TRY(resume());
     TROUPE_TRY(start_together());
     double loss = 0;
     while (state_->next_step() < job_.train.steps) {
@@ -86,6 +89,7 @@ class Trainer {
       TROUPE_TRY(forward_backward(f));
       TROUPE_TRY(sync_gradients(f));
       TROUPE_TRY(update(f));
+      TROUPE_TRY(checkpoint_if_due(f));
       auto report = report_step(f);
       if (!report) return report.error();
       loss = report->loss;
@@ -98,6 +102,7 @@ class Trainer {
     }
     TROUPE_TRY(save_if_asked());
     TROUPE_TRY(state_->wait_gathered());
+    drain_checkpoints();
     abort_on_error.dismiss();  // every transfer has completed
     if (trace_) TROUPE_TRY(trace_->write(a_.trace_path));
     return loss;
@@ -141,6 +146,48 @@ class Trainer {
     state_ = std::move(*st);
     links_ = links;
     return Status::success();
+  }
+
+  // Continues from a checkpoint (of any layout): one reader per replica group, then a broadcast.
+  Status resume() {
+    auto r = restore_stage(*state_, plan_, a_.rank, coll_, *a_.transport, a_.resume_dir, limit_);
+    if (!r) return r.error();
+    float read_mb = static_cast<float>(r->bytes_read / 1e6);
+    TROUPE_TRY(all_reduce(everyone_, &read_mb, 1, "the restore figures' all-reduce"));
+    if (!root_) return Status::success();
+    if (!r->same_config)
+      spdlog::warn("--resume {}: the optimizer, learning rate, seed, batch or data differ from the run that saved it; "
+                   "the run continues, but not bit for bit",
+                   a_.resume_dir);
+    spdlog::info("resumed from {} at step {}: {:.2f} MB read from storage by all actors ({:.3f} s on the root)",
+                 a_.resume_dir, r->step, read_mb, r->seconds);
+    resumed_ = nlohmann::json{{"resumed_from", a_.resume_dir}, {"restore_read_mb", read_mb}, {"restore_s", r->seconds}};
+    return Status::success();
+  }
+
+  // Phase 1 of a checkpoint at this step boundary: the state into the
+  // writer's host buffer (the only stall); the writer persists it meanwhile.
+  Status checkpoint_if_due(StepFigures& f) {
+    const int done = state_->next_step();
+    const int every = job_.checkpoint.every;
+    if (!a_.checkpoints || every <= 0 || done % every != 0) return Status::success();
+    const auto start = Clock::now();
+    if (!layout_) layout_ = shard_layout(*state_, me_.dp);
+    auto lease = a_.checkpoints.acquire(done, *layout_);
+    if (!lease) return lease.error();
+    TROUPE_TRY(state_->snapshot(*lease->buffer));
+    a_.checkpoints.filled(done);
+    f.checkpoint_stall_us = us_since(start);
+    f.checkpoint_failure = lease->failure;
+    if (trace_) trace_->span(links_.trace_track, "checkpoint", "checkpoint", trace_->now_us() - f.checkpoint_stall_us,
+                             f.checkpoint_stall_us, {{"step", done - 1}});
+    return Status::success();
+  }
+
+  // Waits for the writer's last persist; a failure there is reported, never fatal.
+  void drain_checkpoints() {
+    if (!a_.checkpoints) return;
+    if (auto st = a_.checkpoints.drain(); !st && root_) spdlog::error("{}", st.error().message);
   }
 
   Status take_root_duties() {
@@ -284,6 +331,9 @@ class Trainer {
                            {"grad_buckets", rep.buckets},
                            {"grad_buckets_hidden", rep.hidden}};
     if (val_loss) line["val_loss"] = *val_loss;
+    if (f.checkpoint_stall_us >= 0) line["checkpoint_stall_ms"] = f.checkpoint_stall_us / 1e3;
+    if (!f.checkpoint_failure.empty()) line["checkpoint_error"] = f.checkpoint_failure;
+    if (!resumed_.is_null()) line.update(std::exchange(resumed_, nullptr));
     TROUPE_TRY(root_->metrics->write(line.dump()));
     if (t.log_every > 0 && (step % t.log_every == 0 || step + 1 == t.steps))
       spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e} | {:7.1f} ms | {:8.0f} tok/s | bubble {:.1f}% (predicted "
@@ -315,6 +365,8 @@ class Trainer {
   std::unique_ptr<TraceWriter> trace_;
   std::unique_ptr<StageState> state_;
   std::optional<RootDuties> root_;
+  std::optional<ShardLayout> layout_;  ///< this stage's checkpoint layout, once known
+  nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
   int gathers_ = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "training/stage_checkpoint.hpp"
 #include "training/stage_plan.hpp"
 #include "training/stage_runner.hpp"
 #include "common/expected.hpp"
@@ -45,6 +46,8 @@ struct StageTrainerArgs {
   std::string metrics_path;  ///< per-step JSON lines, written by the whole-model root ("" = none)
   std::string init_path;     ///< start from these weights ("" = initialise from the seed)
   std::string save_path;     ///< write the trained whole model here ("" = don't)
+  std::string resume_dir;    ///< continue from this checkpoint directory ("" = start at step 0)
+  CheckpointSink checkpoints;  ///< where [checkpoint] snapshots go (empty = none)
   int wait_timeout_ms = 600000;  ///< bound on any single wait for a peer (health.wait_timeout_ms)
   GptStageHooks hooks;
 };

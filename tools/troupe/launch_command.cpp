@@ -13,7 +13,7 @@ namespace troupe::cli {
 void register_launch(CLI::App& app, Action& action) {
   auto o = std::make_shared<LaunchOptions>();
   auto hold = std::make_shared<double>(0);
-  auto files = std::make_shared<std::array<std::string, 3>>();  // metrics, init, save
+  auto files = std::make_shared<std::array<std::string, 4>>();  // metrics, init, save, resume
   auto* cmd = app.add_subcommand("launch", "Run a job as N node processes on this machine");
   cmd->add_option("config", o->config_path, "Job config (TOML)")->required();
   cmd->add_option("--nodes", o->nodes, "Node processes")->check(CLI::Range(1, 1024));
@@ -23,6 +23,8 @@ void register_launch(CLI::App& app, Action& action) {
   cmd->add_option("--metrics", (*files)[0], "Write one JSON object per step to FILE (by the first stage actor)");
   cmd->add_option("--init", (*files)[1], "Start from these safetensors weights");
   cmd->add_option("--save", (*files)[2], "Save the final weights (safetensors, one file for the whole model)");
+  cmd->add_option("--resume", (*files)[3],
+                  "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -32,18 +34,21 @@ void register_launch(CLI::App& app, Action& action) {
       const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
       o->troupe_binary = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "troupe";
       if (*hold > 0) o->extra_node_args = {"--hold", std::to_string(*hold)};
-      const char* flags[] = {"--metrics", "--init", "--save"};
-      for (std::size_t i = 0; i < files->size(); ++i)
-        if (!(*files)[i].empty()) {
-          o->extra_node_args.push_back(flags[i]);
-          o->extra_node_args.push_back((*files)[i]);
-        }
-      // Bad input is one line from here, before Redis or any node starts.
+      // Bad input is one line from here, before Redis or any node starts;
+      // --resume latest is resolved once, so that every node reads the same checkpoint.
       ActorRegistry registry;
       register_builtin_actors(registry);
-      const JobFiles job_files{o->trace_path, (*files)[0], (*files)[1], (*files)[2]};
+      JobFiles job_files{o->trace_path, (*files)[0], (*files)[1], (*files)[2], (*files)[3]};
       if (auto job = check_job(o->config_path, o->overrides, o->nodes, job_files, registry); !job)
         return fail("launch", job.error());
+      const std::pair<const char*, std::string> passed[] = {
+          {"--metrics", job_files.metrics}, {"--init", job_files.init}, {"--save", job_files.save},
+          {"--resume", job_files.resume}};
+      for (const auto& [flag, value] : passed)
+        if (!value.empty()) {
+          o->extra_node_args.push_back(flag);
+          o->extra_node_args.push_back(value);
+        }
       return launch(*o);
     };
   });

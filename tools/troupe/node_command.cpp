@@ -22,6 +22,8 @@ void register_node(CLI::App& app, Action& action) {
   cmd->add_option("--metrics", o->metrics_path, "Write one JSON object per step to FILE (by the first stage actor)");
   cmd->add_option("--init", o->init_path, "Start from these safetensors weights");
   cmd->add_option("--save", o->save_path, "Save the final weights (safetensors, one file for the whole model)");
+  cmd->add_option("--resume", o->resume,
+                  "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--hold", o->hold_seconds, "Keep the job up this many seconds after it is verified");
   auto password_file = std::make_shared<std::string>();
   cmd->add_option("--redis-password-file", *password_file,

@@ -68,6 +68,8 @@ void register_train(CLI::App& app, Action& action) {
   cmd->add_option("--metrics", args->options.metrics_path, "Write one JSON object per step to FILE");
   cmd->add_option("--init", args->options.init_path, "Start from these safetensors weights");
   cmd->add_option("--save", args->options.save_path, "Save the final weights (safetensors)");
+  cmd->add_option("--resume", args->options.resume,
+                  "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--trace", args->options.trace_path, "Write a Chrome trace of every stage actor (opens in Perfetto)");
   cmd->callback([args, &action] { action = [args] { return run_train(*args); }; });
 }

@@ -1,0 +1,116 @@
+// The checkpoint writer actor: SnapshotTaken -> (all local actors) -> a
+// persist thread -> PersistDone.
+#include "actors/checkpoint_writer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <caf/all.hpp>
+#include <deque>
+#include <thread>
+
+#include "actors/protocol.hpp"
+
+namespace troupe {
+namespace {
+
+struct WriterState {
+  CheckpointWriterConfig cfg;
+  std::deque<int> ready;     ///< steps every local actor has filled, waiting for the persist thread
+  std::thread persisting;    ///< at most one persist at a time
+  int persisting_step = -1;
+  std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+  std::uint64_t foreign = 0;
+  static inline const char* name = "troupe.checkpoint_writer";
+
+  // The last persist completes before the actor is gone (its buffers are the pool's).
+  ~WriterState() {
+    cancel->store(true);
+    if (persisting.joinable()) persisting.join();
+  }
+};
+
+using Self = caf::stateful_actor<WriterState>;
+
+void start_next(Self* self) {
+  auto& st = self->state;
+  if (st.persisting.joinable() || st.ready.empty()) return;
+  const int step = st.ready.front();
+  st.ready.pop_front();
+  auto shards = st.cfg.pool->start_persist(step);
+  st.persisting_step = step;
+  const Manifest base = manifest_base(*st.cfg.plan, step);
+  st.persisting = std::thread([cfg = st.cfg, base, shards = std::move(shards), cancel = st.cancel,
+                               me = caf::actor_cast<caf::actor>(self)] {
+    auto r = persist_node_shards(cfg.root, base, cfg.node, cfg.nodes, cfg.keep, shards, cfg.wait_ms, cancel.get());
+    // The buffers are free again even if the writer is already gone.
+    cfg.pool->persisted(base.step, r ? std::string() : r.error().message);
+    if (r)
+      caf::anon_send(me, msg::PersistDone{base.step, "", r->bytes, r->seconds, r->committed});
+    else
+      caf::anon_send(me, msg::PersistDone{base.step, r.error().message, 0, 0, false});
+  });
+}
+
+caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
+  self->state.cfg = std::move(cfg);
+  return {
+      [self](const msg::SnapshotTaken& m) {
+        auto& st = self->state;
+        // Only the node's own stage actors fill its buffers.
+        const auto& sender = self->current_sender();
+        const int local = st.cfg.pool->local_index(m.actor);
+        if (!sender || sender->node() != self->node() || local < 0) {
+          ++st.foreign;
+          return;
+        }
+        if (!st.cfg.pool->filled(local, m.step)) return;
+        st.ready.push_back(m.step);
+        start_next(self);
+      },
+      [self](const msg::PersistDone& m) {
+        auto& st = self->state;
+        // From the persist thread (anonymous; the type is never announced, so
+        // it cannot arrive from the network), about the step it persists.
+        if (m.step != st.persisting_step || !st.persisting.joinable()) return;
+        st.persisting.join();
+        if (m.failure.empty()) {
+          const double mb = static_cast<double>(m.bytes) / 1e6;
+          spdlog::info("node {}: checkpoint of step {}: {:.2f} MB persisted in {:.3f} s ({:.0f} MB/s){}", st.cfg.node,
+                       m.step, mb, m.seconds, m.seconds > 0 ? mb / m.seconds : 0.0,
+                       m.committed ? ", committed" : "");
+        } else {
+          spdlog::error("node {}: {} (training goes on; earlier checkpoints are intact)", st.cfg.node, m.failure);
+        }
+        start_next(self);
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_checkpoint_writer(caf::actor_system& sys, CheckpointWriterConfig config) {
+  return sys.spawn<caf::detached>(writer, std::move(config));
+}
+
+Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const JobConfig& job, int node, int nodes,
+                                                  int per_node) {
+  if (job.checkpoint.every <= 0) return NodeCheckpoints{};
+  auto plan = make_stage_plan(job, nodes * per_node);
+  if (!plan) return plan.error();
+  std::vector<int> ranks;
+  for (int i = 0; i < per_node; ++i) ranks.push_back(node * per_node + i);
+  CheckpointWriterConfig cfg;
+  cfg.root = job.checkpoint.dir;
+  cfg.keep = job.checkpoint.keep;
+  cfg.node = node;
+  cfg.nodes = nodes;
+  cfg.wait_ms = job.health.wait_timeout_ms;
+  cfg.plan = std::make_shared<const StagePlan>(std::move(*plan));
+  cfg.pool = std::make_shared<SnapshotPool>(std::move(ranks));
+  NodeCheckpoints out;
+  out.pool = cfg.pool;
+  out.writer = spawn_checkpoint_writer(sys, std::move(cfg));
+  return out;
+}
+
+}  // namespace troupe

@@ -1,0 +1,42 @@
+// The checkpoint writer: one per node, on its own thread. The node's stage
+// actors copy their state into its SnapshotPool at a step boundary (phase 1,
+// the only stall) and tell it (SnapshotTaken); once every local actor has, it
+// persists that step in the background (phase 2: shards, the node's part,
+// and on node 0 the manifest and the rename) and frees the buffers
+// (PersistDone). A failed persist is logged and handed to the stage actors'
+// next lease (their metrics); training goes on.
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/fwd.hpp>
+#include <memory>
+#include <string>
+
+#include "training/snapshot_pool.hpp"
+#include "training/stage_plan.hpp"
+
+namespace troupe {
+
+struct CheckpointWriterConfig {
+  std::string root;  ///< checkpoint.dir
+  int keep = 2;
+  int node = 0, nodes = 1;
+  int wait_ms = 600000;  ///< node 0's bound on waiting for the other nodes' parts
+  std::shared_ptr<const StagePlan> plan;  ///< the manifest's model and layout
+  std::shared_ptr<SnapshotPool> pool;
+};
+
+caf::actor spawn_checkpoint_writer(caf::actor_system& sys, CheckpointWriterConfig config);
+
+/// A node's checkpoint writer and its pool (both empty when the job takes no checkpoints).
+struct NodeCheckpoints {
+  caf::actor writer;
+  std::shared_ptr<SnapshotPool> pool;
+};
+
+/// Starts node `node`'s writer for its `per_node` stage actors (ranks
+/// node * per_node ...) if `job` takes checkpoints ([checkpoint] every > 0).
+Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const JobConfig& job, int node, int nodes,
+                                                  int per_node);
+
+}  // namespace troupe

@@ -1,0 +1,105 @@
+// SnapshotPool.
+#include "training/snapshot_pool.hpp"
+
+#include <algorithm>
+
+namespace troupe {
+
+SnapshotPool::SnapshotPool(std::vector<int> ranks, int depth)
+    : ranks_(std::move(ranks)), actors_(ranks_.size()) {
+  for (auto& a : actors_) a.buffers.resize(static_cast<std::size_t>(std::max(1, depth)));
+}
+
+int SnapshotPool::local_index(int rank) const {
+  auto it = std::find(ranks_.begin(), ranks_.end(), rank);
+  return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
+}
+
+Expected<CheckpointLease> SnapshotPool::acquire(int local, int step, const ShardLayout& layout,
+                                                std::chrono::milliseconds limit) {
+  if (local < 0 || local >= actors()) return make_error("checkpoint: no buffers for local actor ", std::to_string(local));
+  std::unique_lock<std::mutex> lock(mu_);
+  Actor& a = actors_[static_cast<std::size_t>(local)];
+  Buffer* free = nullptr;
+  auto find_free = [&] {
+    for (auto& b : a.buffers)
+      if (b.use == Use::free) return free = &b, true;
+    return false;
+  };
+  if (!changed_.wait_for(lock, limit, find_free))
+    return make_error("checkpoint of step ", std::to_string(step), ": no snapshot buffer was freed within ",
+                      std::to_string(limit.count()), " ms (health.wait_timeout_ms); the writer is stuck");
+  free->use = Use::filling;
+  free->step = step;
+  a.layout = layout;
+  CheckpointLease lease{&free->snapshot, std::exchange(a.unreported_failure, std::string())};
+  return lease;
+}
+
+bool SnapshotPool::filled(int local, int step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (local < 0 || local >= actors()) return false;
+  for (auto& b : actors_[static_cast<std::size_t>(local)].buffers)
+    if (b.use == Use::filling && b.step == step) b.use = Use::filled;
+  for (auto& a : actors_) {
+    bool has = false;
+    for (auto& b : a.buffers) has |= b.use == Use::filled && b.step == step;
+    if (!has) return false;
+  }
+  return true;
+}
+
+std::vector<ShardToWrite> SnapshotPool::start_persist(int step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ShardToWrite> out;
+  for (std::size_t i = 0; i < actors_.size(); ++i)
+    for (auto& b : actors_[i].buffers)
+      if (b.use == Use::filled && b.step == step) {
+        b.use = Use::persisting;
+        out.push_back({ranks_[i], &actors_[i].layout, &b.snapshot});
+      }
+  return out;
+}
+
+void SnapshotPool::persisted(int step, const std::string& failure) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& a : actors_) {
+      for (auto& b : a.buffers)
+        if (b.use == Use::persisting && b.step == step) b.use = Use::free;
+      if (!failure.empty()) a.unreported_failure = failure;
+    }
+    if (!failure.empty()) failures_.push_back(failure);
+  }
+  changed_.notify_all();
+}
+
+bool SnapshotPool::busy() const {
+  // Persisting, or filled by every actor and about to be: a step some actor
+  // never filled (it failed) will never be persisted, so it is not waited for.
+  for (auto& a : actors_)
+    for (auto& b : a.buffers) {
+      if (b.use == Use::persisting) return true;
+      if (b.use != Use::filled) continue;
+      bool everyone = true;
+      for (auto& other : actors_) {
+        bool has = false;
+        for (auto& o : other.buffers) has |= o.use == Use::filled && o.step == b.step;
+        everyone &= has;
+      }
+      if (everyone) return true;
+    }
+  return false;
+}
+
+Status SnapshotPool::drain(std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!changed_.wait_for(lock, limit, [&] { return !busy(); }))
+    return make_error("checkpoint: the last persist did not end within ", std::to_string(limit.count()), " ms");
+  std::string all;
+  for (auto& f : std::exchange(failures_, {})) all += (all.empty() ? "" : "; ") + f;
+  if (all.empty()) return Status::success();
+  return make_error(all);
+}
+
+}  // namespace troupe

@@ -1,0 +1,67 @@
+// The host-memory buffers of a node's checkpoints (phase 1's destination):
+// for each local stage actor, `depth` StageSnapshots, reused from checkpoint
+// to checkpoint (no allocation once sized). A buffer is free, filling (its
+// actor copies its state in), filled, or persisting (the checkpoint writer
+// writes it); it is free again once its step's persist has ended.
+//
+//  B-1  an actor never fills a buffer that is being persisted: acquire waits
+//       (bounded) until one is free — the only way persisting slows training;
+//  B-2  a step is persisted only once every local actor's buffer of it is filled;
+//  B-3  drain returns only when no step is persisting or filled by every actor
+//       (a step an actor never filled, because it failed, is never persisted).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+#include "training/stage_checkpoint.hpp"
+
+namespace troupe {
+
+class SnapshotPool {
+ public:
+  /// `ranks`: the job ranks of the node's stage actors (local index i is ranks[i]).
+  explicit SnapshotPool(std::vector<int> ranks, int depth = 2);
+
+  /// The local index of job rank `rank`, or -1.
+  int local_index(int rank) const;
+  int actors() const { return static_cast<int>(ranks_.size()); }
+
+  /// A free buffer of actor `local` for `step` (B-1), waiting at most `limit`.
+  Expected<CheckpointLease> acquire(int local, int step, const ShardLayout& layout, std::chrono::milliseconds limit);
+  /// Actor `local`'s buffer of `step` is filled; true once every actor's is (B-2).
+  bool filled(int local, int step);
+  /// The filled buffers of `step`, now persisting (valid until persisted(step)).
+  std::vector<ShardToWrite> start_persist(int step);
+  /// The persist of `step` ended (`failure` = "" when it succeeded).
+  void persisted(int step, const std::string& failure);
+  /// Waits until no step is persisting or ready to be (B-3), at most
+  /// `limit`; the failures since the last drain as one error.
+  Status drain(std::chrono::milliseconds limit);
+
+ private:
+  enum class Use { free, filling, filled, persisting };
+  struct Buffer {
+    Use use = Use::free;
+    int step = -1;
+    StageSnapshot snapshot;
+  };
+  struct Actor {
+    std::vector<Buffer> buffers;
+    ShardLayout layout;
+    std::string unreported_failure;  ///< for this actor's next lease
+  };
+  bool busy() const;
+
+  std::vector<int> ranks_;
+  std::vector<Actor> actors_;
+  std::vector<std::string> failures_;  ///< since the last drain
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,138 @@
+// Phase 2 on a node, and restoring a stage with one reader per group.
+#include "training/stage_checkpoint.hpp"
+
+#include <chrono>
+#include <filesystem>
+#include <system_error>
+#include <thread>
+
+#include "backends/transport/wait.hpp"
+#include "common/hash.hpp"
+#include "common/version.hpp"
+#include "runtime/topology.hpp"
+#include "training/checkpoint_store.hpp"
+
+namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The first model key that differs, or "".
+std::string model_difference(const GptConfig& saved, const GptConfig& job) {
+  const std::pair<const char*, std::pair<int, int>> keys[] = {
+      {"model.layers", {saved.layers, job.layers}}, {"model.heads", {saved.heads, job.heads}},
+      {"model.dim", {saved.dim, job.dim}},          {"model.ctx", {saved.ctx, job.ctx}},
+      {"model.vocab", {saved.vocab, job.vocab}},    {"model.window", {saved.window, job.window}},
+      {"model.parallel_block", {saved.parallel_block, job.parallel_block}}};
+  for (auto& [key, v] : keys)
+    if (v.first != v.second)
+      return std::string(key) + " = " + std::to_string(v.first) + " in the checkpoint, " + std::to_string(v.second) +
+             " in the job";
+  return "";
+}
+
+}  // namespace
+
+std::string resume_hash(const JobConfig& job) {
+  const auto& t = job.train;
+  std::string text = t.optimizer + "|" + std::to_string(t.lr) + "|" + std::to_string(t.min_lr) + "|" +
+                     std::to_string(t.warmup_steps) + "|" + t.lr_schedule + "|" + std::to_string(t.weight_decay) +
+                     "|" + std::to_string(t.beta1) + "|" + std::to_string(t.beta2) + "|" + std::to_string(t.eps) +
+                     "|" + std::to_string(t.grad_clip) + "|" + std::to_string(t.seed) + "|" +
+                     std::to_string(static_cast<long long>(t.batch) * job.parallel.microbatches * job.parallel.dp) +
+                     "|" + job.data.train;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  return buf;
+}
+
+Manifest manifest_base(const StagePlan& plan, int step) {
+  Manifest m;
+  m.step = step;
+  m.troupe_version = TROUPE_VERSION;
+  m.config_hash = resume_hash(plan.job);
+  m.model = plan.cfg;
+  m.layout.dp = plan.dims.dp;
+  m.layout.pp = plan.dims.pp;
+  m.layout.chunks = plan.schedule.chunks;
+  for (const StageSpec& s : plan.virtual_specs) m.layout.layers.push_back(s.layer_count());
+  return m;
+}
+
+Expected<PersistFigures> persist_node_shards(const std::string& root, const Manifest& base, int node, int nodes,
+                                             int keep, const std::vector<ShardToWrite>& shards, int wait_ms,
+                                             const std::atomic<bool>* cancel) {
+  const auto start = Clock::now();
+  PersistFigures figures;
+  auto attempt = [&]() -> Status {
+    TROUPE_TRY(begin_partial(root, base.step));
+    std::vector<ShardRecord> records;
+    for (const ShardToWrite& s : shards) {
+      auto r = write_shard(partial_dir(root, base.step), shard_name(s.rank), *s.layout, *s.snapshot);
+      if (!r) return r.error();
+      figures.bytes += r->file.size;
+      records.push_back(std::move(*r));
+    }
+    TROUPE_TRY(write_part(root, base.step, node, records));
+    if (node != 0) return Status::success();
+    // The committer waits for the other nodes' parts (the partial directory
+    // goes if any node fails, and then so does this checkpoint).
+    const auto deadline = start + std::chrono::milliseconds(wait_ms);
+    while (!parts_complete(root, base.step, nodes)) {
+      std::error_code ec;
+      if (!std::filesystem::exists(partial_dir(root, base.step), ec))
+        return make_error(partial_dir(root, base.step), ": abandoned by another node");
+      if (cancel && cancel->load())
+        return make_error(partial_dir(root, base.step), ": the node stopped before every node wrote its part");
+      if (Clock::now() > deadline)
+        return make_error(partial_dir(root, base.step), ": not every node wrote its part within ",
+                          std::to_string(wait_ms), " ms");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    auto committed = commit_checkpoint(root, base, nodes, keep);
+    if (!committed) return committed.error();
+    figures.committed = true;
+    return Status::success();
+  };
+  if (Status st = attempt(); !st) {
+    std::error_code ec;
+    std::filesystem::remove_all(partial_dir(root, base.step), ec);  // no temporary is left behind
+    return make_error("checkpoint of step ", std::to_string(base.step), ": ", st.error().message);
+  }
+  figures.seconds = seconds_since(start);
+  return figures;
+}
+
+Status check_resumable(const std::string& dir, const GptConfig& cfg) {
+  auto m = read_manifest(dir);
+  if (!m) return make_error("--resume ", dir, ": ", m.error().message);
+  if (auto diff = model_difference(m->model, cfg); !diff.empty())
+    return make_error("--resume ", dir, ": ", diff, " (a checkpoint restores only into the same model)");
+  return Status::success();
+}
+
+Expected<RestoreFigures> restore_stage(StageState& state, const StagePlan& plan, int rank, Collectives& collectives,
+                                       Transport& transport, const std::string& dir, std::chrono::milliseconds limit) {
+  const auto start = Clock::now();
+  auto m = read_manifest(dir);
+  if (!m) return m.error();
+  if (auto diff = model_difference(m->model, plan.cfg); !diff.empty())
+    return make_error("--resume ", dir, ": ", diff, " (a checkpoint restores only into the same model)");
+  const Coord me = coord_of(plan.dims, rank);
+  const ShardLayout layout = shard_layout(state, me.dp);
+  StageSnapshot snapshot;
+  // One reader per data-parallel group: replica 0 reads the parameters.
+  auto bytes = read_shard(dir, *m, layout, me.dp == 0 ? ShardPart::both : ShardPart::moments, snapshot);
+  if (!bytes) return make_error("--resume ", dir, ": ", bytes.error().message);
+  const std::vector<int> group = dp_group(plan.dims, rank);
+  if (group.size() > 1)
+    for (auto& params : snapshot.params)
+      TROUPE_TRY(wait_for([&](Completion c) { collectives.broadcast(group, 0, params.data(), params.size(), std::move(c)); },
+                          limit, transport, "the restored parameters' broadcast"));
+  TROUPE_TRY(state.restore(snapshot));
+  return RestoreFigures{m->step, *bytes, seconds_since(start), m->config_hash == resume_hash(plan.job)};
+}
+
+}  // namespace troupe

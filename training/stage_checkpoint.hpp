@@ -1,0 +1,90 @@
+// A stage actor's side of checkpoints: phase 1 (copy the state into a host
+// buffer the node's checkpoint writer owns — the only stall) through a
+// CheckpointSink, the writer's phase 2 (persist_node_shards), and restoring a
+// stage from a checkpoint of any layout with one reader per data-parallel group.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/transport/collectives.hpp"
+#include "common/expected.hpp"
+#include "training/checkpoint_shard.hpp"
+#include "training/stage_plan.hpp"
+#include "training/stage_state.hpp"
+
+namespace troupe {
+
+/// A host buffer for one snapshot, lent by the checkpoint writer.
+struct CheckpointLease {
+  StageSnapshot* buffer = nullptr;
+  /// Why a persist failed since this actor's last lease ("" = none failed).
+  std::string failure;
+};
+
+/// Where a stage actor's snapshots go: the node's checkpoint writer.
+struct CheckpointSink {
+  /// A host buffer for this actor's snapshot of `step` (laid out as `layout`);
+  /// blocks (bounded) while the writer's buffers are all still being persisted.
+  std::function<Expected<CheckpointLease>(int step, const ShardLayout& layout)> acquire;
+  /// The snapshot of `step` is complete in the buffer acquire gave.
+  std::function<void(int step)> filled;
+  /// Waits until nothing is being persisted; the error of any persist that
+  /// failed since the last drain (training goes on regardless).
+  std::function<Status()> drain;
+  explicit operator bool() const { return static_cast<bool>(acquire); }
+};
+
+/// What the manifest records of the job that wrote it (its step, model, layout, versions).
+Manifest manifest_base(const StagePlan& plan, int step);
+
+/// What must match for a run to continue another's bit for bit, besides the
+/// model: optimizer, schedule of the learning rate, seed, batch per step, data.
+std::string resume_hash(const JobConfig& job);
+
+/// One stage actor's shard to write: its rank (names the file), layout and snapshot.
+struct ShardToWrite {
+  int rank = 0;
+  const ShardLayout* layout = nullptr;
+  const StageSnapshot* snapshot = nullptr;
+};
+
+struct PersistFigures {
+  std::uint64_t bytes = 0;  ///< written by this node
+  double seconds = 0;
+  bool committed = false;   ///< this node committed the checkpoint (node 0)
+};
+
+/// Phase 2 on one node: writes its shards and its part into ROOT's partial
+/// directory of `base.step`; node 0 then waits (at most `wait_ms`, and not
+/// once `cancel` is set) for every node's part and commits, keeping `keep`.
+/// On failure the partial directory is removed (training goes on; earlier
+/// checkpoints are untouched).
+Expected<PersistFigures> persist_node_shards(const std::string& root, const Manifest& base, int node, int nodes,
+                                             int keep, const std::vector<ShardToWrite>& shards, int wait_ms,
+                                             const std::atomic<bool>* cancel = nullptr);
+
+/// Whether checkpoint DIR restores into a job of model `cfg`: its manifest
+/// reads, and the model is the same (the error names the key that differs).
+Status check_resumable(const std::string& dir, const GptConfig& cfg);
+
+struct RestoreFigures {
+  int step = 0;
+  std::uint64_t bytes_read = 0;  ///< from storage, by this actor
+  double seconds = 0;
+  bool same_config = true;  ///< optimizer, learning rate, seed, batch and data as saved (resume_hash)
+};
+
+/// Restores `state` (actor `rank` of `plan`) from checkpoint `dir`: replica 0
+/// of each stage reads the parameters and broadcasts them over `collectives`
+/// to its replicas; every replica reads the moments it owns. Any layout's
+/// checkpoint restores into any other; a different model is refused naming
+/// the key. Waits at most `limit`.
+Expected<RestoreFigures> restore_stage(StageState& state, const StagePlan& plan, int rank, Collectives& collectives,
+                                       Transport& transport, const std::string& dir, std::chrono::milliseconds limit);
+
+}  // namespace troupe
