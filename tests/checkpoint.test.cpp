@@ -1,0 +1,203 @@
+// Checkpoints end to end: a run stopped after the checkpoint of step 6 and
+// resumed ends bit for bit where the uninterrupted run ends (troupe train, and
+// troupe launch with two nodes for every schedule kind); a checkpoint restores
+// into another layout; a corrupted newest checkpoint is skipped by --resume
+// latest and refused by --resume DIR; a full disk while persisting is
+// reported and training goes on; SIGKILL while persisting never yields a
+// checkpoint that is chosen; only the newest `keep` remain.
+#include <signal.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <sys/wait.h>
+
+#include "tests/test_support.hpp"
+
+namespace troupe::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A 12-step job with a checkpoint every 6 steps into DIR/ckpt.
+struct CheckpointJob {
+  ScratchDir dir;
+  std::string cfg = dir / "job.toml";
+  std::string ckpt = dir / "ckpt";
+  CheckpointJob(const std::string& tag, const std::string& model_and_parallel) : dir(tag) {
+    write_file(dir / "corpus.txt", synthetic_text(30000));
+    REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string())
+                .exit_code == 0);
+    write_file(cfg, model_and_parallel +
+                        "[train]\nbatch = 2\nthreads = 1\nsteps = 12\neval_every = 0\nlog_every = 0\nwarmup_steps = 2\n"
+                        "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") +
+                        "\"\n[checkpoint]\ndir = \"" + ckpt + "\"\nevery = 6\n");
+  }
+  // Runs `command` (train | launch --nodes N) with `args`; returns the per-step losses.
+  std::map<int, double> losses(const std::string& command, const std::string& args, const std::string& env = "",
+                               int expect_exit = 0) {
+    const std::string metrics = dir / "metrics.jsonl";
+    fs::remove(metrics);
+    auto r = run(env + " timeout 120 " + troupe_bin() + " " + command + " " + cfg + " " + args + " --metrics " + metrics);
+    INFO(command << " " << args << "\n" << r.err);
+    REQUIRE(r.exit_code == expect_exit);
+    std::map<int, double> out;
+    std::istringstream lines(slurp(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      auto j = nlohmann::json::parse(line);
+      out[j["step"].get<int>()] = j["loss"].get<double>();
+    }
+    last_err = r.err;
+    return out;
+  }
+  std::string last_err;
+};
+
+const char* kPipeline = "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[parallel]\npp = 2\ndp = 2\nmicrobatches = 2\n";
+
+std::map<int, double> from_step(const std::map<int, double>& all, int first) {
+  return {all.lower_bound(first), all.end()};
+}
+
+}  // namespace
+
+TEST_CASE("a run stopped after a checkpoint and resumed ends bit for bit as the uninterrupted one (train)",
+          "[checkpoint][resume]") {
+  CheckpointJob job("ckpt_train", kPipeline);
+  const auto full = job.losses("train", "--save " + (job.dir / "full.safetensors"));
+  REQUIRE(full.size() == 12);
+  fs::remove_all(job.ckpt);
+  // The run dies at step 8, after the checkpoint of step 6.
+  job.losses("train", "", "TROUPE_INJECT_FAULT=1@8", 1);
+  CHECK(fs::exists(job.ckpt + "/step-00000006/manifest.json"));
+  const auto resumed = job.losses("train", "--resume latest --save " + (job.dir / "resumed.safetensors"));
+  CHECK(job.last_err.find("resumed from " + job.ckpt + "/step-00000006 at step 6") != std::string::npos);
+  CHECK(resumed == from_step(full, 6));  // exact: doubles compared bit for bit
+  CHECK(slurp(job.dir / "resumed.safetensors") == slurp(job.dir / "full.safetensors"));
+}
+
+TEST_CASE("troupe launch resumes bit for bit with every schedule kind", "[checkpoint][resume][launch]") {
+  CheckpointJob job("ckpt_launch", kPipeline);
+  for (const std::string kind : {"1f1b", "gpipe", "interleaved-1f1b", "zb-h1"}) {
+    INFO(kind);
+    const std::string set = " --set parallel.schedule=" + kind + (kind == "interleaved-1f1b" ? " --set parallel.chunks=2" : "");
+    fs::remove_all(job.ckpt);
+    const auto full = job.losses("launch --nodes 2", set + " --save " + (job.dir / "full.safetensors"));
+    REQUIRE(full.size() == 12);
+    if (kind == "1f1b") {  // a run that really died after the checkpoint
+      fs::remove_all(job.ckpt + "/step-00000012");
+      job.losses("launch --nodes 2", set, "TROUPE_INJECT_FAULT=3@8", 1);
+    }
+    const auto resumed =
+        job.losses("launch --nodes 2", set + " --resume " + job.ckpt + "/step-00000006 --save " + (job.dir / "resumed.safetensors"));
+    CHECK(resumed == from_step(full, 6));
+    CHECK(slurp(job.dir / "resumed.safetensors") == slurp(job.dir / "full.safetensors"));
+  }
+}
+
+TEST_CASE("a checkpoint of pp 2 x dp 2 continues in another layout within 1e-5 of the same-layout resume",
+          "[checkpoint][resume]") {
+  CheckpointJob job("ckpt_layout", kPipeline);
+  job.losses("train", "");
+  const std::string from = " --set checkpoint.every=0 --resume " + job.ckpt + "/step-00000006";
+  const auto same = job.losses("train", from);
+  REQUIRE(same.size() == 6);
+  // The global batch (batch x microbatches x dp = 8 sequences) stays the same.
+  for (const std::string layout : {"--set parallel.pp=1 --set parallel.dp=1 --set train.batch=4",
+                                   "--set parallel.pp=4 --set parallel.dp=1 --set parallel.microbatches=4",
+                                   "--set parallel.pp=1 --set parallel.dp=4 --set train.batch=1",
+                                   "--set parallel.chunks=2 --set parallel.schedule=interleaved-1f1b",
+                                   "--set parallel.layers=[3,1]"}) {
+    INFO(layout);
+    const auto other = job.losses("train", layout + from);
+    CHECK(job.last_err.find("differ from the run that saved it") == std::string::npos);
+    REQUIRE(other.size() == same.size());
+    for (auto& [step, loss] : same) CHECK(std::abs(other.at(step) - loss) <= 1e-5 * std::abs(loss));
+  }
+  // Another model is refused in one line before anything starts.
+  auto r = run(troupe_bin() + " train " + job.cfg + " --set model.dim=64" + from);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("model.dim = 32 in the checkpoint, 64 in the job") != std::string::npos);
+}
+
+TEST_CASE("a corrupted newest checkpoint is skipped by --resume latest and refused by --resume DIR",
+          "[checkpoint][resume][errors]") {
+  CheckpointJob job("ckpt_corrupt", kPipeline);
+  job.losses("train", "");
+  const std::string newest = job.ckpt + "/step-00000012", shard = newest + "/shard-a00002.safetensors";
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-9, std::ios::end);
+    f.put('\x55');
+  }
+  auto r = run("timeout 60 " + troupe_bin() + " train " + job.cfg + " --resume " + newest);
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find(shard + ": tensor ") != std::string::npos);
+  CHECK(r.err.find("(corrupted)") != std::string::npos);
+  job.losses("train", "--set train.steps=14 --resume latest");
+  CHECK(job.last_err.find("skipping " + newest + ": " + shard + ": CRC-32") != std::string::npos);
+  CHECK(job.last_err.find("resumed from " + job.ckpt + "/step-00000006 at step 6") != std::string::npos);
+}
+
+TEST_CASE("keep-K: only the newest complete checkpoints remain", "[checkpoint]") {
+  CheckpointJob job("ckpt_keep", kPipeline);
+  job.losses("train", "--set checkpoint.every=2 --set checkpoint.keep=2");
+  std::set<std::string> names;
+  for (auto& e : fs::directory_iterator(job.ckpt)) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"step-00000010", "step-00000012"});
+}
+
+TEST_CASE("a full disk while persisting is reported, training goes on, the previous checkpoint stays",
+          "[checkpoint][faults]") {
+  CheckpointJob job("ckpt_disk", kPipeline);
+  fs::create_directories(job.ckpt);
+  // Room for one checkpoint of this model (~0.9 MB) but not two.
+  if (::mount("tmpfs", job.ckpt.c_str(), "tmpfs", 0, "size=1400k") != 0)
+    skip("cannot mount a small tmpfs here (" + std::string(std::strerror(errno)) + "): run as root");
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{job.ckpt};
+  const std::string metrics = job.dir / "metrics.jsonl";
+  auto r = run("timeout 120 " + troupe_bin() + " train " + job.cfg +
+               " --set checkpoint.every=4 --set checkpoint.keep=1 --metrics " + metrics);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("checkpoint of step 8") != std::string::npos);
+  CHECK(r.err.find("No space left on device") != std::string::npos);
+  CHECK(slurp(metrics).find("\"checkpoint_error\":\"checkpoint of step 8: ") != std::string::npos);
+  std::set<std::string> names;
+  for (auto& e : fs::directory_iterator(job.ckpt)) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"step-00000004"});  // no temporary left, the older one intact
+  job.losses("train", "--set checkpoint.every=0 --resume latest");
+  CHECK(job.last_err.find("at step 4") != std::string::npos);
+}
+
+TEST_CASE("SIGKILL while persisting never yields a checkpoint that is chosen", "[checkpoint][faults]") {
+  CheckpointJob job("ckpt_kill", "[model]\nlayers = 4\nheads = 4\ndim = 128\nctx = 64\n[parallel]\ndp = 2\n");
+  const std::string log = job.dir / "log.txt";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::string cmd = troupe_bin() + " train " + job.cfg + " --set train.steps=1000 --set checkpoint.every=1 2> " + log;
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const bool persisted = wait_for_text(log, "checkpoint of step 3", std::chrono::seconds(60));
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  REQUIRE(persisted);
+  // Whatever the kill interrupted, --resume latest takes a complete checkpoint that verifies.
+  job.losses("train", "--set checkpoint.every=0 --set train.steps=40 --resume latest");
+  CHECK(job.last_err.find("resumed from " + job.ckpt + "/step-") != std::string::npos);
+  CHECK(job.last_err.find("skipping") == std::string::npos);
+}
+
+}  // namespace troupe::testing
