@@ -6,6 +6,7 @@ reference for parity tests and the peer in `troupe bench step --pytorch`.
   torch_gpt.py eval  CONFIG --init W.safetensors --data FILE.bin [--windows K]  -> JSON loss
   torch_gpt.py init  CONFIG --out W.safetensors [--seed S]            -> random weights (HF layout)
   torch_gpt.py train CONFIG [--steps N]                               -> JSON losses (learning reference)
+  torch_gpt.py save  CONFIG --out FILE [--steps N]                    -> JSON torch.save times of model + AdamW
 
 Weights use Hugging Face GPT-2 names and layouts (Conv1D weights [in, out]);
 the LM head is tied to wte.weight. Token files: 32-byte header, then tokens.
@@ -303,9 +304,38 @@ def cmd_train(args, cfg):
                       "mean_last_20": sum(losses[-20:]) / len(losses[-20:]), "val_loss": val_loss}))
 
 
+def cmd_save(args, cfg):
+    """The peer of `troupe bench checkpoint`: a synchronous torch.save of the
+    model and its AdamW state (after one step, so the moments exist), written
+    and fsynced N times; training would stall for each."""
+    setup_threads(cfg)
+    m, t = cfg["model"], cfg["train"]
+    torch.manual_seed(0)
+    model = GPT(m)
+    opt = make_optimizer(model, t)
+    B, T = t["batch"], m["ctx"]
+    x = torch.randint(0, m["vocab"], (B, T))
+    y = torch.randint(0, m["vocab"], (B, T))
+    model(x, y).backward()
+    opt.step()
+    state_bytes = sum(p.numel() * 4 * 3 for p in model.parameters())
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        with open(args.out, "wb") as f:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        times.append(time.perf_counter() - t0)
+    size = os.path.getsize(args.out)
+    os.remove(args.out)
+    print(json.dumps({"peer": "torch.save", "torch_version": torch.__version__, "state_bytes": state_bytes,
+                      "file_bytes": size, "stall_s": sorted(times)}))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["bench", "eval", "init", "train"])
+    p.add_argument("command", choices=["bench", "eval", "init", "train", "save"])
     p.add_argument("config")
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--steps", type=int, default=8)
@@ -319,7 +349,8 @@ def main():
     cfg = load_config(args.config, args.set)
     if args.command == "train" and "--steps" not in sys.argv:
         args.steps = None
-    {"bench": cmd_bench, "eval": cmd_eval, "init": cmd_init, "train": cmd_train}[args.command](args, cfg)
+    {"bench": cmd_bench, "eval": cmd_eval, "init": cmd_init, "train": cmd_train,
+     "save": cmd_save}[args.command](args, cfg)
 
 
 if __name__ == "__main__":

@@ -201,3 +201,70 @@ TEST_CASE("SIGKILL while persisting never yields a checkpoint that is chosen", "
 }
 
 }  // namespace troupe::testing
+
+namespace troupe::testing {
+
+TEST_CASE("troupe checkpoint inspect verifies and export writes what eval and PyTorch read", "[checkpoint][export]") {
+  CheckpointJob job("ckpt_export", kPipeline);
+  job.losses("train", "--save " + (job.dir / "saved.safetensors"));
+  const std::string last = job.ckpt + "/step-00000012";
+  auto inspect = run(troupe_bin() + " checkpoint inspect " + last);
+  INFO(inspect.err);
+  CHECK(inspect.exit_code == 0);
+  CHECK(inspect.out.find("step 12") != std::string::npos);
+  CHECK(inspect.out.find("saved by: dp 2 x pp 2") != std::string::npos);
+  CHECK(inspect.out.find("every file verified") != std::string::npos);
+  const std::string exported = job.dir / "exported.safetensors";
+  auto ex = run(troupe_bin() + " checkpoint export " + last + " --output " + exported);
+  REQUIRE(ex.exit_code == 0);
+  // The exported file holds the trained weights: eval gives exactly the loss of --save's file.
+  auto eval = [&](const std::string& weights) {
+    auto r = run(troupe_bin() + " eval " + job.cfg + " --init " + weights + " --data " + (job.dir / "val.bin"));
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out)["loss"].get<double>();
+  };
+  const double ours = eval(exported);
+  CHECK(ours == eval(job.dir / "saved.safetensors"));
+  // A corrupted parameter: inspect names the file and both checksums; export
+  // refuses it, the output untouched.
+  const auto manifest = nlohmann::json::parse(slurp(last + "/manifest.json"));
+  const auto& piece = manifest["tensors"]["wpe.weight"]["pieces"][0];
+  const std::string shard = last + "/" + piece["file"].get<std::string>();
+  {
+    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(piece["offset"].get<std::streamoff>() + 5);
+    f.put('\x01');
+  }
+  auto bad = run(troupe_bin() + " checkpoint inspect " + last);
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.err.find(shard + ": CRC-32 ") != std::string::npos);
+  const std::string before = slurp(exported);
+  auto refused = run(troupe_bin() + " checkpoint export " + last + " --output " + exported);
+  CHECK(refused.exit_code == 1);
+  CHECK(refused.err.find("(corrupted)") != std::string::npos);
+  CHECK(slurp(exported) == before);
+  // PyTorch reads the exported file (Hugging Face names and layouts) and finds the same loss.
+  auto torch = run("/usr/bin/python3 " + std::string(TROUPE_SOURCE_DIR) + "/bench/torch_gpt.py eval " + job.cfg +
+                   " --init " + exported + " --data " + (job.dir / "val.bin"));
+  if (torch.exit_code != 0) skip("PyTorch cannot run here: " + torch.err.substr(0, 200));
+  CHECK(std::abs(nlohmann::json::parse(torch.out)["loss"].get<double>() - ours) <= 1e-5 * ours);
+}
+
+TEST_CASE("troupe bench checkpoint reports its figures beside the machine's and torch.save's", "[checkpoint][bench]") {
+  CheckpointJob job("ckpt_bench", kPipeline);
+  auto r = run(troupe_bin() + " bench checkpoint " + job.cfg + " --repeats 2 --steps 1");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["bench"] == "checkpoint");
+  CHECK(j["state_bytes"].get<double>() > 0);
+  CHECK(j["restore_bytes_read"] == j["state_bytes"]);  // one copy of the state, read once
+  for (const char* key : {"stall_s", "persist_s", "persist_gb_per_s", "restore_s"})
+    CHECK(j[key]["min"].get<double>() <= j[key]["max"].get<double>());
+  for (const char* key : {"stall_over_bound", "persist_over_disk", "step_while_persisting_over_without"})
+    CHECK(j[key].get<double>() > 0);
+  CHECK(j["machine"]["memcpy_gb_per_s"].get<double>() > 0);
+  CHECK_FALSE(j.contains("pytorch"));  // only with --pytorch
+}
+
+}  // namespace troupe::testing

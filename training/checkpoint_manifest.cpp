@@ -125,6 +125,10 @@ std::uint32_t crc32_of(const void* bytes, std::size_t size, std::uint32_t crc) {
   return static_cast<std::uint32_t>(c);
 }
 
+std::uint32_t crc32_combine_of(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t size_b) {
+  return static_cast<std::uint32_t>(::crc32_combine(crc_a, crc_b, static_cast<z_off_t>(size_b)));
+}
+
 std::string manifest_json(const Manifest& m) {
   json layers = m.layout.layers;
   json j = {{"format", m.format},

@@ -78,5 +78,7 @@ Expected<Manifest> read_manifest_file(const std::string& path, ManifestKind kind
 
 /// The CRC-32 of `bytes`, continuing from `crc`.
 std::uint32_t crc32_of(const void* bytes, std::size_t size, std::uint32_t crc = 0);
+/// The CRC-32 of A followed by B, from crc(A), crc(B) and B's size.
+std::uint32_t crc32_combine_of(std::uint32_t crc_a, std::uint32_t crc_b, std::uint64_t size_b);
 
 }  // namespace troupe

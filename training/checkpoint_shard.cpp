@@ -62,54 +62,48 @@ std::string safetensors_header(const std::vector<Entry>& entries) {
   return text;
 }
 
-// Open files of one checkpoint, by name.
-class ShardFiles {
- public:
-  explicit ShardFiles(std::string dir) : dir_(std::move(dir)) {}
-  Expected<int> fd(const std::string& name) {
-    auto it = open_.find(name);
-    if (it != open_.end()) return it->second.get();
-    auto f = open_for_reading(dir_ + "/" + name);
-    if (!f) return f.error();
-    const int fd = f->get();
-    open_.emplace(name, std::move(*f));
-    return fd;
-  }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+}  // namespace
 
- private:
-  std::string dir_;
-  std::map<std::string, UniqueFd> open_;
+// Open files of one checkpoint, by name.
+struct CheckpointReader::Files {
+  std::map<std::string, UniqueFd> open;
 };
 
-// Elements [lo, hi) of logical tensor `name` into dst, piece by piece (K-3).
-Status read_range(ShardFiles& files, const Manifest& m, const std::string& name, const Shape& shape, std::int64_t lo,
-                  std::int64_t hi, float* dst, std::vector<float>& scratch, std::uint64_t& bytes_read) {
-  auto it = m.tensors.find(name);
-  if (it == m.tensors.end()) return make_error("checkpoint has no tensor ", name);
+CheckpointReader::CheckpointReader(std::string dir, const Manifest& manifest)
+    : dir_(std::move(dir)), m_(manifest), files_(std::make_unique<Files>()) {}
+CheckpointReader::~CheckpointReader() = default;
+
+Status CheckpointReader::read(const std::string& name, const Shape& shape, std::int64_t lo, std::int64_t hi,
+                              float* dst) {
+  auto it = m_.tensors.find(name);
+  if (it == m_.tensors.end()) return make_error(dir_, ": the checkpoint has no tensor ", name);
   if (it->second.shape != shape)
-    return make_error("checkpoint tensor ", name, " has shape ", shape_string(it->second.shape), ", the model needs ",
+    return make_error(dir_, ": tensor ", name, " has shape ", shape_string(it->second.shape), ", the model needs ",
                       shape_string(shape));
   for (const CheckpointPiece& p : it->second.pieces) {
     const std::int64_t a = std::max(lo, p.begin), b = std::min(hi, p.end);
     if (a >= b) continue;
+    const std::string path = dir_ + "/" + p.file;
+    auto f = files_->open.find(p.file);
+    if (f == files_->open.end()) {
+      auto fd = open_for_reading(path);
+      if (!fd) return fd.error();
+      f = files_->open.emplace(p.file, std::move(*fd)).first;
+    }
     const auto n = static_cast<std::size_t>(p.end - p.begin);
     const bool whole = a == p.begin && b == p.end;
-    float* into = whole ? dst + (a - lo) : (scratch.resize(n), scratch.data());
-    auto fd = files.fd(p.file);
-    if (!fd) return fd.error();
-    TROUPE_TRY(read_exactly(*fd, into, n * sizeof(float), p.offset, files.path(p.file)));
-    bytes_read += n * sizeof(float);
+    float* into = whole ? dst + (a - lo) : (scratch_.resize(n), scratch_.data());
+    TROUPE_TRY(read_exactly(f->second.get(), into, n * sizeof(float), p.offset, path));
+    bytes_ += n * sizeof(float);
     if (const auto crc = crc32_of(into, n * sizeof(float)); crc != p.crc)
-      return make_error(files.path(p.file), ": tensor ", name, " [", std::to_string(p.begin), ":",
-                        std::to_string(p.end), ") has CRC-32 ", std::to_string(crc), ", the manifest says ",
-                        std::to_string(p.crc), " (corrupted)");
-    if (!whole) std::memcpy(dst + (a - lo), scratch.data() + (a - p.begin), static_cast<std::size_t>(b - a) * sizeof(float));
+      return make_error(path, ": tensor ", name, " [", std::to_string(p.begin), ":", std::to_string(p.end),
+                        ") has CRC-32 ", std::to_string(crc), ", the manifest says ", std::to_string(p.crc),
+                        " (corrupted)");
+    if (!whole)
+      std::memcpy(dst + (a - lo), scratch_.data() + (a - p.begin), static_cast<std::size_t>(b - a) * sizeof(float));
   }
   return Status::success();
 }
-
-}  // namespace
 
 ShardLayout shard_layout(StageState& state, int replica) {
   ShardLayout layout;
@@ -175,7 +169,7 @@ Expected<ShardRecord> write_shard(const std::string& dir, const std::string& nam
     const std::size_t bytes = static_cast<std::size_t>(e.count) * sizeof(float);
     TROUPE_TRY(write_all(file->get(), e.data, bytes, path));
     const std::uint32_t piece_crc = crc32_of(e.data, bytes);
-    crc = static_cast<std::uint32_t>(crc32_of(e.data, bytes, crc));
+    crc = crc32_combine_of(crc, piece_crc, bytes);  // one pass over the data, not two
     CheckpointTensor& t = record.tensors[e.logical];
     t.shape = e.full_shape;
     t.pieces.push_back({name, offset, e.begin, e.begin + e.count, piece_crc});
@@ -190,14 +184,12 @@ Expected<ShardRecord> write_shard(const std::string& dir, const std::string& nam
 Expected<std::uint64_t> read_shard(const std::string& dir, const Manifest& m, const ShardLayout& layout,
                                    ShardPart part, StageSnapshot& into) {
   size_snapshot(layout, into);
-  ShardFiles files(dir);
-  std::vector<float> scratch;
-  std::uint64_t bytes = 0;
+  CheckpointReader reader(dir, m);
   for (std::size_t c = 0; c < layout.chunks.size(); ++c) {
     const ShardChunk& chunk = layout.chunks[c];
     if (part != ShardPart::moments)
       for (const ShardParam& p : chunk.params)
-        TROUPE_TRY(read_range(files, m, p.name, p.shape, 0, p.numel, into.params[c].data() + p.offset, scratch, bytes));
+        TROUPE_TRY(reader.read(p.name, p.shape, 0, p.numel, into.params[c].data() + p.offset));
     if (part == ShardPart::params) continue;
     std::int64_t at = 0;
     for (const ElementRange& r : chunk.owned) {
@@ -205,16 +197,15 @@ Expected<std::uint64_t> read_shard(const std::string& dir, const Manifest& m, co
         const std::int64_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
         if (lo >= hi) continue;
         const std::size_t pos = static_cast<std::size_t>(at + (lo - r.begin));
-        TROUPE_TRY(read_range(files, m, p.name + ".exp_avg", p.shape, lo - p.offset, hi - p.offset,
-                              into.exp_avg[c].data() + pos, scratch, bytes));
-        TROUPE_TRY(read_range(files, m, p.name + ".exp_avg_sq", p.shape, lo - p.offset, hi - p.offset,
-                              into.exp_avg_sq[c].data() + pos, scratch, bytes));
+        TROUPE_TRY(reader.read(p.name + ".exp_avg", p.shape, lo - p.offset, hi - p.offset, into.exp_avg[c].data() + pos));
+        TROUPE_TRY(reader.read(p.name + ".exp_avg_sq", p.shape, lo - p.offset, hi - p.offset,
+                               into.exp_avg_sq[c].data() + pos));
       }
       at += r.size();
     }
   }
   into.next_step = m.step;
-  return bytes;
+  return reader.bytes_read();
 }
 
 }  // namespace troupe

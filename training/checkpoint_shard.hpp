@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,26 @@ struct ShardRecord {
 Expected<ShardRecord> write_shard(const std::string& dir, const std::string& name, const ShardLayout& layout,
                                   const StageSnapshot& snapshot);
 
-/// What restore_from_checkpoint reads.
+/// Reads ranges of a checkpoint's logical tensors, piece by piece, each
+/// checked against its CRC-32 before it is used (K-3).
+class CheckpointReader {
+ public:
+  CheckpointReader(std::string dir, const Manifest& manifest);
+  ~CheckpointReader();
+  /// Elements [lo, hi) of tensor `name` (which must have `shape`) into dst.
+  Status read(const std::string& name, const Shape& shape, std::int64_t lo, std::int64_t hi, float* dst);
+  std::uint64_t bytes_read() const { return bytes_; }
+
+ private:
+  struct Files;
+  std::string dir_;
+  const Manifest& m_;
+  std::unique_ptr<Files> files_;
+  std::vector<float> scratch_;
+  std::uint64_t bytes_ = 0;
+};
+
+/// What read_shard reads.
 enum class ShardPart { params, moments, both };
 
 /// Fills the parts of `into` (sized for `layout`) from checkpoint DIR with

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "tools/troupe/bench_ops.hpp"
+#include "tools/troupe/bench_checkpoint.hpp"
 #include "tools/troupe/bench_step.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -35,6 +36,26 @@ void register_bench(CLI::App& app, Action& action) {
     action = [step] {
       auto r = bench_step(*step);
       if (!r) return fail("bench step", r.error());
+      std::printf("%s\n", r->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  auto ckpt = std::make_shared<BenchCheckpointArgs>();
+  auto* ck = bench->add_subcommand("checkpoint", "Checkpoint stall, persist and restore beside memcpy, the disk and torch.save");
+  ck->add_option("config", ckpt->config, "Job config (TOML)")->required();
+  ck->add_option("--set", ckpt->overrides, "Override a config key")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  ck->add_option("--dir", ckpt->dir, "Where to write (default: a temporary directory, removed)");
+  ck->add_option("--repeats", ckpt->repeats, "Repetitions of every figure")->check(CLI::Range(1, 1000));
+  ck->add_option("--steps", ckpt->steps, "Training steps measured with and without a persist running")
+      ->check(CLI::Range(1, 100000));
+  ck->add_flag("--pytorch", ckpt->pytorch, "Also time PyTorch's torch.save of the same state");
+  ck->callback([ckpt, &action] {
+    action = [ckpt] {
+      auto r = bench_checkpoint(*ckpt);
+      if (!r) return fail("bench checkpoint", r.error());
       std::printf("%s\n", r->dump(2).c_str());
       return 0;
     };

@@ -19,6 +19,7 @@ void register_bench(CLI::App& app, Action& action);
 void register_schedule(CLI::App& app, Action& action);
 void register_node(CLI::App& app, Action& action);
 void register_launch(CLI::App& app, Action& action);
+void register_checkpoint(CLI::App& app, Action& action);
 
 /// Prints "troupe <command>: <message>" on stderr and returns exit code 1.
 int fail(const std::string& command, const Error& error);

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   troupe::cli::register_schedule(app, action);
   troupe::cli::register_node(app, action);
   troupe::cli::register_launch(app, action);
+  troupe::cli::register_checkpoint(app, action);
   CLI11_PARSE(app, argc, argv);
   return action ? action() : 0;
 }

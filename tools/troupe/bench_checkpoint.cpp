@@ -1,0 +1,269 @@
+// bench checkpoint: one stage actor holding the whole model (the largest
+// state one actor holds), its two phases measured beside the machine's
+// bounds — phase 1 (the stall) beside state bytes / memcpy bandwidth, phase 2
+// beside the disk's sequential write bandwidth with fsync, training steps with
+// and without a persist running — then a restore read from storage, and the
+// peer: a synchronous torch.save of the same model and AdamW state.
+#include "tools/troupe/bench_checkpoint.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "backends/cpu/cpu_device.hpp"
+#include "backends/transport/local_transport.hpp"
+#include "common/posix_file.hpp"
+#include "training/checkpoint_store.hpp"
+#include "training/job_model.hpp"
+#include "training/stage_checkpoint.hpp"
+#include "training/stage_plan.hpp"
+
+#ifndef TROUPE_SOURCE_DIR
+#define TROUPE_SOURCE_DIR "."
+#endif
+
+namespace troupe::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_of(const std::function<void()>& fn) {
+  const auto t0 = Clock::now();
+  fn();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// min, median, max of repeated figures.
+nlohmann::json spread(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {{"min", v.front()}, {"median", v[v.size() / 2]}, {"max", v.back()}};
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Drops `path`'s pages from the page cache (after fsync), so the next read comes from storage.
+void evict(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd) ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED);
+}
+
+// Sequential write of `data` (a buffer the size of the state, like the
+// snapshot) in 8 MiB blocks, then fsync: the disk's own figure, dd-style.
+Expected<double> disk_write_seconds(const std::string& path, const std::vector<char>& data) {
+  const std::size_t block = 8 << 20;
+  std::filesystem::remove(path);
+  auto fd = create_new_file(path);
+  if (!fd) return fd.error();
+  const double s = seconds_of([&] {
+    for (std::size_t done = 0; done < data.size(); done += block)
+      (void)write_all(fd->get(), data.data() + done, std::min(block, data.size() - done), path);
+    (void)sync_file(fd->get(), path);
+  });
+  std::filesystem::remove(path);
+  return s;
+}
+
+// One actor, the whole model, random batches.
+struct OneActor {
+  CpuDevice device;
+  std::shared_ptr<LocalFabric> fabric = LocalFabric::create(1);
+  std::unique_ptr<Transport> transport = fabric->endpoint(0);
+  Collectives collectives{*transport};
+  StagePlan plan;
+  MicroBatch batch;
+  std::unique_ptr<StageState> state;
+  LrSchedule lrs;
+
+  OneActor(int threads, StagePlan p) : device(threads), plan(std::move(p)), lrs(lr_schedule(plan.job)) {}
+
+  Status build() {
+    const int B = plan.job.train.batch, T = plan.cfg.ctx;
+    batch = {*Tensor::empty(device, {B, T}, DType::i32), *Tensor::empty(device, {B, T}, DType::i32)};
+    std::mt19937 rng(1);
+    for (int i = 0; i < B * T; ++i) {
+      batch.tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(plan.cfg.vocab));
+      batch.targets.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(plan.cfg.vocab));
+    }
+    StageLinks links;
+    links.transport = transport.get();
+    links.stage_ranks = {0};
+    links.batch = [this](int, int) -> Expected<MicroBatch> { return batch; };
+    auto st = StageState::build(StageStateArgs{&device, &collectives, &plan, 0, links, ""});
+    if (!st) return st.error();
+    state = std::move(*st);
+    return Status::success();
+  }
+  Expected<double> step() {
+    auto& s = device.default_stream();
+    const auto t0 = Clock::now();
+    auto times = state->forward_backward(s);
+    if (!times) return times.error();
+    TROUPE_TRY(state->wait_gathered());
+    TROUPE_TRY(state->sync_gradients());
+    const double sq = state->sum_squares(s);
+    TROUPE_TRY(state->update(static_cast<float>(learning_rate(lrs, state->next_step())), sq, s));
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+};
+
+}  // namespace
+
+Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
+  auto job = load_job_config(a.config, a.overrides);
+  if (!job) return job.error();
+  job->parallel.dp = job->parallel.pp = 1;
+  job->parallel.microbatches = 1;
+  job->parallel.chunks = 1;
+  job->parallel.layers.clear();
+  auto plan = make_stage_plan(*job, 1);
+  if (!plan) return plan.error();
+  if (a.repeats < 1) return make_error("--repeats must be >= 1");
+  const std::string root = a.dir.empty() ? (std::filesystem::temp_directory_path() / ("troupe_bench_ckpt_" + std::to_string(::getpid()))).string() : a.dir;
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) return make_error("--dir ", root, ": ", ec.message());
+  struct Cleanup {
+    std::string root;
+    bool own;
+    ~Cleanup() {
+      std::error_code e;
+      if (own) std::filesystem::remove_all(root, e);
+    }
+  } cleanup{root, a.dir.empty()};
+
+  OneActor actor(resolved_threads(job->train), *plan);
+  TROUPE_TRY(actor.build());
+  for (int i = 0; i < 2; ++i)
+    if (auto s = actor.step(); !s) return s.error();  // moments exist
+  const ShardLayout layout = shard_layout(*actor.state, 0);
+  StageSnapshot snapshot;
+  TROUPE_TRY(actor.state->snapshot(snapshot));  // sizes the buffers once
+  std::size_t state_bytes = 0;
+  for (auto* part : {&snapshot.params, &snapshot.exp_avg, &snapshot.exp_avg_sq})
+    for (auto& v : *part) state_bytes += v.size() * sizeof(float);
+
+  // The machine: memcpy of the state's size, and the disk's sequential write with fsync.
+  std::vector<char> src(state_bytes, 1), dst(state_bytes, 0);
+  std::vector<double> memcpy_s, disk_s, stall_s, persist_s, restore_s;
+  for (int r = 0; r < a.repeats; ++r) {
+    memcpy_s.push_back(seconds_of([&] { std::memcpy(dst.data(), src.data(), state_bytes); }));
+    auto d = disk_write_seconds(root + "/disk-probe", src);
+    if (!d) return d.error();
+    disk_s.push_back(*d);
+  }
+  // Phase 1: the stall.
+  for (int r = 0; r < a.repeats; ++r) {
+    Status st;
+    stall_s.push_back(seconds_of([&] { st = actor.state->snapshot(snapshot); }));
+    TROUPE_TRY(st);
+  }
+  // Phase 2: persisting (shards, part, manifest, rename), keeping one.
+  std::uint64_t persisted_bytes = 0;
+  const std::vector<ShardToWrite> shards{{0, &layout, &snapshot}};
+  for (int r = 0; r < a.repeats; ++r) {
+    auto p = persist_node_shards(root, manifest_base(*plan, 1000 + r), 0, 1, 1, shards, 600000);
+    if (!p) return p.error();
+    persist_s.push_back(p->seconds);
+    persisted_bytes = p->bytes;
+  }
+  // Steps without, then with a persist running the whole time.
+  std::vector<double> plain, overlapped;
+  for (int i = 0; i < a.steps; ++i) {
+    auto s = actor.step();
+    if (!s) return s.error();
+    plain.push_back(*s);
+  }
+  // Every=1, the most a job asks: one persist starts with each step and runs beside it.
+  int persists = 0;
+  Status step_status;
+  for (int i = 0; i < a.steps && step_status.ok(); ++i) {
+    Expected<PersistFigures> p = PersistFigures{};
+    std::thread writer([&] { p = persist_node_shards(root, manifest_base(*plan, 2000 + i), 0, 1, 1, shards, 600000); });
+    auto s = actor.step();
+    writer.join();
+    if (!s) step_status = s.error();
+    else overlapped.push_back(*s);
+    persists += p.ok();
+  }
+  TROUPE_TRY(step_status);
+  // Restore from storage (the page cache dropped): what one replica group's reader reads.
+  const auto steps = complete_steps(root);
+  if (steps.empty()) return make_error(root, ": no checkpoint was written");
+  const std::string dir = checkpoint_dir(root, steps.back());
+  auto m = read_manifest(dir);
+  if (!m) return m.error();
+  std::uint64_t read_bytes = 0;
+  for (int r = 0; r < a.repeats; ++r) {
+    for (auto& f : m->files) evict(dir + "/" + f.name);
+    StageSnapshot restored;
+    Expected<std::uint64_t> got = std::uint64_t{0};
+    restore_s.push_back(seconds_of([&] {
+      got = read_shard(dir, *m, layout, ShardPart::both, restored);
+      if (got) (void)actor.state->restore(restored);
+    }));
+    if (!got) return got.error();
+    read_bytes = *got;
+  }
+
+  const double gb = static_cast<double>(state_bytes) / 1e9;
+  const double memcpy_gbs = gb / median(memcpy_s), disk_gbs = gb / median(disk_s);
+  const double bound = static_cast<double>(state_bytes) / (memcpy_gbs * 1e9);
+  std::vector<double> persist_gbs;
+  for (double s : persist_s) persist_gbs.push_back(static_cast<double>(persisted_bytes) / 1e9 / s);
+  nlohmann::json out = {
+      {"bench", "checkpoint"},
+      {"config", a.config},
+      {"model", {{"layers", plan->cfg.layers}, {"dim", plan->cfg.dim}, {"heads", plan->cfg.heads}, {"ctx", plan->cfg.ctx},
+                 {"parameters", parameter_count(plan->cfg)}}},
+      {"repeats", a.repeats},
+      {"state_bytes", state_bytes},
+      {"machine", {{"memcpy_gb_per_s", memcpy_gbs}, {"disk_write_fsync_gb_per_s", spread([&] {
+                                                          std::vector<double> v;
+                                                          for (double s : disk_s) v.push_back(gb / s);
+                                                          return v;
+                                                        }())}}},
+      {"stall_s", spread(stall_s)},
+      {"stall_bound_s", bound},
+      {"stall_over_bound", median(stall_s) / bound},
+      {"persist_s", spread(persist_s)},
+      {"persist_bytes", persisted_bytes},
+      {"persist_gb_per_s", spread(persist_gbs)},
+      {"persist_over_disk", median(persist_gbs) / disk_gbs},
+      {"step_ms", {{"without_persist", median(plain) * 1e3}, {"while_persisting", median(overlapped) * 1e3},
+                   {"persists_during", persists}}},
+      {"step_while_persisting_over_without", median(overlapped) / median(plain)},
+      {"restore_s", spread(restore_s)},
+      {"restore_bytes_read", read_bytes},
+      {"checkpoint_dir", a.dir.empty() ? std::string("(temporary, removed)") : root},
+  };
+  if (a.pytorch) {
+    std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/torch_gpt.py save '" + a.config + "' --out '" +
+                      root + "/torch.pt' --steps " + std::to_string(a.repeats);
+    for (auto& o : a.overrides) cmd += " --set '" + o + "'";
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+    if (!pipe) return make_error("--pytorch: cannot run ", cmd);
+    std::string text;
+    std::array<char, 4096> buf{};
+    while (std::fgets(buf.data(), buf.size(), pipe.get())) text += buf.data();
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.contains("stall_s")) return make_error("--pytorch: ", cmd, " did not print its JSON");
+    out["pytorch"] = {{"peer", "torch.save (synchronous: model + AdamW state, fsync)"},
+                      {"state_bytes", j["state_bytes"]},
+                      {"stall_s", spread(j["stall_s"].get<std::vector<double>>())}};
+    out["stall_vs_torch_save"] = median(stall_s) / median(j["stall_s"].get<std::vector<double>>());
+  }
+  return out;
+}
+
+}  // namespace troupe::cli
