@@ -223,15 +223,21 @@ def make_optimizer(model, t):
                              lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"])
 
 
-def cmd_bench(args, cfg):
-    threads = setup_threads(cfg)
+def model_and_batch(cfg):
+    """The model, its AdamW and one random batch (seed 0), for the benchmarks."""
     m, t = cfg["model"], cfg["train"]
     torch.manual_seed(0)
     model = GPT(m)
     opt = make_optimizer(model, t)
     B, T = t["batch"], m["ctx"]
-    x = torch.randint(0, m["vocab"], (B, T))
-    y = torch.randint(0, m["vocab"], (B, T))
+    return model, opt, torch.randint(0, m["vocab"], (B, T)), torch.randint(0, m["vocab"], (B, T))
+
+
+def cmd_bench(args, cfg):
+    threads = setup_threads(cfg)
+    t = cfg["train"]
+    model, opt, x, y = model_and_batch(cfg)
+    B, T = x.shape
     times = []
     for i in range(args.warmup + args.steps):
         t0 = time.perf_counter()
@@ -309,13 +315,7 @@ def cmd_save(args, cfg):
     model and its AdamW state (after one step, so the moments exist), written
     and fsynced N times; training would stall for each."""
     setup_threads(cfg)
-    m, t = cfg["model"], cfg["train"]
-    torch.manual_seed(0)
-    model = GPT(m)
-    opt = make_optimizer(model, t)
-    B, T = t["batch"], m["ctx"]
-    x = torch.randint(0, m["vocab"], (B, T))
-    y = torch.randint(0, m["vocab"], (B, T))
+    model, opt, x, y = model_and_batch(cfg)
     model(x, y).backward()
     opt.step()
     state_bytes = sum(p.numel() * 4 * 3 for p in model.parameters())

@@ -5,6 +5,7 @@
 // and without a persist running — then a restore read from storage, and the
 // peer: a synchronous torch.save of the same model and AdamW state.
 #include "tools/troupe/bench_checkpoint.hpp"
+#include "tools/troupe/bench_step.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -251,13 +252,11 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
     std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/torch_gpt.py save '" + a.config + "' --out '" +
                       root + "/torch.pt' --steps " + std::to_string(a.repeats);
     for (auto& o : a.overrides) cmd += " --set '" + o + "'";
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    if (!pipe) return make_error("--pytorch: cannot run ", cmd);
-    std::string text;
-    std::array<char, 4096> buf{};
-    while (std::fgets(buf.data(), buf.size(), pipe.get())) text += buf.data();
-    auto j = nlohmann::json::parse(text, nullptr, false);
-    if (j.is_discarded() || !j.contains("stall_s")) return make_error("--pytorch: ", cmd, " did not print its JSON");
+    auto peer = json_from_command(cmd, "--pytorch");
+    if (!peer) return peer.error();
+    const nlohmann::json& j = *peer;
+    if (!j.contains("stall_s") || !j["stall_s"].is_array() || j["stall_s"].empty())
+      return make_error("--pytorch: ", cmd, " printed no stall_s");
     out["pytorch"] = {{"peer", "torch.save (synchronous: model + AdamW state, fsync)"},
                       {"state_bytes", j["state_bytes"]},
                       {"stall_s", spread(j["stall_s"].get<std::vector<double>>())}};

@@ -101,6 +101,17 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
   return out;
 }
 
+Expected<nlohmann::json> json_from_command(const std::string& command, const std::string& flag) {
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) return make_error(flag, ": cannot run ", command);
+  std::string text;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe.get())) text += buf.data();
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded()) return make_error(flag, ": ", command, " did not print JSON");
+  return j;
+}
+
 Expected<nlohmann::json> bench_pytorch(const std::string& config_path, const std::vector<std::string>& overrides,
                                        int threads, int steps, int warmup) {
   // PyTorch at its best here (shared/DEPENDENCIES.md): one torch thread, BLAS
@@ -110,14 +121,7 @@ Expected<nlohmann::json> bench_pytorch(const std::string& config_path, const std
                     " /usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/torch_gpt.py bench '" + config_path + "'";
   for (auto& o : overrides) cmd += " --set '" + o + "'";
   cmd += " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup);
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-  if (!pipe) return make_error("--pytorch: cannot run ", cmd);
-  std::string text;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe.get())) text += buf.data();
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded()) return make_error("--pytorch: ", cmd, " did not print JSON");
-  return j;
+  return json_from_command(cmd, "--pytorch");
 }
 
 }  // namespace troupe::cli

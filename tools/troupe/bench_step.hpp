@@ -20,6 +20,9 @@ struct BenchStepArgs {
 
 Expected<nlohmann::json> bench_step(const BenchStepArgs& args);
 
+/// Runs `command` (a peer's script) and parses the JSON it prints; errors name `flag` and the command.
+Expected<nlohmann::json> json_from_command(const std::string& command, const std::string& flag);
+
 /// Runs bench/torch_gpt.py with the same model, batch and threads; its JSON.
 Expected<nlohmann::json> bench_pytorch(const std::string& config_path, const std::vector<std::string>& overrides,
                                        int threads, int steps, int warmup);
