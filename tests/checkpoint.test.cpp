@@ -268,3 +268,33 @@ TEST_CASE("troupe bench checkpoint reports its figures beside the machine's and 
 }
 
 }  // namespace troupe::testing
+
+namespace troupe::testing {
+
+// Evaluation runs through the stage actors (a forward-only pass, nothing
+// gathered); its loss is the whole model's on the same windows.
+TEST_CASE("the stage actors' validation loss equals troupe eval of the trained weights", "[eval]") {
+  CheckpointJob job("stage_eval", kPipeline);
+  const std::string metrics = job.dir / "m.jsonl";
+  // 7 windows in batches of 2: a partial last batch, and replicas with 2 and 2 batches.
+  for (const std::string layout : {"", "--set parallel.chunks=2 --set parallel.schedule=interleaved-1f1b",
+                                   "--set parallel.dp=1 --set parallel.pp=4 --set parallel.microbatches=4"}) {
+    INFO(layout);
+    fs::remove(metrics);
+    auto r = run("timeout 120 " + troupe_bin() + " launch --nodes 2 " + job.cfg + " " + layout +
+                 " --set checkpoint.every=0 --set train.eval_windows=7 --set train.eval_every=6 --metrics " + metrics +
+                 " --save " + (job.dir / "w.safetensors"));
+    REQUIRE(r.exit_code == 0);
+    std::vector<double> val;
+    std::istringstream lines(slurp(metrics));
+    for (std::string line; std::getline(lines, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("val_loss")) val.push_back(j["val_loss"].get<double>());
+    REQUIRE(val.size() == 2);  // steps 5 and 11
+    auto e = run(troupe_bin() + " eval " + job.cfg + " " + layout + " --init " + (job.dir / "w.safetensors") +
+                 " --data " + (job.dir / "val.bin") + " --windows 7");
+    REQUIRE(e.exit_code == 0);
+    CHECK(std::abs(val.back() - nlohmann::json::parse(e.out)["loss"].get<double>()) <= 1e-6 * val.back());
+  }
+}
+
+}  // namespace troupe::testing

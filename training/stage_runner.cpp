@@ -258,4 +258,54 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
   return times;
 }
 
+Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
+                                               const std::function<Expected<MicroBatch>(int mb)>& batch,
+                                               const std::function<int(int mb)>& rows, Stream& s) {
+  Impl& m = *impl_;
+  Transport& t = *m.links.transport;
+  const int chunks = static_cast<int>(models_.size());
+  // Rounds small enough that every microbatch has its own receive buffer and
+  // output slot; a round's sends complete before the next round reuses them.
+  const int round = std::max(1, std::min(m.microbatches, m.slots));
+  double loss_sum = 0;
+  for (int first_mb = 0; first_mb < batches; first_mb += round) {
+    const int end_mb = std::min(batches, first_mb + round);
+    for (int mb = first_mb; mb < end_mb; ++mb)
+      for (int c = 0; c < chunks; ++c)
+        if (!models_[static_cast<std::size_t>(c)]->spec().embedding) {
+          const std::size_t i = m.at(c, mb - first_mb);
+          t.recv(m.rank_of_virtual(c * m.stages + m.stage - 1), tag_of(tag_step, false, c, mb), m.act_in[i].raw(),
+                 m.act_in[i].nbytes(), m.inbox->expect({StageEvent::activation_arrived, c, mb}));
+        }
+    for (int mb = first_mb; mb < end_mb; ++mb)
+      for (int c = 0; c < chunks; ++c) {
+        GptStage& g = *models_[static_cast<std::size_t>(c)];
+        const bool first = g.spec().embedding, last = g.spec().head;
+        const int vs = c * m.stages + m.stage, slot = (mb - first_mb) % m.slots;
+        const std::size_t i = m.at(c, mb - first_mb);
+        MicroBatch data;
+        if (first || last) {
+          auto b = batch(mb);
+          if (!b) return b.error();
+          data = std::move(*b);
+        }
+        if (!first) TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, c, mb}));
+        g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, s);
+        if (last) {
+          const float* losses = g.token_losses(slot).f32();
+          const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();
+          for (std::int64_t k = 0; k < n; ++k) loss_sum += losses[k];
+        } else {
+          t.send(m.rank_of_virtual(vs + 1), tag_of(tag_step, false, (vs + 1) / m.stages, mb), g.output(slot).raw(),
+                 g.output(slot).nbytes(), m.inbox->expect({StageEvent::activation_sent, c, mb}));
+        }
+      }
+    for (int mb = first_mb; mb < end_mb; ++mb)
+      for (int c = 0; c < chunks; ++c)
+        if (!models_[static_cast<std::size_t>(c)]->spec().head)
+          TROUPE_TRY(m.inbox->wait({StageEvent::activation_sent, c, mb}));
+  }
+  return loss_sum;
+}
+
 }  // namespace troupe

@@ -78,6 +78,15 @@ class StageRunner {
   /// Zeroes the gradients and runs the step's instructions up to grad_sync.
   Expected<StepTimes> run_step(int step, Stream& s);
 
+  /// A forward-only pass (evaluation) over `batches` microbatches of this
+  /// replica, passed between the stages as in training, in (microbatch, chunk)
+  /// order; no gradient is computed and nothing else is gathered. Transfers
+  /// are tagged with `tag_step`, a step whose own transfers have all completed.
+  /// On the stage with the head, returns the sum of the per-token losses of
+  /// the first rows(mb) rows of each microbatch; elsewhere 0.
+  Expected<double> run_forward_only(int tag_step, int batches, const std::function<Expected<MicroBatch>(int mb)>& batch,
+                                    const std::function<int(int mb)>& rows, Stream& s);
+
  private:
   struct Impl;
   StageRunner() = default;

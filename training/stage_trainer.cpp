@@ -20,7 +20,7 @@
 #include "ops/model/weights.hpp"
 #include "runtime/metrics_writer.hpp"
 #include "training/batches.hpp"
-#include "training/evaluation.hpp"
+#include "training/stage_eval.hpp"
 #include "training/fault_injection.hpp"
 #include "training/job_model.hpp"
 #include "training/model_gather.hpp"
@@ -35,12 +35,10 @@ using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 // What the whole-model root (replica 0's first stage) holds besides its stage:
-// the whole model for evaluation and saving, the validation file, the metrics.
+// the whole model for --save (only then), the metrics.
 struct RootDuties {
   std::unique_ptr<GptStage> whole;
-  std::optional<TokenFile> val;
   std::optional<MetricsWriter> metrics;
-  std::int64_t eval_windows = 0;
   double peak_flops = 0;  // MFU's denominator
 };
 
@@ -194,13 +192,11 @@ class Trainer {
     const GptConfig& cfg = plan_.cfg;
     const auto& t = job_.train;
     root_.emplace();
-    auto w = GptStage::create(device_, cfg, whole_model(cfg), t.batch, cfg.ctx);
-    if (!w) return w.error();
-    root_->whole = std::move(*w);
-    auto v = open_data(job_.data.val, "data.val", cfg.ctx, cfg.vocab);
-    if (!v) return v.error();
-    root_->val.emplace(std::move(*v));
-    root_->eval_windows = std::min<std::int64_t>(t.eval_windows, windows_available(*root_->val, cfg.ctx));
+    if (!a_.save_path.empty()) {
+      auto w = GptStage::create(device_, cfg, whole_model(cfg), t.batch, cfg.ctx);
+      if (!w) return w.error();
+      root_->whole = std::move(*w);
+    }
     auto m = MetricsWriter::open(a_.metrics_path);
     if (!m) return m.error();
     root_->metrics.emplace(std::move(*m));
@@ -295,17 +291,26 @@ class Trainer {
                               gathers_++, limit_);
   }
 
-  // The validation loss on evaluation steps (on the root; nullopt elsewhere).
+  // The validation loss on evaluation steps (on the root; nullopt elsewhere):
+  // a forward-only pass through the stage actors, each replica its share.
   Expected<std::optional<double>> evaluate_if_due(int step) {
     const auto& t = job_.train;
     const bool last = step + 1 == t.steps;
     if (!((t.eval_every > 0 && (step + 1) % t.eval_every == 0) || last)) return std::optional<double>();
-    TROUPE_TRY(gather());
+    if (!eval_) {
+      auto e = StageEvaluator::open(plan_, a_.rank, device_);
+      if (!e) return e.error();
+      eval_.emplace(std::move(*e));
+    }
+    TROUPE_TRY(state_->wait_gathered());  // the update's parameters
+    auto share = eval_->run(state_->runner(), step, s_);
+    if (!share) return share.error();
+    float sum = static_cast<float>(*share);
+    TROUPE_TRY(all_reduce(everyone_, &sum, 1, "the validation loss all-reduce"));
     if (!root_) return std::optional<double>();
-    auto ev = evaluate_windows(*root_->whole, *root_->val, root_->eval_windows, s_);
-    if (!ev) return ev.error();
-    spdlog::info("step {:5d} | val loss {:.4f} ({} windows)", step, ev->loss, ev->windows);
-    return std::optional<double>(ev->loss);
+    const double loss = static_cast<double>(sum) / static_cast<double>(eval_->tokens());
+    spdlog::info("step {:5d} | val loss {:.4f} ({} windows)", step, loss, eval_->windows());
+    return std::optional<double>(loss);
   }
 
   Status log_step(int step, const StepFigures& f, const StepReport& rep, std::optional<double> val_loss) {
@@ -365,6 +370,7 @@ class Trainer {
   std::unique_ptr<TraceWriter> trace_;
   std::unique_ptr<StageState> state_;
   std::optional<RootDuties> root_;
+  std::optional<StageEvaluator> eval_;  ///< opened at the first evaluation
   std::optional<ShardLayout> layout_;  ///< this stage's checkpoint layout, once known
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
   int gathers_ = 0;
