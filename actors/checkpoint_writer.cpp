@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <caf/all.hpp>
+#include <algorithm>
 #include <deque>
 #include <thread>
 
@@ -63,7 +64,8 @@ caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
           ++st.foreign;
           return;
         }
-        if (!st.cfg.pool->filled(local, m.step)) return;
+        if (!st.cfg.pool->complete(m.step)) return;  // told early, or twice
+        if (std::find(st.ready.begin(), st.ready.end(), m.step) != st.ready.end()) return;
         st.ready.push_back(m.step);
         start_next(self);
       },
@@ -93,14 +95,14 @@ caf::actor spawn_checkpoint_writer(caf::actor_system& sys, CheckpointWriterConfi
 }
 
 Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const JobConfig& job, int node, int nodes,
-                                                  int per_node) {
-  if (job.checkpoint.every <= 0) return NodeCheckpoints{};
+                                                  int per_node, const std::string& save_path) {
+  if (job.checkpoint.every <= 0 && save_path.empty()) return NodeCheckpoints{};
   auto plan = make_stage_plan(job, nodes * per_node);
   if (!plan) return plan.error();
   std::vector<int> ranks;
   for (int i = 0; i < per_node; ++i) ranks.push_back(node * per_node + i);
   CheckpointWriterConfig cfg;
-  cfg.root = job.checkpoint.dir;
+  cfg.root = checkpoint_root_for(job, save_path);
   cfg.keep = job.checkpoint.keep;
   cfg.node = node;
   cfg.nodes = nodes;

@@ -35,8 +35,9 @@ struct NodeCheckpoints {
 };
 
 /// Starts node `node`'s writer for its `per_node` stage actors (ranks
-/// node * per_node ...) if `job` takes checkpoints ([checkpoint] every > 0).
+/// node * per_node ...) if `job` takes checkpoints ([checkpoint] every > 0)
+/// or saves its final weights (`save_path`, written through a checkpoint).
 Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const JobConfig& job, int node, int nodes,
-                                                  int per_node);
+                                                  int per_node, const std::string& save_path);
 
 }  // namespace troupe

@@ -138,7 +138,9 @@ TEST_CASE("SV-6: a failure that only reports a peer's gives way to its root caus
     bool ok = true;
     CHECK(job.finished(5s, &ok));
     CHECK_FALSE(ok);
+    CHECK(job.finished(5s));  // both stand-ins have written their reason
     CHECK((*job.reasons)[0] == "node 0, stage actor 0: the root cause");
+    CHECK((*job.reasons)[1] == (*job.reasons)[0]);
   }
   SECTION("with no root cause reported, the peer's failure ends the job after the grace") {
     Job job(2, "redis://127.0.0.1:1", 1);
@@ -146,6 +148,7 @@ TEST_CASE("SV-6: a failure that only reports a peer's gives way to its root caus
     bool ok = true;
     CHECK(job.finished(std::chrono::milliseconds(kBlameGraceMs + 5000), &ok));
     CHECK_FALSE(ok);
+    CHECK(job.finished(5s));
     CHECK((*job.reasons)[0] == "node 1, stage actor 2: transfer with a failed peer");
   }
 }

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <caf/all.hpp>
+#include <filesystem>
 #include <optional>
 #include <set>
 
@@ -103,10 +104,13 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
   sink.acquire = [pool, local, limit](int step, const ShardLayout& layout) {
     return pool->acquire(local, step, layout, limit);
   };
-  sink.filled = [self, writer = args.checkpoint_writer, rank = args.rank](int step) {
-    self->send(writer, msg::SnapshotTaken{step, rank});
+  // The actor that completes a step's snapshots tells the writer (B-2); from
+  // then on a drain waits for that step's persist.
+  sink.filled = [self, pool, local, writer = args.checkpoint_writer, rank = args.rank](int step) {
+    if (pool->filled(local, step)) self->send(writer, msg::SnapshotTaken{step, rank});
   };
-  sink.drain = [pool, limit] { return pool->drain(limit); };
+  sink.persisted = [pool, limit](int step) { return pool->wait_persisted(step, limit); };
+  sink.new_failure = [pool, local] { return pool->new_failure(local); };
   return sink;
 }
 
@@ -143,6 +147,11 @@ Status validate_gpt_stage_job(const ActorArgs& args) {
   if (!args.files.init.empty())
     if (auto st = check_weights(plan->cfg, args.files.init); !st) return make_error("--init ", st.error().message);
   if (!args.files.resume.empty()) TROUPE_TRY(check_resumable(args.files.resume, plan->cfg));
+  if (!args.files.save.empty()) {
+    const auto parent = std::filesystem::absolute(args.files.save).parent_path();
+    if (std::error_code ec; !std::filesystem::is_directory(parent, ec))
+      return make_error("--save ", args.files.save, ": the directory ", parent.string(), " does not exist");
+  }
   return Status::success();
 }
 
@@ -171,6 +180,7 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   ta.resume_dir = args.files.resume;
   ta.wait_timeout_ms = args.job.health.wait_timeout_ms;
   if (args.snapshots && args.checkpoint_writer) ta.checkpoints = checkpoint_sink(self, args);
+  ta.checkpoint_root = checkpoint_root_for(args.job, args.files.save);
   ta.hooks = hooks;
   return train_stage(ta);
 }

@@ -109,8 +109,9 @@ struct BatchRelease {
 
 // --- stage actor -> checkpoint writer (same process) -----------------------
 
-/// Stage actor `actor` copied its state after `step` steps into the
-/// SnapshotPool buffer it acquired (phase 1 is over for it).
+/// Stage actor `actor` completed `step`'s snapshots: it was the last of the
+/// node's stage actors to copy its state into the SnapshotPool (phase 1 is
+/// over on this node; the writer persists the step).
 struct SnapshotTaken {
   std::int32_t step = 0;
   std::int32_t actor = 0;

@@ -167,17 +167,18 @@ TEST_CASE("a full disk while persisting is reported, training goes on, the previ
   } unmount{job.ckpt};
   const std::string metrics = job.dir / "metrics.jsonl";
   auto r = run("timeout 120 " + troupe_bin() + " train " + job.cfg +
-               " --set checkpoint.every=4 --set checkpoint.keep=1 --metrics " + metrics);
+               " --set checkpoint.every=2 --set checkpoint.keep=1 --metrics " + metrics);
   INFO(r.err);
   CHECK(r.exit_code == 0);
-  CHECK(r.err.find("checkpoint of step 8") != std::string::npos);
+  CHECK(r.err.find("checkpoint of step 4: ") != std::string::npos);
   CHECK(r.err.find("No space left on device") != std::string::npos);
-  CHECK(slurp(metrics).find("\"checkpoint_error\":\"checkpoint of step 8: ") != std::string::npos);
+  // Learnt by the stages while they train, so reported in a later step's metrics.
+  CHECK(slurp(metrics).find("\"checkpoint_error\":\"checkpoint of step ") != std::string::npos);
   std::set<std::string> names;
   for (auto& e : fs::directory_iterator(job.ckpt)) names.insert(e.path().filename().string());
-  CHECK(names == std::set<std::string>{"step-00000004"});  // no temporary left, the older one intact
+  CHECK(names == std::set<std::string>{"step-00000002"});  // no temporary left, the older one intact
   job.losses("train", "--set checkpoint.every=0 --resume latest");
-  CHECK(job.last_err.find("at step 4") != std::string::npos);
+  CHECK(job.last_err.find("at step 2") != std::string::npos);
 }
 
 TEST_CASE("SIGKILL while persisting never yields a checkpoint that is chosen", "[checkpoint][faults]") {
@@ -284,6 +285,7 @@ TEST_CASE("the stage actors' validation loss equals troupe eval of the trained w
     auto r = run("timeout 120 " + troupe_bin() + " launch --nodes 2 " + job.cfg + " " + layout +
                  " --set checkpoint.every=0 --set train.eval_windows=7 --set train.eval_every=6 --metrics " + metrics +
                  " --save " + (job.dir / "w.safetensors"));
+    INFO(r.err);
     REQUIRE(r.exit_code == 0);
     std::vector<double> val;
     std::istringstream lines(slurp(metrics));

@@ -15,7 +15,7 @@ int SnapshotPool::local_index(int rank) const {
   return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
 }
 
-Expected<CheckpointLease> SnapshotPool::acquire(int local, int step, const ShardLayout& layout,
+Expected<StageSnapshot*> SnapshotPool::acquire(int local, int step, const ShardLayout& layout,
                                                 std::chrono::milliseconds limit) {
   if (local < 0 || local >= actors()) return make_error("checkpoint: no buffers for local actor ", std::to_string(local));
   std::unique_lock<std::mutex> lock(mu_);
@@ -32,15 +32,30 @@ Expected<CheckpointLease> SnapshotPool::acquire(int local, int step, const Shard
   free->use = Use::filling;
   free->step = step;
   a.layout = layout;
-  CheckpointLease lease{&free->snapshot, std::exchange(a.unreported_failure, std::string())};
-  return lease;
+  return &free->snapshot;
+}
+
+std::string SnapshotPool::new_failure(int local) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (local < 0 || local >= actors()) return "";
+  return std::exchange(actors_[static_cast<std::size_t>(local)].unreported_failure, std::string());
 }
 
 bool SnapshotPool::filled(int local, int step) {
   std::lock_guard<std::mutex> lock(mu_);
   if (local < 0 || local >= actors()) return false;
+  bool marked = false;
   for (auto& b : actors_[static_cast<std::size_t>(local)].buffers)
-    if (b.use == Use::filling && b.step == step) b.use = Use::filled;
+    if (b.use == Use::filling && b.step == step) b.use = Use::filled, marked = true;
+  return marked && complete_locked(step);
+}
+
+bool SnapshotPool::complete(int step) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return complete_locked(step);
+}
+
+bool SnapshotPool::complete_locked(int step) const {
   for (auto& a : actors_) {
     bool has = false;
     for (auto& b : a.buffers) has |= b.use == Use::filled && b.step == step;
@@ -69,7 +84,7 @@ void SnapshotPool::persisted(int step, const std::string& failure) {
         if (b.use == Use::persisting && b.step == step) b.use = Use::free;
       if (!failure.empty()) a.unreported_failure = failure;
     }
-    if (!failure.empty()) failures_.push_back(failure);
+    if (!failure.empty()) failures_.push_back(failure), failed_steps_[step] = failure;
   }
   changed_.notify_all();
 }
@@ -80,16 +95,24 @@ bool SnapshotPool::busy() const {
   for (auto& a : actors_)
     for (auto& b : a.buffers) {
       if (b.use == Use::persisting) return true;
-      if (b.use != Use::filled) continue;
-      bool everyone = true;
-      for (auto& other : actors_) {
-        bool has = false;
-        for (auto& o : other.buffers) has |= o.use == Use::filled && o.step == b.step;
-        everyone &= has;
-      }
-      if (everyone) return true;
+      if (b.use == Use::filled && complete_locked(b.step)) return true;
     }
   return false;
+}
+
+Status SnapshotPool::wait_persisted(int step, std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto pending = [&] {
+    for (auto& a : actors_)
+      for (auto& b : a.buffers)
+        if (b.use != Use::free && b.step == step) return true;
+    return false;
+  };
+  if (!changed_.wait_for(lock, limit, [&] { return !pending(); }))
+    return make_error("checkpoint of step ", std::to_string(step), ": not persisted within ",
+                      std::to_string(limit.count()), " ms");
+  if (auto it = failed_steps_.find(step); it != failed_steps_.end()) return make_error(it->second);
+  return Status::success();
 }
 
 Status SnapshotPool::drain(std::chrono::milliseconds limit) {

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -32,9 +33,14 @@ class SnapshotPool {
   int actors() const { return static_cast<int>(ranks_.size()); }
 
   /// A free buffer of actor `local` for `step` (B-1), waiting at most `limit`.
-  Expected<CheckpointLease> acquire(int local, int step, const ShardLayout& layout, std::chrono::milliseconds limit);
-  /// Actor `local`'s buffer of `step` is filled; true once every actor's is (B-2).
+  Expected<StageSnapshot*> acquire(int local, int step, const ShardLayout& layout, std::chrono::milliseconds limit);
+  /// Why a persist failed since actor `local` last asked ("" = none did).
+  std::string new_failure(int local);
+  /// Actor `local`'s buffer of `step` is filled; true for the one call that
+  /// completes the step (every actor's buffer of it filled, B-2).
   bool filled(int local, int step);
+  /// Whether every actor's buffer of `step` is filled (and not yet persisting).
+  bool complete(int step) const;
   /// The filled buffers of `step`, now persisting (valid until persisted(step)).
   std::vector<ShardToWrite> start_persist(int step);
   /// The persist of `step` ended (`failure` = "" when it succeeded).
@@ -42,6 +48,10 @@ class SnapshotPool {
   /// Waits until no step is persisting or ready to be (B-3), at most
   /// `limit`; the failures since the last drain as one error.
   Status drain(std::chrono::milliseconds limit);
+  /// Waits (at most `limit`) until `step`'s snapshots are persisted — every
+  /// local actor's filled and written, and on node 0 the checkpoint committed;
+  /// its persist's failure, if it failed.
+  Status wait_persisted(int step, std::chrono::milliseconds limit);
 
  private:
   enum class Use { free, filling, filled, persisting };
@@ -56,10 +66,12 @@ class SnapshotPool {
     std::string unreported_failure;  ///< for this actor's next lease
   };
   bool busy() const;
+  bool complete_locked(int step) const;
 
   std::vector<int> ranks_;
   std::vector<Actor> actors_;
   std::vector<std::string> failures_;  ///< since the last drain
+  std::map<int, std::string> failed_steps_;  ///< why each failed persist failed
   mutable std::mutex mu_;
   std::condition_variable changed_;
 };

@@ -48,6 +48,11 @@ std::string resume_hash(const JobConfig& job) {
   return buf;
 }
 
+std::string checkpoint_root_for(const JobConfig& job, const std::string& save_path) {
+  if (!job.checkpoint.dir.empty() || save_path.empty()) return job.checkpoint.dir;
+  return save_path + ".checkpoint";
+}
+
 Manifest manifest_base(const StagePlan& plan, int step) {
   Manifest m;
   m.step = step;

@@ -19,25 +19,26 @@
 
 namespace troupe {
 
-/// A host buffer for one snapshot, lent by the checkpoint writer.
-struct CheckpointLease {
-  StageSnapshot* buffer = nullptr;
-  /// Why a persist failed since this actor's last lease ("" = none failed).
-  std::string failure;
-};
 
 /// Where a stage actor's snapshots go: the node's checkpoint writer.
 struct CheckpointSink {
   /// A host buffer for this actor's snapshot of `step` (laid out as `layout`);
   /// blocks (bounded) while the writer's buffers are all still being persisted.
-  std::function<Expected<CheckpointLease>(int step, const ShardLayout& layout)> acquire;
+  std::function<Expected<StageSnapshot*>(int step, const ShardLayout& layout)> acquire;
   /// The snapshot of `step` is complete in the buffer acquire gave.
   std::function<void(int step)> filled;
-  /// Waits until nothing is being persisted; the error of any persist that
-  /// failed since the last drain (training goes on regardless).
-  std::function<Status()> drain;
+  /// Why a persist failed since the last call ("" = none did): for the metrics.
+  std::function<std::string()> new_failure;
+  /// Waits until the snapshots of `step` are persisted (on node 0: the
+  /// checkpoint committed); the error if that persist failed.
+  std::function<Status(int step)> persisted;
   explicit operator bool() const { return static_cast<bool>(acquire); }
 };
+
+/// Where a node's checkpoint writer writes: checkpoint.dir, or, for a job that
+/// takes no checkpoints but saves its weights (--save), a directory beside
+/// them that exists only until they are exported.
+std::string checkpoint_root_for(const JobConfig& job, const std::string& save_path);
 
 /// What the manifest records of the job that wrote it (its step, model, layout, versions).
 Manifest manifest_base(const StagePlan& plan, int step);

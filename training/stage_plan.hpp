@@ -26,6 +26,9 @@ struct StagePlan {
   int actors() const { return dims.dp * dims.pp * dims.tp; }
   /// The model chunks stage `stage` holds, chunk 0 first.
   std::vector<StageSpec> chunks_of(int stage) const;
+  /// The actor that writes the metrics and exports --save: replica 0's first
+  /// stage, rank 0 (on node 0, which also commits the checkpoints).
+  int root_rank() const { return 0; }
 };
 
 /// Plans `job` for `actors` stage actors (dp x pp must equal it).

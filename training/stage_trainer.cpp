@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -23,7 +24,8 @@
 #include "training/stage_eval.hpp"
 #include "training/fault_injection.hpp"
 #include "training/job_model.hpp"
-#include "training/model_gather.hpp"
+#include "training/checkpoint_export.hpp"
+#include "training/checkpoint_store.hpp"
 #include "training/stage_state.hpp"
 #include "training/step_report.hpp"
 
@@ -35,9 +37,8 @@ using Clock = std::chrono::steady_clock;
 double us_since(Clock::time_point t0) { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); }
 
 // What the whole-model root (replica 0's first stage) holds besides its stage:
-// the whole model for --save (only then), the metrics.
+// the metrics.
 struct RootDuties {
-  std::unique_ptr<GptStage> whole;
   std::optional<MetricsWriter> metrics;
   double peak_flops = 0;  // MFU's denominator
 };
@@ -72,7 +73,7 @@ class Trainer {
 
   Expected<double> run() {
     TROUPE_TRY(build_state());
-    if (a_.rank == whole_model_root(plan_)) TROUPE_TRY(take_root_duties());
+    if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
     AbortTransfersOnError abort_on_error(*a_.transport);  // destroyed before the buffers it protects
     auto fault = injected_fault_from_env();
     if (!fault) return fault.error();
@@ -168,35 +169,39 @@ class Trainer {
   Status checkpoint_if_due(StepFigures& f) {
     const int done = state_->next_step();
     const int every = job_.checkpoint.every;
+    if (a_.checkpoints) f.checkpoint_failure = a_.checkpoints.new_failure();  // for this step's metrics
     if (!a_.checkpoints || every <= 0 || done % every != 0) return Status::success();
     const auto start = Clock::now();
-    if (!layout_) layout_ = shard_layout(*state_, me_.dp);
-    auto lease = a_.checkpoints.acquire(done, *layout_);
-    if (!lease) return lease.error();
-    TROUPE_TRY(state_->snapshot(*lease->buffer));
-    a_.checkpoints.filled(done);
+    TROUPE_TRY(take_snapshot(done));
     f.checkpoint_stall_us = us_since(start);
-    f.checkpoint_failure = lease->failure;
     if (trace_) trace_->span(links_.trace_track, "checkpoint", "checkpoint", trace_->now_us() - f.checkpoint_stall_us,
                              f.checkpoint_stall_us, {{"step", done - 1}});
     return Status::success();
   }
 
-  // Waits for the writer's last persist; a failure there is reported, never fatal.
+  // Phase 1 after `done` steps: the state into a buffer of the node's writer,
+  // which is told once every actor on the node has filled its own.
+  Status take_snapshot(int done) {
+    if (!layout_) layout_ = shard_layout(*state_, me_.dp);
+    auto lease = a_.checkpoints.acquire(done, *layout_);
+    if (!lease) return lease.error();
+    TROUPE_TRY(state_->snapshot(**lease));
+    a_.checkpoints.filled(done);
+    last_snapshot_ = done;
+    return Status::success();
+  }
+
+  // Waits for the persist of this actor's last snapshot (so that the node
+  // does not stop under it); a failure there is reported, never fatal.
   void drain_checkpoints() {
-    if (!a_.checkpoints) return;
-    if (auto st = a_.checkpoints.drain(); !st && root_) spdlog::error("{}", st.error().message);
+    if (!a_.checkpoints || last_snapshot_ < 0) return;
+    if (auto st = a_.checkpoints.persisted(last_snapshot_); !st && root_) spdlog::error("{}", st.error().message);
   }
 
   Status take_root_duties() {
     const GptConfig& cfg = plan_.cfg;
     const auto& t = job_.train;
     root_.emplace();
-    if (!a_.save_path.empty()) {
-      auto w = GptStage::create(device_, cfg, whole_model(cfg), t.batch, cfg.ctx);
-      if (!w) return w.error();
-      root_->whole = std::move(*w);
-    }
     auto m = MetricsWriter::open(a_.metrics_path);
     if (!m) return m.error();
     root_->metrics.emplace(std::move(*m));
@@ -285,12 +290,6 @@ class Trainer {
     return table.report();
   }
 
-  Status gather() {
-    TROUPE_TRY(state_->wait_gathered());
-    return gather_whole_model(plan_, a_.rank, *a_.transport, state_->runner(), root_ ? root_->whole.get() : nullptr,
-                              gathers_++, limit_);
-  }
-
   // The validation loss on evaluation steps (on the root; nullopt elsewhere):
   // a forward-only pass through the stage actors, each replica its share.
   Expected<std::optional<double>> evaluate_if_due(int step) {
@@ -347,12 +346,28 @@ class Trainer {
     return Status::success();
   }
 
+  // --save through the checkpoint path: the final state is a checkpoint (the
+  // last periodic one, or one taken now), which the root then streams into
+  // one safetensors file tensor by tensor. No actor holds the whole model.
   Status save_if_asked() {
     if (a_.save_path.empty()) return Status::success();
-    TROUPE_TRY(gather());
+    if (!a_.checkpoints) return make_error("--save: no checkpoint writer on this node");
+    // A checkpoint that exists only for this goes on every path out (on the root, which exports it).
+    const bool temporary = job_.checkpoint.dir.empty() && root_;
+    std::shared_ptr<void> remove(nullptr, [&](void*) {
+      std::error_code ec;
+      if (temporary) std::filesystem::remove_all(a_.checkpoint_root, ec);
+    });
+    const int done = state_->next_step();
+    const int every = job_.checkpoint.every;
+    if (every <= 0 || done % every != 0) TROUPE_TRY(take_snapshot(done));
+    if (auto st = a_.checkpoints.persisted(done); !st) return make_error("--save ", a_.save_path, ": ", st.error().message);
     if (!root_) return Status::success();
-    TROUPE_TRY(save_weights(*root_->whole, a_.save_path));
-    spdlog::info("saved weights to {}", a_.save_path);
+    const std::string dir = checkpoint_dir(a_.checkpoint_root, done);
+    auto exported = export_weights(dir, a_.save_path);
+    if (!exported) return make_error("--save ", a_.save_path, ": ", exported.error().message);
+    spdlog::info("saved weights to {} ({} tensors from {})", a_.save_path, exported->tensors,
+                 temporary ? "the final snapshot" : dir);
     return Status::success();
   }
 
@@ -372,8 +387,8 @@ class Trainer {
   std::optional<RootDuties> root_;
   std::optional<StageEvaluator> eval_;  ///< opened at the first evaluation
   std::optional<ShardLayout> layout_;  ///< this stage's checkpoint layout, once known
+  int last_snapshot_ = -1;             ///< the step of this actor's last snapshot
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
-  int gathers_ = 0;
 };
 
 }  // namespace

@@ -45,9 +45,10 @@ struct StageTrainerArgs {
   std::string trace_path;    ///< this actor's part of the Chrome trace ("" = none)
   std::string metrics_path;  ///< per-step JSON lines, written by the whole-model root ("" = none)
   std::string init_path;     ///< start from these weights ("" = initialise from the seed)
-  std::string save_path;     ///< write the trained whole model here ("" = don't)
+  std::string save_path;     ///< write the trained whole model here ("" = don't), from a final checkpoint
   std::string resume_dir;    ///< continue from this checkpoint directory ("" = start at step 0)
-  CheckpointSink checkpoints;  ///< where [checkpoint] snapshots go (empty = none)
+  CheckpointSink checkpoints;  ///< where [checkpoint] snapshots go (empty = none; needed by save_path)
+  std::string checkpoint_root;  ///< the writer's directory (checkpoint.dir, or save_path's temporary one)
   int wait_timeout_ms = 600000;  ///< bound on any single wait for a peer (health.wait_timeout_ms)
   GptStageHooks hooks;
 };
