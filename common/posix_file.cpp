@@ -67,6 +67,17 @@ Status read_exactly(int fd, void* data, std::size_t size, std::uint64_t offset, 
   return Status::success();
 }
 
+void WritebackWindows::wrote(std::uint64_t end) {
+  if (end - started_ < window_) return;
+  // Best effort: a failure here shows up in the final fsync.
+  ::sync_file_range(fd_, static_cast<off_t>(started_), static_cast<off_t>(end - started_), SYNC_FILE_RANGE_WRITE);
+  if (started_ > waited_)
+    ::sync_file_range(fd_, static_cast<off_t>(waited_), static_cast<off_t>(started_ - waited_),
+                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+  waited_ = started_;
+  started_ = end;
+}
+
 Status sync_file(int fd, const std::string& path) {
   if (::fsync(fd) != 0) return errno_error(path, "fsync", errno);
   return Status::success();

@@ -41,6 +41,21 @@ Expected<UniqueFd> open_for_reading(const std::string& path);
 Status write_all(int fd, const void* data, std::size_t size, const std::string& path);
 /// Reads exactly `size` bytes at `offset` (a short file is an error naming it).
 Status read_exactly(int fd, void* data, std::size_t size, std::uint64_t offset, const std::string& path);
+/// Streams a large file to storage while it is written: each window of
+/// `window` bytes is handed to writeback as soon as it is written, and the
+/// writer waits for the window before it, so dirty pages never pile up (the
+/// final fsync then has little left to do, and the page cache does not throttle).
+class WritebackWindows {
+ public:
+  explicit WritebackWindows(int fd, std::uint64_t window = 32u << 20) : fd_(fd), window_(window) {}
+  /// The file has been written up to `end`.
+  void wrote(std::uint64_t end);
+
+ private:
+  int fd_;
+  std::uint64_t window_, started_ = 0, waited_ = 0;
+};
+
 /// fsync of an open file, and of a directory by path (so that a rename or a new entry is durable).
 Status sync_file(int fd, const std::string& path);
 Status sync_directory(const std::string& path);

@@ -115,8 +115,9 @@ void save(const std::string& root, const Truth& t, int step, int pp, int dp, int
   }
   REQUIRE(write_part(root, step, 0, records).ok());
   REQUIRE(parts_complete(root, step, 1));
-  auto bytes = commit_checkpoint(root, base_manifest(step, pp, dp), 1, keep);
+  auto bytes = commit_checkpoint(root, base_manifest(step, pp, dp), 1);
   REQUIRE(bytes.ok());
+  retain_checkpoints(root, keep, step);
 }
 
 }  // namespace

@@ -165,9 +165,11 @@ Expected<ShardRecord> write_shard(const std::string& dir, const std::string& nam
   TROUPE_TRY(write_all(file->get(), len, 8, path));
   TROUPE_TRY(write_all(file->get(), header.data(), header.size(), path));
   std::uint64_t offset = 8 + header.size();
+  WritebackWindows writeback(file->get());
   for (const Entry& e : entries) {
     const std::size_t bytes = static_cast<std::size_t>(e.count) * sizeof(float);
     TROUPE_TRY(write_all(file->get(), e.data, bytes, path));
+    writeback.wrote(offset + bytes);
     const std::uint32_t piece_crc = crc32_of(e.data, bytes);
     crc = crc32_combine_of(crc, piece_crc, bytes);  // one pass over the data, not two
     CheckpointTensor& t = record.tensors[e.logical];

@@ -73,7 +73,7 @@ bool parts_complete(const std::string& root, int step, int nodes) {
   return true;
 }
 
-Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, int nodes, int keep) {
+Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, int nodes) {
   const std::string partial = partial_dir(root, m.step);
   std::uint64_t bytes = 0;
   for (int n = 0; n < nodes; ++n) {
@@ -103,14 +103,18 @@ Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, i
   fs::rename(partial, final_dir, ec);
   if (ec) return make_error(final_dir, ": cannot be renamed into place: ", ec.message());
   TROUPE_TRY(sync_directory(root));
-  // C-2: only now may older ones go; partial directories of earlier steps are dead.
+  return bytes;
+}
+
+void retain_checkpoints(const std::string& root, int keep, int step) {
+  // C-2: called only after a commit; partial directories of earlier steps are dead.
   const auto steps = complete_steps(root);
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i)
     remove_tree(checkpoint_dir(root, steps[i]));
+  std::error_code ec;
   for (auto& e : fs::directory_iterator(root, ec))
-    if (const int s = step_of(e.path().filename().string(), ".partial-step-"); s >= 0 && s <= m.step)
+    if (const int s = step_of(e.path().filename().string(), ".partial-step-"); s >= 0 && s <= step)
       remove_tree(e.path().string());
-  return bytes;
 }
 
 std::vector<int> complete_steps(const std::string& root) {

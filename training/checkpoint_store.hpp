@@ -40,8 +40,12 @@ bool parts_complete(const std::string& root, int step, int nodes);
 
 /// Merges the parts into `base` (step, model, layout, versions already set),
 /// checks that every tensor is tiled (M-1), writes the manifest and renames the
-/// directory (C-1), then keeps the newest `keep` (C-2). Returns the checkpoint's bytes.
-Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base, int nodes, int keep);
+/// directory (C-1). Returns the checkpoint's bytes.
+Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base, int nodes);
+
+/// After the commit of `step`: keeps the newest `keep` complete checkpoints
+/// and removes partial directories of steps up to `step` (C-2).
+void retain_checkpoints(const std::string& root, int keep, int step);
 
 /// Steps of the complete checkpoints under ROOT, oldest first.
 std::vector<int> complete_steps(const std::string& root);

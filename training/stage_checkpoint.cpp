@@ -96,7 +96,7 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
                           std::to_string(wait_ms), " ms");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    auto committed = commit_checkpoint(root, base, nodes, keep);
+    auto committed = commit_checkpoint(root, base, nodes);
     if (!committed) return committed.error();
     figures.committed = true;
     return Status::success();
@@ -106,7 +106,8 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
     std::filesystem::remove_all(partial_dir(root, base.step), ec);  // no temporary is left behind
     return make_error("checkpoint of step ", std::to_string(base.step), ": ", st.error().message);
   }
-  figures.seconds = seconds_since(start);
+  figures.seconds = seconds_since(start);  // durable and committed
+  if (figures.committed) retain_checkpoints(root, keep, base.step);
   return figures;
 }
 

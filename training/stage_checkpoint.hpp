@@ -56,7 +56,7 @@ struct ShardToWrite {
 
 struct PersistFigures {
   std::uint64_t bytes = 0;  ///< written by this node
-  double seconds = 0;
+  double seconds = 0;       ///< until durable (on node 0: committed); deleting older ones follows
   bool committed = false;   ///< this node committed the checkpoint (node 0)
 };
 
