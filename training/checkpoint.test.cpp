@@ -113,9 +113,7 @@ void save(const std::string& root, const Truth& t, int step, int pp, int dp, int
     REQUIRE(r.ok());
     records.push_back(std::move(*r));
   }
-  REQUIRE(write_part(root, step, 0, records).ok());
-  REQUIRE(parts_complete(root, step, 1));
-  auto bytes = commit_checkpoint(root, base_manifest(step, pp, dp), 1);
+  auto bytes = commit_checkpoint(root, base_manifest(step, pp, dp), 1, records);
   REQUIRE(bytes.ok());
   retain_checkpoints(root, keep, step);
 }
@@ -205,11 +203,13 @@ TEST_CASE("C-1, C-2: only committed checkpoints exist, and the newest K are kept
   const Truth t = random_truth(4);
   save(root, t, 2, 1, 2, 2);
   save(root, t, 4, 1, 2, 2);
-  // A node killed while persisting step 6: shards but no part, no manifest.
+  // Node 1 of two killed while persisting step 6: its shard but no part, no manifest.
   REQUIRE(begin_partial(root, 6).ok());
   auto l = layouts(1, 2);
-  REQUIRE(write_shard(partial_dir(root, 6), shard_name(0), l[0], snapshot_of(l[0], t, 6)).ok());
-  CHECK_FALSE(parts_complete(root, 6, 1));
+  REQUIRE(write_shard(partial_dir(root, 6), shard_name(1), l[1], snapshot_of(l[1], t, 6)).ok());
+  CHECK_FALSE(parts_complete(root, 6, 2));
+  REQUIRE(write_part(root, 6, 1, {}).ok());
+  CHECK(parts_complete(root, 6, 2));
   CHECK(complete_steps(root) == std::vector<int>{2, 4});
   auto latest = resolve_resume("latest", root, [](const std::string&) {});
   REQUIRE(latest.ok());

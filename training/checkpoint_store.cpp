@@ -66,28 +66,32 @@ Status write_part(const std::string& root, int step, int node, const std::vector
 }
 
 bool parts_complete(const std::string& root, int step, int nodes) {
-  for (int n = 0; n < nodes; ++n) {
+  for (int n = 1; n < nodes; ++n) {
     std::error_code ec;
     if (!fs::exists(part_path(root, step, n), ec)) return false;
   }
   return true;
 }
 
-Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, int nodes) {
+Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, int nodes,
+                                          const std::vector<ShardRecord>& shards) {
   const std::string partial = partial_dir(root, m.step);
   std::uint64_t bytes = 0;
-  for (int n = 0; n < nodes; ++n) {
-    auto part = read_manifest_file(part_path(root, m.step, n), ManifestKind::part);
-    if (!part) return part.error();
-    for (auto& f : part->files) {
-      bytes += f.size;
-      m.files.push_back(f);
-    }
-    for (auto& [name, t] : part->tensors) {
+  auto add = [&](const CheckpointFileRecord& f, const std::map<std::string, CheckpointTensor>& tensors) {
+    bytes += f.size;
+    m.files.push_back(f);
+    for (auto& [name, t] : tensors) {
       CheckpointTensor& into = m.tensors[name];
       into.shape = t.shape;
-      into.pieces.insert(into.pieces.end(), t.pieces.begin(), t.pieces.end());
+      for (auto& p : t.pieces)
+        if (p.file == f.name) into.pieces.push_back(p);
     }
+  };
+  for (const ShardRecord& s : shards) add(s.file, s.tensors);
+  for (int n = 1; n < nodes; ++n) {
+    auto part = read_manifest_file(part_path(root, m.step, n), ManifestKind::part);
+    if (!part) return part.error();
+    for (auto& f : part->files) add(f, part->tensors);
   }
   for (auto& [name, t] : m.tensors)
     std::sort(t.pieces.begin(), t.pieces.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
@@ -95,7 +99,7 @@ Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, i
   // The merged manifest must be one a reader accepts (M-1, M-2) before it is published.
   if (auto check = parse_manifest(text, partial + "/" + kManifestName); !check) return check.error();
   TROUPE_TRY(write_file_atomically(partial + "/" + kManifestName, [&](std::ostream& out) { out << text; }));
-  for (int n = 0; n < nodes; ++n) std::remove(part_path(root, m.step, n).c_str());
+  for (int n = 1; n < nodes; ++n) std::remove(part_path(root, m.step, n).c_str());
   TROUPE_TRY(sync_directory(partial));
   const std::string final_dir = checkpoint_dir(root, m.step);
   remove_tree(final_dir);  // a checkpoint of the same step from an earlier run of the job

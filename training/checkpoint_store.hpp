@@ -32,16 +32,19 @@ std::string shard_name(int rank);
 /// Creates ROOT and ROOT/.partial-step-N (which may already exist: other nodes).
 Status begin_partial(const std::string& root, int step);
 
-/// Records node `node`'s shards in the partial directory (its part file, fsynced).
+/// Records node `node`'s shards in the partial directory (its part file,
+/// fsynced). Node 0, the committer, keeps its own in memory.
 Status write_part(const std::string& root, int step, int node, const std::vector<ShardRecord>& shards);
 
-/// Whether all `nodes` parts of `step` are written.
+/// Whether the parts of nodes 1 ... nodes-1 for `step` are written.
 bool parts_complete(const std::string& root, int step, int nodes);
 
-/// Merges the parts into `base` (step, model, layout, versions already set),
-/// checks that every tensor is tiled (M-1), writes the manifest and renames the
-/// directory (C-1). Returns the checkpoint's bytes.
-Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base, int nodes);
+/// Merges node 0's `shards` and the other nodes' parts into `base` (step,
+/// model, layout, versions already set), checks that every tensor is tiled
+/// (M-1), writes the manifest and renames the directory (C-1). Returns the
+/// checkpoint's bytes.
+Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base, int nodes,
+                                          const std::vector<ShardRecord>& shards);
 
 /// After the commit of `step`: keeps the newest `keep` complete checkpoints
 /// and removes partial directories of steps up to `step` (C-2).

@@ -80,8 +80,7 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
       figures.bytes += r->file.size;
       records.push_back(std::move(*r));
     }
-    TROUPE_TRY(write_part(root, base.step, node, records));
-    if (node != 0) return Status::success();
+    if (node != 0) return write_part(root, base.step, node, records);
     // The committer waits for the other nodes' parts (the partial directory
     // goes if any node fails, and then so does this checkpoint).
     const auto deadline = start + std::chrono::milliseconds(wait_ms);
@@ -96,7 +95,7 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
                           std::to_string(wait_ms), " ms");
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    auto committed = commit_checkpoint(root, base, nodes);
+    auto committed = commit_checkpoint(root, base, nodes, records);
     if (!committed) return committed.error();
     figures.committed = true;
     return Status::success();
