@@ -42,6 +42,7 @@ void start_next(Self* self) {
   const Manifest base = manifest_base(*st.cfg.plan, step);
   st.persisting = std::thread([cfg = st.cfg, base, shards = std::move(shards), cancel = st.cancel,
                                me = caf::actor_cast<caf::actor>(self)] {
+    run_as_background_work();
     auto r = persist_node_shards(cfg.root, base, cfg.node, cfg.nodes, cfg.keep, shards, cfg.wait_ms, cancel.get());
     // The buffers are free again even if the writer is already gone.
     cfg.pool->persisted(base.step, r ? std::string() : r.error().message);

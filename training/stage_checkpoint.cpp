@@ -1,6 +1,10 @@
 // Phase 2 on a node, and restoring a stage with one reader per group.
 #include "training/stage_checkpoint.hpp"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <system_error>
@@ -34,6 +38,14 @@ std::string model_difference(const GptConfig& saved, const GptConfig& job) {
 }
 
 }  // namespace
+
+void run_as_background_work() {
+  const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+  ::setpriority(PRIO_PROCESS, tid, 10);  // best effort: an unprivileged raise is refused, a lowering never is
+  constexpr int kIoprioClassBestEffort = 2, kIoprioClassShift = 13, kLowest = 7;
+  ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),
+            (kIoprioClassBestEffort << kIoprioClassShift) | kLowest);
+}
 
 std::string resume_hash(const JobConfig& job) {
   const auto& t = job.train;

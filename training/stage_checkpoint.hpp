@@ -54,6 +54,10 @@ struct ShardToWrite {
   const StageSnapshot* snapshot = nullptr;
 };
 
+/// Lowers the calling thread's CPU and I/O priority (nice 10, best-effort I/O
+/// class, lowest level): phase 2 runs beside training and must yield to it.
+void run_as_background_work();
+
 struct PersistFigures {
   std::uint64_t bytes = 0;  ///< written by this node
   double seconds = 0;       ///< until durable (on node 0: committed); deleting older ones follows

@@ -190,7 +190,10 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
   Status step_status;
   for (int i = 0; i < a.steps && step_status.ok(); ++i) {
     Expected<PersistFigures> p = PersistFigures{};
-    std::thread writer([&] { p = persist_node_shards(root, manifest_base(*plan, 2000 + i), 0, 1, 1, shards, 600000); });
+    std::thread writer([&] {
+      run_as_background_work();  // as the checkpoint writer's persist thread does
+      p = persist_node_shards(root, manifest_base(*plan, 2000 + i), 0, 1, 1, shards, 600000);
+    });
     auto s = actor.step();
     writer.join();
     if (!s) step_status = s.error();
