@@ -148,8 +148,9 @@ Status validate_gpt_stage_job(const ActorArgs& args) {
     if (auto st = check_weights(plan->cfg, args.files.init); !st) return make_error("--init ", st.error().message);
   if (!args.files.resume.empty()) TROUPE_TRY(check_resumable(args.files.resume, plan->cfg));
   if (!args.files.save.empty()) {
-    const auto parent = std::filesystem::absolute(args.files.save).parent_path();
-    if (std::error_code ec; !std::filesystem::is_directory(parent, ec))
+    std::error_code ec;
+    const auto parent = std::filesystem::absolute(args.files.save, ec).parent_path();
+    if (ec || !std::filesystem::is_directory(parent, ec))
       return make_error("--save ", args.files.save, ": the directory ", parent.string(), " does not exist");
   }
   return Status::success();
