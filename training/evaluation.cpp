@@ -3,11 +3,26 @@
 #include "training/evaluation.hpp"
 
 #include <algorithm>
+#include <vector>
 
 namespace troupe {
 
 std::int64_t windows_available(const TokenFile& file, int ctx) {
   return file.size() < 2 ? 0 : static_cast<std::int64_t>((file.size() - 1) / static_cast<std::uint64_t>(ctx));
+}
+
+int fill_window_batch(const TokenFile& file, int ctx, std::int64_t first, std::int64_t windows, Tensor& tokens,
+                      Tensor& targets) {
+  const int B = static_cast<int>(tokens.shape()[0]);
+  const int real = static_cast<int>(std::min<std::int64_t>(B, windows - first));
+  std::vector<std::int32_t> window(static_cast<std::size_t>(ctx) + 1);
+  for (int r = 0; r < B; ++r) {
+    const std::int64_t w = first + std::min(r, real - 1);
+    file.read(static_cast<std::uint64_t>(w) * ctx, window.size(), window.data());
+    std::copy(window.begin(), window.end() - 1, tokens.data<std::int32_t>() + r * ctx);
+    std::copy(window.begin() + 1, window.end(), targets.data<std::int32_t>() + r * ctx);
+  }
+  return real;
 }
 
 Expected<EvalResult> evaluate_windows(GptStage& stage, const TokenFile& file, std::int64_t windows, Stream& s) {
@@ -22,16 +37,9 @@ Expected<EvalResult> evaluate_windows(GptStage& stage, const TokenFile& file, st
   auto targets = Tensor::empty(s.device(), {B, T}, DType::i32);
   if (!tokens) return tokens.error();
   if (!targets) return targets.error();
-  std::vector<std::int32_t> window(static_cast<std::size_t>(T) + 1);
   double total = 0;
   for (std::int64_t w0 = 0; w0 < windows; w0 += B) {
-    const int real = static_cast<int>(std::min<std::int64_t>(B, windows - w0));
-    for (int r = 0; r < B; ++r) {
-      const std::int64_t w = w0 + std::min(r, real - 1);
-      file.read(static_cast<std::uint64_t>(w) * ctx, window.size(), window.data());
-      std::copy(window.begin(), window.end() - 1, tokens->data<std::int32_t>() + r * T);
-      std::copy(window.begin() + 1, window.end(), targets->data<std::int32_t>() + r * T);
-    }
+    const int real = fill_window_batch(file, ctx, w0, windows, *tokens, *targets);
     stage.forward(0, *tokens, &*targets, 0.0f, s);
     const float* losses = stage.token_losses(0).f32();
     for (std::int64_t i = 0; i < static_cast<std::int64_t>(real) * T; ++i) total += losses[i];

@@ -21,6 +21,12 @@ struct EvalResult {
 /// Windows that fit in `file` for context `ctx`: floor((size - 1) / ctx).
 std::int64_t windows_available(const TokenFile& file, int ctx);
 
+/// Fills `tokens` and `targets` (B x ctx, i32) with the batch of windows
+/// [first, first + B) of a run of `windows`: a final partial batch repeats its
+/// last window in the unused rows. Returns the real rows.
+int fill_window_batch(const TokenFile& file, int ctx, std::int64_t first, std::int64_t windows, Tensor& tokens,
+                      Tensor& targets);
+
 /// Evaluates `stage` (a whole model, sequence length = model ctx) over the
 /// first `windows` windows (all that fit when < 0). Uses the stage's slot 0.
 Expected<EvalResult> evaluate_windows(GptStage& stage, const TokenFile& file, std::int64_t windows, Stream& s);

@@ -122,21 +122,26 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
   return figures;
 }
 
-Status check_resumable(const std::string& dir, const GptConfig& cfg) {
+// The manifest of checkpoint `dir`, if it restores into model `cfg`.
+static Expected<Manifest> resumable_manifest(const std::string& dir, const GptConfig& cfg) {
   auto m = read_manifest(dir);
   if (!m) return make_error("--resume ", dir, ": ", m.error().message);
   if (auto diff = model_difference(m->model, cfg); !diff.empty())
     return make_error("--resume ", dir, ": ", diff, " (a checkpoint restores only into the same model)");
+  return m;
+}
+
+Status check_resumable(const std::string& dir, const GptConfig& cfg) {
+  auto m = resumable_manifest(dir, cfg);
+  if (!m) return m.error();
   return Status::success();
 }
 
 Expected<RestoreFigures> restore_stage(StageState& state, const StagePlan& plan, int rank, Collectives& collectives,
                                        Transport& transport, const std::string& dir, std::chrono::milliseconds limit) {
   const auto start = Clock::now();
-  auto m = read_manifest(dir);
+  auto m = resumable_manifest(dir, plan.cfg);
   if (!m) return m.error();
-  if (auto diff = model_difference(m->model, plan.cfg); !diff.empty())
-    return make_error("--resume ", dir, ": ", diff, " (a checkpoint restores only into the same model)");
   const Coord me = coord_of(plan.dims, rank);
   const ShardLayout layout = shard_layout(state, me.dp);
   StageSnapshot snapshot;
