@@ -45,7 +45,8 @@ void start_next(Self* self) {
     run_as_background_work();
     auto r = persist_node_shards(cfg.root, base, cfg.node, cfg.nodes, cfg.keep, shards, cfg.wait_ms, cancel.get());
     // The buffers are free again even if the writer is already gone.
-    cfg.pool->persisted(base.step, r ? std::string() : r.error().message);
+    cfg.pool->persisted(r ? PersistOutcome{base.step, "", r->bytes, r->seconds}
+                          : PersistOutcome{base.step, r.error().message, 0, 0});
     if (r)
       caf::anon_send(me, msg::PersistDone{base.step, "", r->bytes, r->seconds, r->committed});
     else

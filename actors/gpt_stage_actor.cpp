@@ -110,7 +110,8 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
     if (pool->filled(local, step)) self->send(writer, msg::SnapshotTaken{step, rank});
   };
   sink.persisted = [pool, limit](int step) { return pool->wait_persisted(step, limit); };
-  sink.new_failure = [pool, local] { return pool->new_failure(local); };
+  sink.new_outcome = [pool, local] { return pool->new_outcome(local); };
+  sink.prepare = [pool, local](const std::function<Status(StageSnapshot&)>& fill) { return pool->prepare(local, fill); };
   return sink;
 }
 

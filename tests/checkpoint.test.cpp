@@ -260,12 +260,40 @@ TEST_CASE("troupe bench checkpoint reports its figures beside the machine's and 
   CHECK(j["bench"] == "checkpoint");
   CHECK(j["state_bytes"].get<double>() > 0);
   CHECK(j["restore_bytes_read"] == j["state_bytes"]);  // one copy of the state, read once
-  for (const char* key : {"stall_s", "persist_s", "persist_gb_per_s", "restore_s"})
-    CHECK(j[key]["min"].get<double>() <= j[key]["max"].get<double>());
-  for (const char* key : {"stall_over_bound", "persist_over_disk", "step_while_persisting_over_without"})
-    CHECK(j[key].get<double>() > 0);
+  for (const char* key : {"stall_s", "persist_s", "persist_gb_per_s", "restore_s", "persist_over_disk",
+                          "step_while_persisting_over_without"}) {
+    CHECK(j[key]["min"].get<double>() > 0);
+    CHECK(j[key]["min"].get<double>() <= j[key]["median"].get<double>());
+    CHECK(j[key]["median"].get<double>() <= j[key]["max"].get<double>());
+  }
+  CHECK(j["stall_over_bound"].get<double>() > 0);
   CHECK(j["machine"]["memcpy_gb_per_s"].get<double>() > 0);
   CHECK_FALSE(j.contains("pytorch"));  // only with --pytorch
+}
+
+TEST_CASE("troupe bench checkpoint --nodes 2 measures the launched job and reads one copy on restore",
+          "[checkpoint][bench]") {
+  // dp 2 on two nodes: the two replicas' parameters are read once and broadcast.
+  CheckpointJob job("ckpt_bench_nodes", "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[parallel]\ndp = 2\n");
+  auto r = run("timeout 180 " + troupe_bin() + " bench checkpoint " + job.cfg + " --nodes 2 --repeats 2 --every 2");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["nodes"] == 2);
+  CHECK(j["stall_ms_root_actor"]["n"].get<int>() == 3);  // after steps 2, 4 and 6 of 6
+  CHECK(j["checkpoint_bytes"].get<double>() > 0);
+  // Every tensor byte restored was read once, not once per replica (the
+  // files' safetensors headers are the difference from 1).
+  CHECK(j["restore_read_over_checkpoint"].get<double>() > 0.9);
+  CHECK(j["restore_read_over_checkpoint"].get<double>() < 1.1);
+  CHECK(j["disk_write_fsync_gb_per_s"]["min"].get<double>() <= j["disk_write_fsync_gb_per_s"]["max"].get<double>());
+  if (j["checkpoints"].get<int>() > 0)  // persists that ended before the last step
+    CHECK(j["persist_while_training_s"]["min"].get<double>() > 0);
+  CHECK(j["step_ms"]["with_checkpoints"]["median"].get<double>() > 0);
+  CHECK(j["step_ms"]["without_checkpoints"]["median"].get<double>() > 0);
+  auto bad = run(troupe_bin() + " bench checkpoint " + job.cfg + " --nodes 2 --pytorch");
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("--pytorch") != std::string::npos);
 }
 
 }  // namespace troupe::testing

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "common/posix_file.hpp"
@@ -164,17 +165,31 @@ Expected<ShardRecord> write_shard(const std::string& dir, const std::string& nam
   crc = crc32_of(header.data(), header.size(), crc);
   TROUPE_TRY(write_all(file->get(), len, 8, path));
   TROUPE_TRY(write_all(file->get(), header.data(), header.size(), path));
+  // The pieces' CRCs are computed on a helper thread while this one streams
+  // the bytes to storage: the checksum pass is off the write's critical path
+  // (the thread inherits this one's background priority).
+  std::vector<std::uint32_t> piece_crcs(entries.size());
+  std::jthread checksums([&entries, &piece_crcs] {
+    for (std::size_t i = 0; i < entries.size(); ++i)
+      piece_crcs[i] = crc32_of(entries[i].data, static_cast<std::size_t>(entries[i].count) * sizeof(float));
+  });
   std::uint64_t offset = 8 + header.size();
   WritebackWindows writeback(file->get());
   for (const Entry& e : entries) {
     const std::size_t bytes = static_cast<std::size_t>(e.count) * sizeof(float);
-    TROUPE_TRY(write_all(file->get(), e.data, bytes, path));
+    TROUPE_TRY(write_all(file->get(), e.data, bytes, path));  // (an early return joins `checksums`)
     writeback.wrote(offset + bytes);
-    const std::uint32_t piece_crc = crc32_of(e.data, bytes);
-    crc = crc32_combine_of(crc, piece_crc, bytes);  // one pass over the data, not two
+    offset += bytes;
+  }
+  checksums.join();
+  offset = 8 + header.size();
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const std::size_t bytes = static_cast<std::size_t>(e.count) * sizeof(float);
+    crc = crc32_combine_of(crc, piece_crcs[i], bytes);  // the file's CRC from its pieces': one pass over the data
     CheckpointTensor& t = record.tensors[e.logical];
     t.shape = e.full_shape;
-    t.pieces.push_back({name, offset, e.begin, e.begin + e.count, piece_crc});
+    t.pieces.push_back({name, offset, e.begin, e.begin + e.count, piece_crcs[i]});
     offset += bytes;
   }
   TROUPE_TRY(sync_file(file->get(), path));

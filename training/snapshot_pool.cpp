@@ -15,6 +15,14 @@ int SnapshotPool::local_index(int rank) const {
   return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
 }
 
+Status SnapshotPool::prepare(int local, const std::function<Status(StageSnapshot&)>& fill) {
+  if (local < 0 || local >= actors()) return make_error("checkpoint: no buffers for local actor ", std::to_string(local));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& b : actors_[static_cast<std::size_t>(local)].buffers)
+    if (b.use == Use::free) TROUPE_TRY(fill(b.snapshot));
+  return Status::success();
+}
+
 Expected<StageSnapshot*> SnapshotPool::acquire(int local, int step, const ShardLayout& layout,
                                                 std::chrono::milliseconds limit) {
   if (local < 0 || local >= actors()) return make_error("checkpoint: no buffers for local actor ", std::to_string(local));
@@ -35,10 +43,10 @@ Expected<StageSnapshot*> SnapshotPool::acquire(int local, int step, const ShardL
   return &free->snapshot;
 }
 
-std::string SnapshotPool::new_failure(int local) {
+std::optional<PersistOutcome> SnapshotPool::new_outcome(int local) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (local < 0 || local >= actors()) return "";
-  return std::exchange(actors_[static_cast<std::size_t>(local)].unreported_failure, std::string());
+  if (local < 0 || local >= actors()) return std::nullopt;
+  return std::exchange(actors_[static_cast<std::size_t>(local)].unreported, std::nullopt);
 }
 
 bool SnapshotPool::filled(int local, int step) {
@@ -76,15 +84,16 @@ std::vector<ShardToWrite> SnapshotPool::start_persist(int step) {
   return out;
 }
 
-void SnapshotPool::persisted(int step, const std::string& failure) {
+void SnapshotPool::persisted(const PersistOutcome& outcome) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& a : actors_) {
       for (auto& b : a.buffers)
-        if (b.use == Use::persisting && b.step == step) b.use = Use::free;
-      if (!failure.empty()) a.unreported_failure = failure;
+        if (b.use == Use::persisting && b.step == outcome.step) b.use = Use::free;
+      // A failure is not overwritten by a later success before it was reported.
+      if (!a.unreported || a.unreported->failure.empty() || !outcome.failure.empty()) a.unreported = outcome;
     }
-    if (!failure.empty()) failures_.push_back(failure), failed_steps_[step] = failure;
+    if (!outcome.failure.empty()) failures_.push_back(outcome.failure), failed_steps_[outcome.step] = outcome.failure;
   }
   changed_.notify_all();
 }

@@ -13,8 +13,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,10 +34,13 @@ class SnapshotPool {
   int local_index(int rank) const;
   int actors() const { return static_cast<int>(ranks_.size()); }
 
+  /// Fills every free buffer of actor `local` once with `fill`, so that the
+  /// first checkpoints do not pay for allocating and faulting in their pages.
+  Status prepare(int local, const std::function<Status(StageSnapshot&)>& fill);
   /// A free buffer of actor `local` for `step` (B-1), waiting at most `limit`.
   Expected<StageSnapshot*> acquire(int local, int step, const ShardLayout& layout, std::chrono::milliseconds limit);
-  /// Why a persist failed since actor `local` last asked ("" = none did).
-  std::string new_failure(int local);
+  /// The last persist that ended since actor `local` last asked, if one did.
+  std::optional<PersistOutcome> new_outcome(int local);
   /// Actor `local`'s buffer of `step` is filled; true for the one call that
   /// completes the step (every actor's buffer of it filled, B-2).
   bool filled(int local, int step);
@@ -43,8 +48,8 @@ class SnapshotPool {
   bool complete(int step) const;
   /// The filled buffers of `step`, now persisting (valid until persisted(step)).
   std::vector<ShardToWrite> start_persist(int step);
-  /// The persist of `step` ended (`failure` = "" when it succeeded).
-  void persisted(int step, const std::string& failure);
+  /// The persist of `outcome.step` ended; its buffers are free again.
+  void persisted(const PersistOutcome& outcome);
   /// Waits until no step is persisting or ready to be (B-3), at most
   /// `limit`; the failures since the last drain as one error.
   Status drain(std::chrono::milliseconds limit);
@@ -63,7 +68,7 @@ class SnapshotPool {
   struct Actor {
     std::vector<Buffer> buffers;
     ShardLayout layout;
-    std::string unreported_failure;  ///< for this actor's next lease
+    std::optional<PersistOutcome> unreported;  ///< for this actor's next metrics line
   };
   bool busy() const;
   bool complete_locked(int step) const;

@@ -1,6 +1,8 @@
 // Phase 2 on a node, and restoring a stage with one reader per group.
 #include "training/stage_checkpoint.hpp"
 
+#include <sched.h>
+
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -42,6 +44,8 @@ std::string model_difference(const GptConfig& saved, const GptConfig& job) {
 void run_as_background_work() {
   const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
   ::setpriority(PRIO_PROCESS, tid, 10);  // best effort: an unprivileged raise is refused, a lowering never is
+  sched_param idle{};
+  ::sched_setscheduler(static_cast<pid_t>(tid), SCHED_IDLE, &idle);  // best effort too: nice 10 stays if refused
   constexpr int kIoprioClassBestEffort = 2, kIoprioClassShift = 13, kLowest = 7;
   ::syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, static_cast<int>(tid),
             (kIoprioClassBestEffort << kIoprioClassShift) | kLowest);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,16 +20,26 @@
 
 namespace troupe {
 
+/// How one persist on a node ended, as the node's stage actors report it in their metrics.
+struct PersistOutcome {
+  int step = -1;
+  std::string failure;      ///< "" = persisted
+  std::uint64_t bytes = 0;  ///< written by this node
+  double seconds = 0;       ///< until durable (on node 0: committed)
+};
 
 /// Where a stage actor's snapshots go: the node's checkpoint writer.
 struct CheckpointSink {
   /// A host buffer for this actor's snapshot of `step` (laid out as `layout`);
   /// blocks (bounded) while the writer's buffers are all still being persisted.
   std::function<Expected<StageSnapshot*>(int step, const ShardLayout& layout)> acquire;
+  /// Fills each of this actor's buffers once (with the stage's state), so
+  /// that no checkpoint pays for allocating or faulting in its pages.
+  std::function<Status(const std::function<Status(StageSnapshot&)>& fill)> prepare;
   /// The snapshot of `step` is complete in the buffer acquire gave.
   std::function<void(int step)> filled;
-  /// Why a persist failed since the last call ("" = none did): for the metrics.
-  std::function<std::string()> new_failure;
+  /// The node's last persist that ended since the last call, if one did: for the metrics.
+  std::function<std::optional<PersistOutcome>()> new_outcome;
   /// Waits until the snapshots of `step` are persisted (on node 0: the
   /// checkpoint committed); the error if that persist failed.
   std::function<Status(int step)> persisted;
@@ -54,8 +65,10 @@ struct ShardToWrite {
   const StageSnapshot* snapshot = nullptr;
 };
 
-/// Lowers the calling thread's CPU and I/O priority (nice 10, best-effort I/O
-/// class, lowest level): phase 2 runs beside training and must yield to it.
+/// Lowers the calling thread's CPU and I/O priority (SCHED_IDLE — it runs only
+/// on cores training leaves idle — else nice 10; best-effort I/O class, lowest
+/// level): phase 2 runs beside training and must yield to it. Threads it then
+/// starts inherit both.
 void run_as_background_work();
 
 struct PersistFigures {
@@ -63,6 +76,7 @@ struct PersistFigures {
   double seconds = 0;       ///< until durable (on node 0: committed); deleting older ones follows
   bool committed = false;   ///< this node committed the checkpoint (node 0)
 };
+
 
 /// Phase 2 on one node: writes its shards and its part into ROOT's partial
 /// directory of `base.step`; node 0 then waits (at most `wait_ms`, and not

@@ -26,6 +26,7 @@
 #include "training/job_model.hpp"
 #include "training/checkpoint_export.hpp"
 #include "training/checkpoint_store.hpp"
+#include "training/stage_checkpoints.hpp"
 #include "training/stage_state.hpp"
 #include "training/step_report.hpp"
 
@@ -52,7 +53,7 @@ struct StepFigures {
   double lr = 0;
   float global_sum_squares = 0;
   double checkpoint_stall_us = -1;  ///< phase 1 of a checkpoint taken after this step (< 0: none)
-  std::string checkpoint_failure;   ///< a persist that failed since the last checkpoint
+  std::optional<PersistOutcome> persisted;  ///< the node's last persist that ended since the last step
 };
 
 class Trainer {
@@ -66,7 +67,8 @@ class Trainer {
         s_(device_.default_stream()),
         coll_(*a.transport),
         limit_(a.wait_timeout_ms),
-        lrs_(lr_schedule(job_)) {
+        lrs_(lr_schedule(job_)),
+        checkpoints_(a.checkpoints, job_.checkpoint.every, me_.dp) {
     for (int st = 0; st < plan_.dims.pp; ++st) stage_ranks_.push_back(rank_of(plan_.dims, Coord{me_.dp, st, 0}));
     for (int r = 0; r < plan_.actors(); ++r) everyone_.push_back(r);
   }
@@ -78,6 +80,7 @@ class Trainer {
     auto fault = injected_fault_from_env();
     if (!fault) return fault.error();
     if (!a_.resume_dir.empty()) TROUPE_TRY(resume());
+    TROUPE_TRY(checkpoints_.prepare(*state_));
     TROUPE_TRY(start_together());
     double loss = 0;
     while (state_->next_step() < job_.train.steps) {
@@ -167,35 +170,21 @@ class Trainer {
   // Phase 1 of a checkpoint at this step boundary: the state into the
   // writer's host buffer (the only stall); the writer persists it meanwhile.
   Status checkpoint_if_due(StepFigures& f) {
+    f.persisted = checkpoints_.new_outcome();  // for this step's metrics
     const int done = state_->next_step();
-    const int every = job_.checkpoint.every;
-    if (a_.checkpoints) f.checkpoint_failure = a_.checkpoints.new_failure();  // for this step's metrics
-    if (!a_.checkpoints || every <= 0 || done % every != 0) return Status::success();
-    const auto start = Clock::now();
-    TROUPE_TRY(take_snapshot(done));
-    f.checkpoint_stall_us = us_since(start);
+    auto stall = checkpoints_.take_if_due(*state_, done);
+    if (!stall) return stall.error();
+    if (!*stall) return Status::success();
+    f.checkpoint_stall_us = **stall;
     if (trace_) trace_->span(links_.trace_track, "checkpoint", "checkpoint", trace_->now_us() - f.checkpoint_stall_us,
                              f.checkpoint_stall_us, {{"step", done - 1}});
-    return Status::success();
-  }
-
-  // Phase 1 after `done` steps: the state into a buffer of the node's writer,
-  // which is told once every actor on the node has filled its own.
-  Status take_snapshot(int done) {
-    if (!layout_) layout_ = shard_layout(*state_, me_.dp);
-    auto lease = a_.checkpoints.acquire(done, *layout_);
-    if (!lease) return lease.error();
-    TROUPE_TRY(state_->snapshot(**lease));
-    a_.checkpoints.filled(done);
-    last_snapshot_ = done;
     return Status::success();
   }
 
   // Waits for the persist of this actor's last snapshot (so that the node
   // does not stop under it); a failure there is reported, never fatal.
   void drain_checkpoints() {
-    if (!a_.checkpoints || last_snapshot_ < 0) return;
-    if (auto st = a_.checkpoints.persisted(last_snapshot_); !st && root_) spdlog::error("{}", st.error().message);
+    if (auto st = checkpoints_.drain(); !st && root_) spdlog::error("{}", st.error().message);
   }
 
   Status take_root_duties() {
@@ -336,7 +325,11 @@ class Trainer {
                            {"grad_buckets_hidden", rep.hidden}};
     if (val_loss) line["val_loss"] = *val_loss;
     if (f.checkpoint_stall_us >= 0) line["checkpoint_stall_ms"] = f.checkpoint_stall_us / 1e3;
-    if (!f.checkpoint_failure.empty()) line["checkpoint_error"] = f.checkpoint_failure;
+    if (f.persisted && !f.persisted->failure.empty()) line["checkpoint_error"] = f.persisted->failure;
+    if (f.persisted && f.persisted->failure.empty())
+      line["checkpoint_persisted"] = {{"step", f.persisted->step},
+                                      {"node_mb", static_cast<double>(f.persisted->bytes) / 1e6},
+                                      {"s", f.persisted->seconds}};
     if (!resumed_.is_null()) line.update(std::exchange(resumed_, nullptr));
     TROUPE_TRY(root_->metrics->write(line.dump()));
     if (t.log_every > 0 && (step % t.log_every == 0 || step + 1 == t.steps))
@@ -351,7 +344,6 @@ class Trainer {
   // one safetensors file tensor by tensor. No actor holds the whole model.
   Status save_if_asked() {
     if (a_.save_path.empty()) return Status::success();
-    if (!a_.checkpoints) return make_error("--save: no checkpoint writer on this node");
     // A checkpoint that exists only for this goes on every path out (on the root, which exports it).
     const bool temporary = job_.checkpoint.dir.empty() && root_;
     std::shared_ptr<void> remove(nullptr, [&](void*) {
@@ -359,9 +351,9 @@ class Trainer {
       if (temporary) std::filesystem::remove_all(a_.checkpoint_root, ec);
     });
     const int done = state_->next_step();
-    const int every = job_.checkpoint.every;
-    if (every <= 0 || done % every != 0) TROUPE_TRY(take_snapshot(done));
-    if (auto st = a_.checkpoints.persisted(done); !st) return make_error("--save ", a_.save_path, ": ", st.error().message);
+    if (auto st = checkpoints_.take_final(*state_, done); !st)
+      return make_error("--save ", a_.save_path, ": ", st.error().message);
+    if (auto st = checkpoints_.persisted(done); !st) return make_error("--save ", a_.save_path, ": ", st.error().message);
     if (!root_) return Status::success();
     const std::string dir = checkpoint_dir(a_.checkpoint_root, done);
     auto exported = export_weights(dir, a_.save_path);
@@ -386,8 +378,7 @@ class Trainer {
   std::unique_ptr<StageState> state_;
   std::optional<RootDuties> root_;
   std::optional<StageEvaluator> eval_;  ///< opened at the first evaluation
-  std::optional<ShardLayout> layout_;  ///< this stage's checkpoint layout, once known
-  int last_snapshot_ = -1;             ///< the step of this actor's last snapshot
+  StageCheckpoints checkpoints_;
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
 };
 

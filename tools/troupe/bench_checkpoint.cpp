@@ -5,6 +5,7 @@
 // and without a persist running — then a restore read from storage, and the
 // peer: a synchronous torch.save of the same model and AdamW state.
 #include "tools/troupe/bench_checkpoint.hpp"
+#include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/bench_step.hpp"
 
 #include <fcntl.h>
@@ -43,15 +44,6 @@ double seconds_of(const std::function<void()>& fn) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// min, median, max of repeated figures.
-nlohmann::json spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {{"min", v.front()}, {"median", v[v.size() / 2]}, {"max", v.back()}};
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Drops `path`'s pages from the page cache (after fsync), so the next read comes from storage.
 void evict(const std::string& path) {
@@ -121,6 +113,7 @@ struct OneActor {
 }  // namespace
 
 Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
+  if (a.nodes > 0) return bench_checkpoint_nodes(a);
   auto job = load_job_config(a.config, a.overrides);
   if (!job) return job.error();
   job->parallel.dp = job->parallel.pp = 1;
@@ -130,18 +123,11 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
   auto plan = make_stage_plan(*job, 1);
   if (!plan) return plan.error();
   if (a.repeats < 1) return make_error("--repeats must be >= 1");
-  const std::string root = a.dir.empty() ? (std::filesystem::temp_directory_path() / ("troupe_bench_ckpt_" + std::to_string(::getpid()))).string() : a.dir;
+  const BenchDirectory scratch(a.dir, "troupe_bench_ckpt");
+  const std::string& root = scratch.path();
   std::error_code ec;
   std::filesystem::create_directories(root, ec);
   if (ec) return make_error("--dir ", root, ": ", ec.message());
-  struct Cleanup {
-    std::string root;
-    bool own;
-    ~Cleanup() {
-      std::error_code e;
-      if (own) std::filesystem::remove_all(root, e);
-    }
-  } cleanup{root, a.dir.empty()};
 
   OneActor actor(resolved_threads(job->train), *plan);
   TROUPE_TRY(actor.build());
@@ -154,53 +140,56 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
   for (auto* part : {&snapshot.params, &snapshot.exp_avg, &snapshot.exp_avg_sq})
     for (auto& v : *part) state_bytes += v.size() * sizeof(float);
 
-  // The machine: memcpy of the state's size, and the disk's sequential write with fsync.
-  std::vector<char> src(state_bytes, 1), dst(state_bytes, 0);
-  std::vector<double> memcpy_s, disk_s, stall_s, persist_s, restore_s;
-  for (int r = 0; r < a.repeats; ++r) {
-    memcpy_s.push_back(seconds_of([&] { std::memcpy(dst.data(), src.data(), state_bytes); }));
-    auto d = disk_write_seconds(root + "/disk-probe", src);
-    if (!d) return d.error();
-    disk_s.push_back(*d);
+  // The machine: memcpy of the state's size. The disk's sequential write with
+  // fsync (of incompressible bytes, as the state is) is measured right before
+  // each persist, so that each pair sees the same shared disk.
+  std::vector<char> src(state_bytes), dst(state_bytes, 0);
+  std::mt19937 fill(7);
+  for (std::size_t i = 0; i + 4 <= state_bytes; i += 4) {
+    const std::uint32_t word = fill();
+    std::memcpy(src.data() + i, &word, 4);
   }
+  std::vector<double> memcpy_s, disk_s, stall_s, persist_s, restore_s;
+  for (int r = 0; r < a.repeats; ++r)
+    memcpy_s.push_back(seconds_of([&] { std::memcpy(dst.data(), src.data(), state_bytes); }));
   // Phase 1: the stall.
   for (int r = 0; r < a.repeats; ++r) {
     Status st;
     stall_s.push_back(seconds_of([&] { st = actor.state->snapshot(snapshot); }));
     TROUPE_TRY(st);
   }
-  // Phase 2: persisting (shards, part, manifest, rename), keeping one.
+  // Phase 2: persisting (shards, manifest, rename), keeping one; each beside a disk probe.
   std::uint64_t persisted_bytes = 0;
   const std::vector<ShardToWrite> shards{{0, &layout, &snapshot}};
   for (int r = 0; r < a.repeats; ++r) {
+    auto d = disk_write_seconds(root + "/disk-probe", src);
+    if (!d) return d.error();
+    disk_s.push_back(*d);
     auto p = persist_node_shards(root, manifest_base(*plan, 1000 + r), 0, 1, 1, shards, 600000);
     if (!p) return p.error();
     persist_s.push_back(p->seconds);
     persisted_bytes = p->bytes;
   }
-  // Steps without, then with a persist running the whole time.
+  // Steps without and with a persist running the whole time, alternated so
+  // that each pair sees the same machine. Every=1, the most a job asks: one
+  // persist starts with each step and runs beside it.
   std::vector<double> plain, overlapped;
+  int persists = 0;
   for (int i = 0; i < a.steps; ++i) {
     auto s = actor.step();
     if (!s) return s.error();
     plain.push_back(*s);
-  }
-  // Every=1, the most a job asks: one persist starts with each step and runs beside it.
-  int persists = 0;
-  Status step_status;
-  for (int i = 0; i < a.steps && step_status.ok(); ++i) {
     Expected<PersistFigures> p = PersistFigures{};
     std::thread writer([&] {
       run_as_background_work();  // as the checkpoint writer's persist thread does
       p = persist_node_shards(root, manifest_base(*plan, 2000 + i), 0, 1, 1, shards, 600000);
     });
-    auto s = actor.step();
+    auto o = actor.step();
     writer.join();
-    if (!s) step_status = s.error();
-    else overlapped.push_back(*s);
+    if (!o) return o.error();
+    overlapped.push_back(*o);
     persists += p.ok();
   }
-  TROUPE_TRY(step_status);
   // Restore from storage (the page cache dropped): what one replica group's reader reads.
   const auto steps = complete_steps(root);
   if (steps.empty()) return make_error(root, ": no checkpoint was written");
@@ -221,10 +210,14 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
   }
 
   const double gb = static_cast<double>(state_bytes) / 1e9;
-  const double memcpy_gbs = gb / median(memcpy_s), disk_gbs = gb / median(disk_s);
+  const double memcpy_gbs = gb / median(memcpy_s);
   const double bound = static_cast<double>(state_bytes) / (memcpy_gbs * 1e9);
-  std::vector<double> persist_gbs;
+  std::vector<double> persist_gbs, persist_over_disk, step_ratio;
   for (double s : persist_s) persist_gbs.push_back(static_cast<double>(persisted_bytes) / 1e9 / s);
+  for (std::size_t i = 0; i < persist_s.size(); ++i)  // bytes/s over bytes/s, pair by pair
+    persist_over_disk.push_back(static_cast<double>(persisted_bytes) / persist_s[i] /
+                                (static_cast<double>(state_bytes) / disk_s[i]));
+  for (std::size_t i = 0; i < plain.size(); ++i) step_ratio.push_back(overlapped[i] / plain[i]);
   nlohmann::json out = {
       {"bench", "checkpoint"},
       {"config", a.config},
@@ -243,13 +236,13 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
       {"persist_s", spread(persist_s)},
       {"persist_bytes", persisted_bytes},
       {"persist_gb_per_s", spread(persist_gbs)},
-      {"persist_over_disk", median(persist_gbs) / disk_gbs},
+      {"persist_over_disk", spread(persist_over_disk)},
       {"step_ms", {{"without_persist", median(plain) * 1e3}, {"while_persisting", median(overlapped) * 1e3},
                    {"persists_during", persists}}},
-      {"step_while_persisting_over_without", median(overlapped) / median(plain)},
+      {"step_while_persisting_over_without", spread(step_ratio)},
       {"restore_s", spread(restore_s)},
       {"restore_bytes_read", read_bytes},
-      {"checkpoint_dir", a.dir.empty() ? std::string("(temporary, removed)") : root},
+      {"checkpoint_dir", scratch.described()},
   };
   if (a.pytorch) {
     std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/torch_gpt.py save '" + a.config + "' --out '" +

@@ -52,6 +52,13 @@ void register_bench(CLI::App& app, Action& action) {
   ck->add_option("--steps", ckpt->steps, "Training steps measured with and without a persist running")
       ->check(CLI::Range(1, 100000));
   ck->add_flag("--pytorch", ckpt->pytorch, "Also time PyTorch's torch.save of the same state");
+  auto* ck_nodes = ck->add_option("--nodes", ckpt->nodes,
+                                  "Measure the job itself, launched on N node processes (each with its writer)")
+                       ->check(CLI::Range(1, 64));
+  ck->add_option("--every", ckpt->every, "With --nodes: a checkpoint every this many steps")
+      ->check(CLI::Range(1, 100000))
+      ->needs(ck_nodes);
+  ck_nodes->excludes(ck->get_option("--pytorch"));
   ck->callback([ckpt, &action] {
     action = [ckpt] {
       auto r = bench_checkpoint(*ckpt);

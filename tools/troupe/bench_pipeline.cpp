@@ -13,18 +13,9 @@
 
 #include "runtime/launcher.hpp"
 #include "tools/troupe/commands.hpp"
+#include "tools/troupe/bench_figures.hpp"
 
 namespace troupe::cli {
-namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-}  // namespace
-
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
                                         int warmup) {
   char self[PATH_MAX] = {};

@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "runtime/job_config.hpp"
+#include "tools/troupe/bench_figures.hpp"
 
 #ifndef TROUPE_SOURCE_DIR
 #define TROUPE_SOURCE_DIR "."
@@ -21,11 +22,6 @@
 
 namespace troupe::cli {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double peak_rss_mib() {
   rusage ru{};
