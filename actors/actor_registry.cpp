@@ -6,6 +6,7 @@
 #include <caf/actor_system.hpp>
 
 #include "training/checkpoint_store.hpp"
+#include "training/fault_drill.hpp"
 
 namespace troupe {
 
@@ -72,7 +73,8 @@ Expected<JobConfig> check_job(const std::string& config_path, const std::vector<
     if (!n) return n.error();
     k = *n;
   }
-  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}, {}, {}};
+  if (auto st = check_fault_nodes(job->faults, nodes, k); !st) return make_error(config_path, ": ", st.error().message);
+  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}, {}, {}, {}};
   TROUPE_TRY(registry.validate(type, probe));
   return job;
 }

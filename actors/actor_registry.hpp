@@ -19,6 +19,7 @@ namespace troupe {
 
 class Transport;
 class SnapshotPool;
+class ProgressBoard;
 
 /// Where a job's outputs go and what it starts from (command-line flags, not
 /// part of the job config and its hash).
@@ -48,6 +49,7 @@ struct ActorArgs {
   std::string data_ring;   ///< name of the loader's shared-memory ring
   caf::actor checkpoint_writer;              ///< the node's, if the job takes checkpoints
   std::shared_ptr<SnapshotPool> snapshots;   ///< its host buffers
+  std::shared_ptr<ProgressBoard> progress;   ///< where the node's health monitor reads its actors (optional)
 };
 
 /// How many actors of a type a job places on each node, and what the node

@@ -6,8 +6,11 @@
 #include <caf/all.hpp>
 #include <algorithm>
 #include <cmath>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "actors/protocol.hpp"
+#include "runtime/metrics_writer.hpp"
 #include "runtime/redis_client.hpp"
 #include "runtime/rendezvous.hpp"
 
@@ -18,7 +21,9 @@ struct CoordinatorState {
   CoordinatorConfig cfg;
   std::vector<bool> done, alive;
   int done_count = 0;
-  std::string from_peer_failure;  ///< held for kBlameGraceMs (SV-6)
+  std::optional<Verdict> from_peer_failure;  ///< held for kBlameGraceMs (SV-6)
+  std::optional<HealthJudge> judge;  ///< SV-7
+  HealthJudge::Clock::time_point start;
   std::uint64_t stale = 0, foreign = 0;
   bool finished = false;
   static inline const char* name = "troupe.coordinator";
@@ -31,8 +36,8 @@ void finish(Self* self, bool ok, const std::string& reason) {
   auto& st = self->state;
   if (st.finished) return;
   st.finished = true;
-  for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r)
-    if (st.alive[r]) self->send(st.cfg.nodes[r], msg::Finish{st.cfg.generation, ok, reason});
+  // Every node, a lost one too: a hung process reads it if it ever runs again.
+  for (auto& node : st.cfg.nodes) self->send(node, msg::Finish{st.cfg.generation, ok, reason});
   if (ok)
     spdlog::info("coordinator: job {} finished (generation {}, {} stale and {} foreign messages dropped)",
                  st.cfg.job_id, st.cfg.generation, st.stale, st.foreign);
@@ -41,21 +46,79 @@ void finish(Self* self, bool ok, const std::string& reason) {
   self->quit();
 }
 
-// SV-2: bump the generation in Redis first, then tell the survivors.
-void on_node_lost(Self* self, int rank, const caf::error& reason) {
+// SV-2: bump the generation in Redis first, then tell the survivors that `node` is lost.
+void lose_node(Self* self, int node, const std::string& why) {
   auto& st = self->state;
-  st.alive[static_cast<std::size_t>(rank)] = false;
-  if (st.finished) return;
+  st.alive[static_cast<std::size_t>(node)] = false;
   auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
   auto gen = redis ? bump_generation(*redis, st.cfg.job_id) : Expected<std::uint64_t>(redis.error());
   // Monotonic even if Redis is unreachable or was reset.
   st.cfg.generation = std::max(gen ? *gen : 0, st.cfg.generation + 1);
-  const std::string why = "node " + std::to_string(rank) + " lost (" + self->system().render(reason) + ")";
-  spdlog::error("coordinator: {}; generation is now {}", why, st.cfg.generation);
+  spdlog::error("coordinator: node {} lost; generation is now {}", node, st.cfg.generation);
   for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r)
-    if (st.alive[r]) self->send(st.cfg.nodes[r], msg::PeerLost{st.cfg.generation, rank, why});
-  // No hot replacement yet: a lost node fails the job.
-  finish(self, false, why);
+    if (st.alive[r]) self->send(st.cfg.nodes[r], msg::PeerLost{st.cfg.generation, node, why});
+}
+
+// SV-7: every failure ends as one verdict — logged, added to the metrics as a
+// `fault` object — and, with no hot replacement yet, ends the job.
+void conclude(Self* self, const Verdict& v) {
+  auto& st = self->state;
+  if (st.finished) return;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(HealthJudge::Clock::now() - st.start).count();
+  spdlog::error("coordinator: verdict {}", v.line());
+  if (auto m = MetricsWriter::append(st.cfg.metrics_path); m)
+    (void)m->write(nlohmann::json{{"fault", {{"kind", v.kind}, {"node", v.node}, {"actor", v.actor},
+                                             {"evidence", v.evidence}, {"at_ms", ms}}}}
+                       .dump());
+  st.judge->forget(v.node);
+  finish(self, false, v.line());
+}
+
+void on_node_lost(Self* self, int rank, const caf::error& reason) {
+  auto& st = self->state;
+  st.alive[static_cast<std::size_t>(rank)] = false;
+  if (st.finished) return;
+  const Verdict v{"process_death", rank, -1,
+                  "its actor system went away (" + self->system().render(reason) + ")"};
+  lose_node(self, rank, "node " + std::to_string(rank) + " lost (" + v.line() + ")");
+  conclude(self, v);
+}
+
+// A verdict of the health judge: a hung node is also a lost one for the survivors.
+void on_judged(Self* self, const Verdict& v) {
+  if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
+  conclude(self, v);
+}
+
+// A node's report of a failed work actor, as a verdict (SV-6 holds one that
+// only reports a peer's failure).
+Verdict verdict_of(const msg::NodeFailed& m) {
+  const std::string kind = m.from_peer ? "transport_failure" : m.kind.empty() ? "actor_error" : m.kind;
+  return Verdict{kind, m.node, m.actor, m.reason};
+}
+
+void on_heartbeat(Self* self, const msg::Heartbeat& m) {
+  auto& st = self->state;
+  // From the health monitor of the node it names (its actor system), in this generation.
+  const auto& sender = self->current_sender();
+  if (m.node < 0 || m.node >= static_cast<int>(st.cfg.nodes.size()) || !sender ||
+      sender->node() != st.cfg.nodes[static_cast<std::size_t>(m.node)].node()) {
+    ++st.foreign;
+    return;
+  }
+  if (m.generation != st.cfg.generation) {
+    ++st.stale;
+    return;
+  }
+  const std::size_t n = m.actors.size();
+  if (m.steps.size() != n || m.instructions.size() != n || m.idle_ms.size() != n || m.waiting_ms.size() != n) {
+    ++st.foreign;
+    return;
+  }
+  std::vector<ActorBeat> beats(n);
+  for (std::size_t i = 0; i < n; ++i)
+    beats[i] = ActorBeat{m.actors[i], m.steps[i], m.instructions[i], m.idle_ms[i], m.waiting_ms[i]};
+  st.judge->heartbeat(m.node, HealthJudge::Clock::now(), std::move(beats));
 }
 
 // SV-3, SV-5: a report counts only from the named node's actor, in this generation.
@@ -82,6 +145,7 @@ void on_node_done(Self* self, int node, float checksum) {
                       std::to_string(s.cfg.expected_checksum) + " was expected");
   if (s.done[static_cast<std::size_t>(node)]) return;
   s.done[static_cast<std::size_t>(node)] = true;
+  s.judge->forget(node);  // its monitor stops with it
   if (++s.done_count < static_cast<int>(s.done.size())) return;
   spdlog::info("coordinator: all {} nodes {} (generation {})", s.done_count,
                s.cfg.check_checksum ? "verified the fabric" : "finished their work", s.cfg.generation);
@@ -97,6 +161,9 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
   const auto n = st.cfg.nodes.size();
   st.done.assign(n, false);
   st.alive.assign(n, true);
+  st.start = HealthJudge::Clock::now();
+  st.judge.emplace(static_cast<int>(n), st.cfg.health, st.start);
+  self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
   // SV-1: monitor before the plan goes out.
   for (auto& node : st.cfg.nodes) self->monitor(node);
   self->set_down_handler([self](caf::down_msg& dm) {
@@ -111,20 +178,25 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
       },
       [self](const msg::NodeFailed& m) {
         if (!accept_report(self, m.generation, m.node)) return;
-        const std::string why =
-            "node " + std::to_string(m.node) + ", stage actor " + std::to_string(m.actor) + ": " + m.reason;
-        if (!m.from_peer) return finish(self, false, why);
+        if (!m.from_peer) return conclude(self, verdict_of(m));
         auto& held = self->state.from_peer_failure;
-        if (!held.empty()) return;
-        held = why;
+        if (held) return;
+        held = verdict_of(m);
         self->delayed_send(self, std::chrono::milliseconds(kBlameGraceMs), msg::BlameDeadline{});
       },
       [self](msg::BlameDeadline) {
         if (self->current_sender() && self->current_sender()->address() == self->address())
-          finish(self, false, self->state.from_peer_failure);
+          conclude(self, *self->state.from_peer_failure);
       },
       [self](msg::HoldOver) {
         if (self->current_sender() && self->current_sender()->address() == self->address()) finish(self, true, "");
+      },
+      [self](const msg::Heartbeat& m) { on_heartbeat(self, m); },
+      [self](msg::HealthTick) {
+        auto& st = self->state;
+        if (self->current_sender() != self->ctrl() || st.finished) return;
+        if (auto v = st.judge->check(HealthJudge::Clock::now())) return on_judged(self, *v);
+        self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
       },
   };
 }

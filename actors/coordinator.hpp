@@ -9,6 +9,10 @@
 //  SV-4  the coordinator alone ends the job (Finish), with its outcome and reason.
 //  SV-5  a node report (NodeDone, NodeFailed) counts only if it comes from the
 //        node actor of the rank it names; anything else is dropped and counted.
+//  SV-7  the nodes' heartbeats (from the health monitor of the node a report
+//        names, in this generation) feed a HealthJudge checked every
+//        kHealthCheckMs; its verdict (H-2, H-3) ends the job like a lost node,
+//        and is logged and written to the metrics as a `fault` object.
 //  SV-6  a failed job is reported by its root cause: a failure that only reports
 //        a peer's (NodeFailed::from_peer) waits up to kBlameGraceMs for a report
 //        that began elsewhere (another NodeFailed, a node's death) and gives way
@@ -19,11 +23,15 @@
 #include <string>
 #include <vector>
 
+#include "runtime/health_judge.hpp"
+
 namespace troupe {
 
 /// How long a from_peer failure waits for its root cause's report (SV-6):
 /// the root cause's report follows its transfers' failure within milliseconds.
 inline constexpr int kBlameGraceMs = 1000;
+/// How often the coordinator looks at the heartbeats (a verdict comes at most this late).
+inline constexpr int kHealthCheckMs = 50;
 
 struct CoordinatorConfig {
   std::vector<caf::actor> nodes;  ///< by rank
@@ -34,6 +42,8 @@ struct CoordinatorConfig {
   double hold_seconds = 0;
   float expected_checksum = 0;
   bool check_checksum = true;  ///< compare each node's result with expected_checksum
+  HealthLimits health;         ///< when a silent node is hung, an actor without progress stuck
+  std::string metrics_path;    ///< verdicts are added here as {"fault": ...} lines ("" = none)
 };
 
 caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg);

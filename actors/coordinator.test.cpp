@@ -39,7 +39,7 @@ caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observ
       },
       [=](const std::string&, std::uint64_t gen, bool from_peer) {
         const std::string why = from_peer ? "transfer with a failed peer" : "the root cause";
-        self->send(*coordinator, msg::NodeFailed{gen, rank, 2 * rank, why, from_peer});
+        self->send(*coordinator, msg::NodeFailed{gen, rank, 2 * rank, why, from_peer, ""});
       },
   };
 }
@@ -51,10 +51,20 @@ struct Job {
   std::vector<caf::actor> nodes;
   std::shared_ptr<std::vector<std::string>> reasons;  ///< each stand-in's Finish reason
   caf::actor coord;
-  Job(int n, const std::string& redis, std::uint64_t generation, const std::string& password = {})
+  // The stand-ins send no heartbeats: by default the judge waits a minute for them.
+  Job(int n, const std::string& redis, std::uint64_t generation, const std::string& password = {},
+      HealthLimits health = {60000, 4, 600000})
       : reasons(std::make_shared<std::vector<std::string>>(static_cast<std::size_t>(n))) {
     for (int r = 0; r < n; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}, reasons));
-    coord = spawn_coordinator(sys, CoordinatorConfig{nodes, redis, password, "t", generation, 0, 3.0f});
+    CoordinatorConfig cfg;
+    cfg.nodes = nodes;
+    cfg.redis_url = redis;
+    cfg.redis_password = password;
+    cfg.job_id = "t";
+    cfg.generation = generation;
+    cfg.expected_checksum = 3.0f;
+    cfg.health = health;
+    coord = spawn_coordinator(sys, cfg);
     for (int i = 0; i < n; ++i)
       observer->receive(
           [&](const std::string& kind, std::uint64_t gen, int, int) {
@@ -95,9 +105,9 @@ TEST_CASE("SV-5: reports from anyone but the named node, or naming no node, are 
   // A forger (the observer) reports for both nodes, a failure for node 0, and nodes that do not exist.
   job.observer->send(job.coord, msg::NodeDone{1, 0, 3.0f});
   job.observer->send(job.coord, msg::NodeDone{1, 1, 3.0f});
-  job.observer->send(job.coord, msg::NodeFailed{1, 0, 0, "forged", false});
+  job.observer->send(job.coord, msg::NodeFailed{1, 0, 0, "forged", false, ""});
   job.observer->send(job.coord, msg::NodeDone{1, 1 << 30, 3.0f});
-  job.observer->send(job.coord, msg::NodeFailed{1, -1, 0, "forged", false});
+  job.observer->send(job.coord, msg::NodeFailed{1, -1, 0, "forged", false, ""});
   CHECK_FALSE(job.finished(300ms));
   // The real nodes' reports still finish the job, successfully.
   for (auto& n : job.nodes) job.observer->send(n, std::string("report"), std::uint64_t{1}, 3.0f);
@@ -139,7 +149,7 @@ TEST_CASE("SV-6: a failure that only reports a peer's gives way to its root caus
     CHECK(job.finished(5s, &ok));
     CHECK_FALSE(ok);
     CHECK(job.finished(5s));  // both stand-ins have written their reason
-    CHECK((*job.reasons)[0] == "node 0, stage actor 0: the root cause");
+    CHECK((*job.reasons)[0] == "actor_error: node 0, stage actor 0 — the root cause");
     CHECK((*job.reasons)[1] == (*job.reasons)[0]);
   }
   SECTION("with no root cause reported, the peer's failure ends the job after the grace") {
@@ -149,8 +159,39 @@ TEST_CASE("SV-6: a failure that only reports a peer's gives way to its root caus
     CHECK(job.finished(std::chrono::milliseconds(kBlameGraceMs + 5000), &ok));
     CHECK_FALSE(ok);
     CHECK(job.finished(5s));
-    CHECK((*job.reasons)[0] == "node 1, stage actor 2: transfer with a failed peer");
+    CHECK((*job.reasons)[0] == "transport_failure: node 1, stage actor 2 — transfer with a failed peer");
   }
+}
+
+TEST_CASE("SV-7: nodes whose heartbeats never come are judged hung within the bound", "[coordinator][health]") {
+  const auto start = std::chrono::steady_clock::now();
+  Job job(2, "redis://127.0.0.1:1", 1, {}, HealthLimits{50, 4, 600000});
+  int finishes = 0, lost = 0;
+  std::chrono::steady_clock::time_point first_word;
+  while (finishes < 2)
+    job.observer->receive(
+        [&](const std::string& kind, std::uint64_t, int rank, int detail) {
+          if (lost + finishes == 0) first_word = std::chrono::steady_clock::now();
+          if (kind == "lost") {
+            CHECK(rank == 1);    // told that node 0 is lost
+            CHECK(detail == 0);
+            ++lost;
+          }
+          if (kind == "finish") {
+            CHECK(detail == 0);  // failed
+            ++finishes;
+          }
+        },
+        caf::after(5s) >> [&] {
+          FAIL("no verdict within 5 s");
+          finishes = 2;
+        });
+  CHECK(first_word - start >= 200ms);  // not before miss_limit x heartbeat_ms
+  CHECK(lost == 1);
+  // The hung node is told too (it reads it if it ever runs again).
+  CHECK_THAT((*job.reasons)[0], Catch::StartsWith("hung_process: node 0 — no heartbeat for "));
+  CHECK_THAT((*job.reasons)[0], Catch::Contains("never heard from since the plan"));
+  CHECK((*job.reasons)[1] == (*job.reasons)[0]);
 }
 
 }  // namespace troupe

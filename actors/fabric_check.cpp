@@ -31,7 +31,8 @@ caf::behavior fabric_check(caf::event_based_actor* self, ActorArgs args) {
         if (r.ok)
           self->send(args.report_to, msg::ActorDone{args.generation, args.rank, r.checksum});
         else
-          self->send(args.report_to, msg::ActorFailed{args.generation, args.rank, "the fabric all-reduce failed", false});
+          self->send(args.report_to, msg::ActorFailed{args.generation, args.rank, "the fabric all-reduce failed", false,
+                                                      "actor_error"});
         self->quit();
       },
   };

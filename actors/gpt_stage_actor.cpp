@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_device.hpp"
 #include "actors/protocol.hpp"
 #include "ops/model/weights.hpp"
+#include "training/progress.hpp"
 #include "training/snapshot_pool.hpp"
 
 namespace troupe {
@@ -121,6 +122,11 @@ void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
 
 }  // namespace
 
+// run_guarded's words for an exception, which report_outcome names as such.
+static bool from_exception(const Error& e) {
+  return e.message.rfind("exception: ", 0) == 0 || e.message == "unknown exception";
+}
+
 Expected<double> run_guarded(const std::function<Expected<double>()>& work) {
   try {
     return work();
@@ -135,8 +141,10 @@ void report_outcome(caf::blocking_actor* self, const ActorArgs& args, const Expe
   if (outcome)
     self->send(args.report_to, msg::ActorDone{args.generation, args.rank, *outcome});
   else
-    self->send(args.report_to, msg::ActorFailed{args.generation, args.rank, outcome.error().message,
-                                                outcome.error().origin == Origin::peer});
+    self->send(args.report_to,
+               msg::ActorFailed{args.generation, args.rank, outcome.error().message,
+                                outcome.error().origin == Origin::peer,
+                                from_exception(outcome.error()) ? "actor_exception" : "actor_error"});
 }
 
 Status validate_gpt_stage_job(const ActorArgs& args) {
@@ -181,6 +189,9 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   ta.save_path = args.files.save;
   ta.resume_dir = args.files.resume;
   ta.wait_timeout_ms = args.job.health.wait_timeout_ms;
+  ta.node = args.node;
+  ta.local = args.rank - args.node * ta.actors_on_node;
+  if (args.progress && ta.local >= 0 && ta.local < args.progress->size()) ta.progress = &args.progress->slot(ta.local);
   if (args.snapshots && args.checkpoint_writer) ta.checkpoints = checkpoint_sink(self, args);
   ta.checkpoint_root = checkpoint_root_for(args.job, args.files.save);
   ta.hooks = hooks;

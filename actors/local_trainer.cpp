@@ -60,7 +60,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     });
     for (int r = 0; r < actors; ++r) {
       ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, *job, files, 0, 1, loader,
-                     ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool};
+                     ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool, nullptr};
       auto a = registry.spawn(type, sys, args);
       if (!a) {
         for (int p = 0; p < actors; ++p) fabric->fail(p);

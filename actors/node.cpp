@@ -20,6 +20,7 @@
 #include "actors/fabric_check.hpp"
 #include "actors/gpt_stage_actor.hpp"
 #include "actors/node_actor.hpp"
+#include "training/progress.hpp"
 #include "actors/protocol.hpp"
 #include "backends/transport/ucx_transport.hpp"
 #include "common/decimal.hpp"
@@ -121,6 +122,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     init.job = *job;
     init.files = files;
     init.exit_code = exit_code;
+    init.progress = std::make_shared<ProgressBoard>(k);
     if (loader_spec) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);
       init.ring_name = ring->name();
@@ -169,7 +171,12 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}, {} work actor{}", o.rank, o.world,
                  o.job_id, members->generation, o.host, *port, k, k > 1 ? "s" : "");
     if (o.rank == 0) {
-      CoordinatorConfig cc{{}, o.redis_url, o.redis_password, o.job_id, members->generation, o.hold_seconds, 0.0f};
+      CoordinatorConfig cc;
+      cc.redis_url = o.redis_url;
+      cc.redis_password = o.redis_password;
+      cc.job_id = o.job_id;
+      cc.generation = members->generation;
+      cc.hold_seconds = o.hold_seconds;
       for (int r = 0; r < o.world; ++r) {
         if (r == 0) {
           cc.nodes.push_back(node);
@@ -183,6 +190,8 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
         cc.nodes.push_back(*remote);
       }
       cc.check_checksum = type == "troupe.fabric_check";
+      cc.health = HealthLimits{job->health.heartbeat_ms, job->health.miss_limit, job->health.progress_timeout_ms};
+      cc.metrics_path = files.metrics;
       cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
       spawn_coordinator(sys, std::move(cc));
     }

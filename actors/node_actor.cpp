@@ -17,6 +17,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/health_monitor.hpp"
 #include "actors/protocol.hpp"
 #include "backends/transport/ucx_transport.hpp"
 
@@ -27,6 +28,7 @@ struct NodeState : NodeActorConfig {
   std::uint64_t generation = 0;
   std::string coordinator_system;  // node 0's actor system (caf::to_string of its node id), from rendezvous
   caf::actor coordinator;           // pinned at the first Plan
+  caf::actor health_monitor;        // beats to the coordinator from the Plan on
   std::vector<caf::actor_addr> work;  // this node's work actors, by local index
   std::vector<bool> reported;
   int reports = 0;
@@ -92,6 +94,7 @@ void stop(NodeSelf* self, int code) {
   // The writer finishes the persist it is in (a checkpoint every node has
   // written commits; one still waiting for a stopped node is abandoned).
   if (s.checkpoint_writer) self->send_exit(s.checkpoint_writer, caf::exit_reason::user_shutdown);
+  if (s.health_monitor) self->send_exit(s.health_monitor, caf::exit_reason::user_shutdown);
   if (s.stale + s.foreign > 0)
     spdlog::warn("node {}: dropped {} stale and {} non-member control messages", s.rank, s.stale, s.foreign);
   self->quit();
@@ -99,12 +102,12 @@ void stop(NodeSelf* self, int code) {
 
 // A local work actor failed: its local peers stop waiting on it now, remote
 // ones when the coordinator ends the job.
-void on_actor_failed(NodeSelf* self, int actor, const std::string& reason, bool from_peer) {
+void on_actor_failed(NodeSelf* self, int actor, const std::string& reason, bool from_peer, const std::string& kind) {
   auto& s = self->state;
   spdlog::error("node {}: stage actor {}: {}", s.rank, actor, reason);
   s.failed = true;
   for (auto* t : s.transports) t->mark_failed(actor);
-  if (s.coordinator) self->send(s.coordinator, msg::NodeFailed{s.generation, s.rank, actor, reason, from_peer});
+  if (s.coordinator) self->send(s.coordinator, msg::NodeFailed{s.generation, s.rank, actor, reason, from_peer, kind});
 }
 
 void on_actor_reported(NodeSelf* self, float checksum) {
@@ -123,9 +126,9 @@ void spawn_work(NodeSelf* self, int nodes) {
   for (int i = 0; i < k; ++i) {
     ActorArgs args{s.rank * k + i, nodes * k, s.generation, s.transports[static_cast<std::size_t>(i)],
                    caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, nodes, s.loader, s.ring_name,
-                   s.checkpoint_writer, s.snapshots};
+                   s.checkpoint_writer, s.snapshots, s.progress};
     auto work = s.registry->spawn(s.work_actor, self->system(), args);
-    if (!work) return on_actor_failed(self, args.rank, work.error().message, false);
+    if (!work) return on_actor_failed(self, args.rank, work.error().message, false, "actor_error");
     self->monitor(*work);  // N-2
     s.work[static_cast<std::size_t>(i)] = work->address();
   }
@@ -142,7 +145,7 @@ void on_down(NodeSelf* self, const caf::down_msg& dm) {
     if (dm.source != s.work[i] || s.reported[i]) continue;
     s.reported[i] = true;
     on_actor_failed(self, s.rank * local_actors(s) + static_cast<int>(i),
-                    "ended without reporting (" + self->system().render(dm.reason) + ")", false);
+                    "ended without reporting (" + self->system().render(dm.reason) + ")", false, "actor_exit");
   }
 }
 
@@ -182,6 +185,10 @@ caf::behavior running(NodeSelf* self) {
         s.generation = m.generation;
         s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(s.coordinator);
+        if (s.progress)
+          s.health_monitor = spawn_health_monitor(
+              self->system(), HealthMonitorConfig{s.coordinator, s.generation, s.rank, s.rank * local_actors(s),
+                                                  s.job.health.heartbeat_ms, s.progress});
         spawn_work(self, m.nodes);
       },
       [self](const msg::ActorDone& m) {
@@ -196,7 +203,7 @@ caf::behavior running(NodeSelf* self) {
         const int i = reporter(self, m.actor);
         if (i < 0 || !current(self, m.generation)) return;
         s.reported[static_cast<std::size_t>(i)] = true;
-        on_actor_failed(self, m.actor, m.reason, m.from_peer);
+        on_actor_failed(self, m.actor, m.reason, m.from_peer, m.kind);
       },
       [self](const msg::PeerLost& m) {
         auto& s = self->state;

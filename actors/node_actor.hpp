@@ -17,6 +17,7 @@ namespace troupe {
 
 class UcxTransport;
 class SnapshotPool;
+class ProgressBoard;
 
 struct NodeActorConfig {
   int rank = 0;   ///< the node's
@@ -30,6 +31,7 @@ struct NodeActorConfig {
   std::string ring_name;   ///< its shared-memory ring
   caf::actor checkpoint_writer;             ///< the node's, if the job takes checkpoints
   std::shared_ptr<SnapshotPool> snapshots;  ///< its host buffers
+  std::shared_ptr<ProgressBoard> progress;   ///< the work actors' progress, for the node's health monitor
   std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
 };
 

@@ -18,6 +18,7 @@
 #include <caf/meta/type_name.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace troupe::msg {
 
@@ -57,6 +58,22 @@ struct NodeFailed {
   std::int32_t actor = 0;
   std::string reason;
   bool from_peer = false;
+  std::string kind;  ///< actor_exception | actor_error | actor_exit ("" = actor_error)
+};
+
+// --- health monitor -> coordinator -----------------------------------------
+
+/// Node `node`'s health monitor, every health.heartbeat_ms (`seq` counts up):
+/// for each of its stage actors (job rank), its step (-1 before the first,
+/// -2 after the last), its last completed instruction, the ms since its last
+/// progress and the ms it has been waiting on a peer (-1: not waiting), all
+/// measured on the node's own clock (H-1).
+struct Heartbeat {
+  std::uint64_t generation = 0;
+  std::int32_t node = 0;
+  std::uint64_t seq = 0;
+  std::vector<std::int32_t> actors, steps, instructions;
+  std::vector<std::int64_t> idle_ms, waiting_ms;
 };
 
 // --- work actor -> node (same process) ------------------------------------
@@ -74,6 +91,7 @@ struct ActorFailed {
   std::int32_t actor = 0;
   std::string reason;
   bool from_peer = false;
+  std::string kind;  ///< actor_exception | actor_error ("" = actor_error)
 };
 
 // --- transport completion -> stage actor (same process) ---------------------
@@ -119,6 +137,9 @@ struct SnapshotTaken {
 
 // --- timers and internal completions -------------------------------------
 
+/// The coordinator's next look at the heartbeats; the health monitor's next beat.
+/// Local only: never announced, so it cannot arrive from the network.
+struct HealthTick {};
 /// The coordinator's hold time (--hold) is over.
 struct HoldOver {};
 /// The coordinator's wait for a failure's root cause is over (SV-6).
@@ -157,7 +178,17 @@ typename Inspector::result_type inspect(Inspector& f, NodeDone& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeFailed& x) {
-  return f(caf::meta::type_name("troupe.NodeFailed"), x.generation, x.node, x.actor, x.reason, x.from_peer);
+  return f(caf::meta::type_name("troupe.NodeFailed"), x.generation, x.node, x.actor, x.reason, x.from_peer,
+           x.kind);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
+  return f(caf::meta::type_name("troupe.Heartbeat"), x.generation, x.node, x.seq, x.actors, x.steps, x.instructions,
+           x.idle_ms, x.waiting_ms);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HealthTick&) {
+  return f(caf::meta::type_name("troupe.HealthTick"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorDone& x) {
@@ -165,7 +196,7 @@ typename Inspector::result_type inspect(Inspector& f, ActorDone& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorFailed& x) {
-  return f(caf::meta::type_name("troupe.ActorFailed"), x.generation, x.actor, x.reason, x.from_peer);
+  return f(caf::meta::type_name("troupe.ActorFailed"), x.generation, x.actor, x.reason, x.from_peer, x.kind);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {

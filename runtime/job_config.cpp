@@ -2,6 +2,7 @@
 // type and range.
 #include "runtime/job_config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -128,12 +129,24 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"data.val", string(d.val)},
       {"health.heartbeat_ms", integer(h.heartbeat_ms, 10, 60000)},
       {"health.peer_timeout_ms", integer(h.peer_timeout_ms, 50, 3600000)},
+      {"health.miss_limit", integer(h.miss_limit, 1, 1000)},
+      {"health.progress_timeout_ms", integer(h.progress_timeout_ms, 10, 86400000)},
       {"health.rendezvous_timeout_ms", integer(h.rendezvous_timeout_ms, 100, 86400000)},
       {"health.wait_timeout_ms", integer(h.wait_timeout_ms, 100, 86400000)},
       {"checkpoint.dir", string(k.dir)},
       {"checkpoint.every", integer(k.every, 0, kMaxInt / 2)},
       {"checkpoint.keep", integer(k.keep, 1, 1 << 20)},
   };
+}
+
+std::map<std::string, Reader> fault_keys(FaultSpec& f) {
+  return {{"kind", string(f.kind)},
+          {"node", integer(f.node, 0, kMaxInt)},
+          {"actor", integer(f.actor, 0, kMaxInt)},
+          {"step", integer(f.step, 0, kMaxInt)},
+          {"instruction", integer(f.instruction, 0, kMaxInt)},
+          {"factor", real(f.factor, 1, 1000, true)},
+          {"steps", integer(f.steps, 1, kMaxInt)}};
 }
 
 // Edit distance, for suggesting the key a typo meant.
@@ -162,13 +175,87 @@ std::string unknown_key(const std::string& key, const std::map<std::string, Read
   return out;
 }
 
+// One "key=value" from the command line (TOML syntax for the value; a bare
+// word is a string) into `keys`; errors start with `where`.
+Status apply_assignment(const std::string& item, std::map<std::string, Reader>& keys, const std::string& where,
+                        const char* expected) {
+  const auto eq = item.find('=');
+  if (eq == std::string::npos || eq == 0) return make_error(where, ": expected ", expected);
+  const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+  auto it = keys.find(key);
+  if (it == keys.end()) return make_error(where, ": ", unknown_key(key, keys));
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"v", value}};  // a bare word: a string
+  }
+  const toml::node* v = parsed.get("v");
+  if (parsed.size() != 1 || !v) return make_error(where, ": expected one value for ", key);
+  if (auto wrong = it->second(*v); !wrong.empty()) return make_error(where, ": ", key, " ", wrong);
+  return Status::success();
+}
+
+// A fault drill's keys and their relations; `where` names it ("job.toml: faults[1]", "--fault ...").
+Status check_fault(const FaultSpec& f, const std::string& where) {
+  static const char* kinds[] = {"kill", "hang", "stall", "slow", "exception"};
+  if (std::find(std::begin(kinds), std::end(kinds), f.kind) == std::end(kinds))
+    return make_error(where, ": kind must be kill, hang, stall, slow or exception (got \"", f.kind, "\")");
+  const bool whole_node = f.kind == "kill" || f.kind == "hang";
+  if (whole_node && (f.node < 0) == (f.actor < 0))
+    return make_error(where, ": kind = ", f.kind, " needs node or actor (one of them)");
+  if (!whole_node && (f.actor < 0 || f.node >= 0))
+    return make_error(where, ": kind = ", f.kind, " needs actor (a stage actor's rank), not node");
+  if (f.kind != "slow" && (f.factor != 2 || f.steps != 1))
+    return make_error(where, ": factor and steps apply to kind = slow only");
+  return Status::success();
+}
+
+// [[faults]]: an array of tables, each with the keys of fault_keys.
+Status apply_faults(const toml::node& node, JobConfig& c, const std::string& where) {
+  const auto* arr = node.as_array();
+  if (!arr) return make_error(where, ": faults must be an array of tables ([[faults]])");
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const std::string at = where + ": faults[" + std::to_string(i) + "]";
+    const auto* table = arr->get(i)->as_table();
+    if (!table) return make_error(at, " must be a table ([[faults]])");
+    FaultSpec f;
+    auto keys = fault_keys(f);
+    for (auto& [k, v] : *table) {
+      auto it = keys.find(std::string(k.str()));
+      if (it == keys.end()) return make_error(at, ": ", unknown_key(std::string(k.str()), keys));
+      if (auto wrong = it->second(v); !wrong.empty()) return make_error(at, ": key ", it->first, " ", wrong);
+    }
+    TROUPE_TRY(check_fault(f, at));
+    c.faults.push_back(f);
+  }
+  return Status::success();
+}
+
+// --fault kind=slow,actor=1,step=5,factor=1.5: the keys of [[faults]], comma-separated.
+Status apply_fault_flag(const std::string& text, JobConfig& c) {
+  const std::string where = "--fault " + text;
+  FaultSpec f;
+  auto keys = fault_keys(f);
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');)
+    TROUPE_TRY(apply_assignment(item, keys, where, "key=value,key=value,..."));
+  TROUPE_TRY(check_fault(f, where));
+  c.faults.push_back(f);
+  return Status::success();
+}
+
 // Walks the table; every leaf must be a known key with a value in range.
 Status apply_table(const toml::table& table, const std::string& prefix, std::map<std::string, Reader>& keys,
-                   const std::string& where) {
+                   const std::string& where, JobConfig& c) {
   for (auto& [k, node] : table) {
     const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (key == "faults") {
+      TROUPE_TRY(apply_faults(node, c, where));
+      continue;
+    }
     if (const auto* sub = node.as_table()) {
-      TROUPE_TRY(apply_table(*sub, key, keys, where));
+      TROUPE_TRY(apply_table(*sub, key, keys, where, c));
       continue;
     }
     auto it = keys.find(key);
@@ -179,21 +266,7 @@ Status apply_table(const toml::table& table, const std::string& prefix, std::map
 }
 
 Status apply_override(const std::string& item, std::map<std::string, Reader>& keys) {
-  const auto eq = item.find('=');
-  if (eq == std::string::npos || eq == 0) return make_error("--set ", item, ": expected key=value");
-  const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-  auto it = keys.find(key);
-  if (it == keys.end()) return make_error("--set ", item, ": ", unknown_key(key, keys));
-  toml::table parsed;
-  try {
-    parsed = toml::parse("v = " + value);
-  } catch (const toml::parse_error&) {
-    parsed = toml::table{{"v", value}};  // a bare word: a string
-  }
-  const toml::node* v = parsed.get("v");
-  if (parsed.size() != 1 || !v) return make_error("--set ", item, ": expected one value for ", key);
-  if (auto wrong = it->second(*v); !wrong.empty()) return make_error("--set ", item, ": ", key, " ", wrong);
-  return Status::success();
+  return apply_assignment(item, keys, "--set " + item, "key=value");
 }
 
 // Constraints between keys (each key's own range is checked as it is read).
@@ -213,6 +286,11 @@ Status check_relations(const JobConfig& c) {
     return make_error(where, ": parallel.dp x parallel.pp x parallel.tp must be at most 2^20 actors");
   if (c.checkpoint.every > 0 && c.checkpoint.dir.empty())
     return make_error(where, ": checkpoint.every needs checkpoint.dir (where to write them)");
+  const std::int64_t actors = static_cast<std::int64_t>(c.parallel.dp) * c.parallel.pp;
+  for (std::size_t i = 0; i < c.faults.size(); ++i)
+    if (c.faults[i].actor >= actors)
+      return make_error(where, ": faults[", std::to_string(i), "]: actor ", std::to_string(c.faults[i].actor),
+                        " is out of range (the job has ", std::to_string(actors), " stage actors)");
   if (c.health.peer_timeout_ms < 2 * c.health.heartbeat_ms)
     return make_error(where, ": health.peer_timeout_ms must be at least twice health.heartbeat_ms");
   return Status::success();
@@ -233,8 +311,12 @@ Expected<JobConfig> parse_job_config(const std::string& text, const std::string&
     return make_error(source, ":", std::to_string(b.line), ":", std::to_string(b.column), ": ",
                       std::string(e.description()));
   }
-  TROUPE_TRY(apply_table(table, "", keys, source));
-  for (auto& o : overrides) TROUPE_TRY(apply_override(o, keys));
+  TROUPE_TRY(apply_table(table, "", keys, source, config));
+  const std::string add_fault = fault_override("");
+  for (auto& o : overrides) {
+    if (o.rfind(add_fault, 0) == 0) TROUPE_TRY(apply_fault_flag(o.substr(add_fault.size()), config));
+    else TROUPE_TRY(apply_override(o, keys));
+  }
   TROUPE_TRY(check_relations(config));
   return config;
 }

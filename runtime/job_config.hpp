@@ -65,7 +65,9 @@ struct DataSection {
 /// Bounds on every wait, so a lost or stopped peer ends the job instead of
 /// hanging it.
 struct HealthSection {
-  int heartbeat_ms = 500;             ///< nodes' keep-alive interval on the control connection
+  int heartbeat_ms = 200;             ///< health monitors' beat, and the nodes' keep-alive on the control connection
+  int miss_limit = 4;                 ///< a node whose heartbeats stop for this many beats is hung
+  int progress_timeout_ms = 10000;    ///< an actor without progress this long while peers wait on it is stuck
   int peer_timeout_ms = 3000;         ///< a node silent this long is lost (a stopped process, a cut link)
   int rendezvous_timeout_ms = 30000;  ///< waiting for every node to join
   int wait_timeout_ms = 600000;       ///< any single wait on a transfer or a local actor (a backstop)
@@ -79,6 +81,20 @@ struct CheckpointSection {
   int keep = 2;     ///< complete checkpoints kept; older ones go once a newer one is complete
 };
 
+/// A fault drill: `[[faults]]` in the config or `--fault k=v,...` on the
+/// command line. kill and hang act on a whole node process (SIGKILL / SIGSTOP
+/// of itself); stall stops one actor's progress while its process lives;
+/// slow multiplies one actor's compute time; exception throws out of one actor.
+struct FaultSpec {
+  std::string kind;      ///< kill | hang | stall | slow | exception
+  int node = -1;         ///< kill, hang: the node process (or give `actor`: its node)
+  int actor = -1;        ///< the stage actor's rank (required for stall, slow, exception)
+  int step = 0;          ///< the step it happens in
+  int instruction = -1;  ///< before this instruction of the actor's step program (-1: at the step's start)
+  double factor = 2;     ///< slow: compute time multiplied by this
+  int steps = 1;         ///< slow: for this many steps from `step`
+};
+
 struct JobConfig {
   ModelSection model;
   ParallelSection parallel;
@@ -86,6 +102,7 @@ struct JobConfig {
   DataSection data;
   HealthSection health;
   CheckpointSection checkpoint;
+  std::vector<FaultSpec> faults;
   std::string source;  ///< file it was read from (for messages)
 };
 
@@ -94,8 +111,13 @@ Expected<JobConfig> parse_job_config(const std::string& text, const std::string&
                                      const std::vector<std::string>& overrides = {});
 
 /// Reads and parses `path`, then applies `overrides` ("section.key=value", TOML
-/// syntax for the value; a bare word is taken as a string).
+/// syntax for the value; a bare word is taken as a string). An override
+/// "faults+=key=value,key=value,..." adds a fault drill with the keys of
+/// [[faults]] (what --fault SPEC passes).
 Expected<JobConfig> load_job_config(const std::string& path, const std::vector<std::string>& overrides = {});
+
+/// The override that adds fault drill `spec` (--fault SPEC).
+inline std::string fault_override(const std::string& spec) { return "faults+=" + spec; }
 
 /// Compute threads to use: train.threads, or every core when 0.
 int resolved_threads(const TrainSection& t);

@@ -98,3 +98,44 @@ TEST_CASE("every numeric key has a range: NaN, infinities, overflow and out-of-r
 }
 
 }  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("[[faults]] and --fault read fault drills, and wrong ones are refused naming the entry", "[config][fault]") {
+  auto ok = parse_job_config("[parallel]\npp = 2\n[[faults]]\nkind = \"slow\"\nactor = 1\nstep = 5\nfactor = 1.5\n"
+                             "steps = 3\n[[faults]]\nkind = \"hang\"\nnode = 1\nstep = 7\ninstruction = 2\n",
+                             "job.toml", {fault_override("kind=exception,actor=0,step=9")});
+  REQUIRE(ok.ok());
+  REQUIRE(ok->faults.size() == 3);
+  CHECK(ok->faults[0].kind == "slow");
+  CHECK(ok->faults[0].actor == 1);
+  CHECK(ok->faults[0].factor == 1.5);
+  CHECK(ok->faults[0].steps == 3);
+  CHECK(ok->faults[1].node == 1);
+  CHECK(ok->faults[1].instruction == 2);
+  CHECK(ok->faults[2].kind == "exception");
+  CHECK(ok->faults[2].step == 9);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"[[faults]]\nkind = \"melt\"\nactor = 0\n", "job.toml: faults[0]: kind must be kill, hang, stall, slow or exception (got \"melt\")"},
+      {"[[faults]]\nkind = \"stall\"\nactr = 0\n", "job.toml: faults[0]: unknown key actr (did you mean actor?)"},
+      {"[[faults]]\nkind = \"stall\"\nnode = 0\n", "job.toml: faults[0]: kind = stall needs actor (a stage actor's rank), not node"},
+      {"[[faults]]\nkind = \"kill\"\n", "job.toml: faults[0]: kind = kill needs node or actor (one of them)"},
+      {"[[faults]]\nkind = \"kill\"\nnode = 0\nfactor = 3\n", "job.toml: faults[0]: factor and steps apply to kind = slow only"},
+      {"[[faults]]\nkind = \"slow\"\nactor = 0\nfactor = 1\n", "job.toml: faults[0]: key factor must be in (1, 1000]"},
+      {"[[faults]]\nkind = \"stall\"\nactor = 3\n", "job.toml: faults[0]: actor 3 is out of range (the job has 1 stage actors)"},
+      {"faults = 3\n", "job.toml: faults must be an array of tables ([[faults]])"},
+      {"faults = [1]\n", "job.toml: faults[0] must be a table ([[faults]])"},
+  };
+  for (auto [text, says] : bad) {
+    auto r = parse_job_config(text, "job.toml");
+    INFO(text);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message == says);
+  }
+  auto flag = parse_job_config("", "job.toml", {fault_override("kind=stall,actor")});
+  REQUIRE_FALSE(flag.ok());
+  CHECK(flag.error().message == "--fault kind=stall,actor: expected key=value,key=value,...");
+}
+
+}  // namespace troupe

@@ -1,4 +1,7 @@
-// One JSON object per line, flushed per line, so a crash never leaves half a record.
+// One JSON object per line, flushed per line, so a crash never leaves half a
+// record. The file is open in append mode, so that several writers (the
+// root's per-step lines, the coordinator's verdicts) never overwrite each
+// other's lines.
 #pragma once
 
 #include <cstdio>
@@ -13,6 +16,8 @@ class MetricsWriter {
  public:
   /// Opens (truncates) `path`; an empty path writes nothing.
   static Expected<MetricsWriter> open(const std::string& path);
+  /// Opens `path` to add lines after whatever it holds; an empty path writes nothing.
+  static Expected<MetricsWriter> append(const std::string& path);
   /// Appends one line (`json_object` must be a single-line JSON object); a
   /// failed write or flush (a full disk) is an error naming the file.
   Status write(const std::string& json_object);

@@ -52,6 +52,7 @@ struct CheckpointJob {
     std::istringstream lines(slurp(metrics));
     for (std::string line; std::getline(lines, line);) {
       auto j = nlohmann::json::parse(line);
+      if (j.contains("fault")) continue;  // the coordinator's verdict of a failed run
       out[j["step"].get<int>()] = j["loss"].get<double>();
     }
     last_err = r.err;
@@ -75,7 +76,7 @@ TEST_CASE("a run stopped after a checkpoint and resumed ends bit for bit as the 
   REQUIRE(full.size() == 12);
   fs::remove_all(job.ckpt);
   // The run dies at step 8, after the checkpoint of step 6.
-  job.losses("train", "", "TROUPE_INJECT_FAULT=1@8", 1);
+  job.losses("train", "--fault kind=exception,actor=1,step=8", "", 1);
   CHECK(fs::exists(job.ckpt + "/step-00000006/manifest.json"));
   const auto resumed = job.losses("train", "--resume latest --save " + (job.dir / "resumed.safetensors"));
   CHECK(job.last_err.find("resumed from " + job.ckpt + "/step-00000006 at step 6") != std::string::npos);
@@ -93,7 +94,7 @@ TEST_CASE("troupe launch resumes bit for bit with every schedule kind", "[checkp
     REQUIRE(full.size() == 12);
     if (kind == "1f1b") {  // a run that really died after the checkpoint
       fs::remove_all(job.ckpt + "/step-00000012");
-      job.losses("launch --nodes 2", set, "TROUPE_INJECT_FAULT=3@8", 1);
+      job.losses("launch --nodes 2", set + " --fault kind=exception,actor=3,step=8", "", 1);
     }
     const auto resumed =
         job.losses("launch --nodes 2", set + " --resume " + job.ckpt + "/step-00000006 --save " + (job.dir / "resumed.safetensors"));

@@ -130,7 +130,7 @@ TEST_CASE("a stopped node (SIGSTOP) ends the job with an error naming it within 
   CHECK(rings_of("launch-" + std::to_string(launcher) + "-").empty());
 }
 
-TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the others exit non-zero naming it", "[faults]") {
+TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the others exit non-zero within 2 s naming it", "[faults]") {
   LongJob job("kill0");
   auto server = RedisServer::start();
   REQUIRE(server.ok());
@@ -144,13 +144,16 @@ TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the other
   const pid_t n0 = start(with_rank("0"), job.dir / "node0.log");
   const pid_t n1 = start(with_rank("1"), job.dir / "node1.log");
   REQUIRE(wait_for_text(job.dir / "node0.log", "step     3", 30s));
+  const auto t0 = Clock::now();
   ::kill(n0, SIGKILL);
   ::waitpid(n0, nullptr, 0);
   const int status = wait_exit(n1, 10s);
+  const auto took = Clock::now() - t0;
   INFO(slurp(job.dir / "node1.log"));
   REQUIRE(status != -1);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) != 0);
+  CHECK(took < 2s);  // the survivors notice node 0's death at once (its connection closes)
   CHECK(slurp(job.dir / "node1.log").find("lost the coordinator on node 0") != std::string::npos);
   // Node 1 released its ring; node 0's (killed: it could not) goes with the next ring created.
   CHECK(rings_of("byhand.1").empty());

@@ -29,8 +29,8 @@ int main(int argc, char** argv) {
   forger->send(*node, msg::Plan{huge, 2});
   forger->send(*node, msg::PeerLost{huge, 1 << 30, "forged"});
   forger->send(*node, msg::PeerLost{huge, 0, "forged"});
-  forger->send(*node, msg::ActorFailed{huge, 1 << 30, "forged", false});
-  forger->send(*node, msg::ActorFailed{huge, 1, "forged", false});
+  forger->send(*node, msg::ActorFailed{huge, 1 << 30, "forged", false, ""});
+  forger->send(*node, msg::ActorFailed{huge, 1, "forged", false, ""});
   forger->send(*node, msg::ActorDone{huge, 1, 0.0});
   forger->send(*node, msg::Finish{huge, false, "forged"});
   caf::anon_send(*node, msg::Finish{huge, false, "forged anonymously"});

@@ -255,14 +255,23 @@ TEST_CASE("a stage actor that fails mid-step ends the job promptly", "[launch][p
                                 "stage_actor = \"troupe.gpt_stage\"\n");
   // `timeout` turns a hang into exit code 124 rather than a stuck CI job.
   for (const std::string command : {"train", "launch --nodes 2"}) {
-    const auto r = run("TROUPE_INJECT_FAULT=3@1 timeout 60 " + troupe_bin() + " " + command + " " + cfg);
+    const auto r = run("timeout 60 " + troupe_bin() + " " + command + " " + cfg + " --fault kind=exception,actor=3,step=1");
     INFO(command << "\n" << r.err);
     CHECK(r.exit_code == 1);
-    CHECK(r.err.find("stage actor 3: injected fault at step 1 (TROUPE_INJECT_FAULT)") != std::string::npos);
+    CHECK(r.err.find("stage actor 3: exception: fault drill: exception at step 1") != std::string::npos);
   }
-  const auto bad = run("TROUPE_INJECT_FAULT=3 timeout 60 " + troupe_bin() + " train " + cfg);
-  CHECK(bad.exit_code == 1);
-  CHECK(bad.err.find("TROUPE_INJECT_FAULT=3: expected <rank>@<step> with non-negative integers") != std::string::npos);
+  for (const auto& [flag, says] : std::vector<std::pair<std::string, std::string>>{
+           {"kind=exception,step=1", "--fault kind=exception,step=1: kind = exception needs actor"},
+           {"kind=explode,actor=1", "kind must be kill, hang, stall, slow or exception (got \"explode\")"},
+           {"kind=slow,actor=1,factor=0.5", "--fault kind=slow,actor=1,factor=0.5: factor must be in (1, 1000]"},
+           {"kind=stall,actor=9,step=1", "faults[0]: actor 9 is out of range (the job has 4 stage actors)"},
+           {"kind=hang,node=2", "faults[0]: node 2 is out of range (the job has 1 node)"},
+           {"kind=kill,actor=1,colour=red", "--fault kind=kill,actor=1,colour=red: unknown key colour"}}) {
+    const auto bad = run("timeout 60 " + troupe_bin() + " train " + cfg + " --fault " + flag);
+    INFO(flag << "\n" << bad.err);
+    CHECK(bad.exit_code == 1);
+    CHECK(bad.err.find(says) != std::string::npos);
+  }
 }
 
 TEST_CASE("a pipeline that does not match the nodes is refused", "[launch][pipeline][errors]") {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "backends/transport/wait.hpp"
@@ -183,9 +184,15 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
   StepTimes times;
   times.instruction_us.assign(m.program.size(), 0.0);
   std::vector<bool> first_forward_done(models_.size(), false);
+  ProgressSlot* const progress = m.links.progress;
+  const FaultDrill* const drill = m.links.drill && m.links.drill->any() ? m.links.drill : nullptr;  // D-1
+  const double slowdown = drill ? drill->compute_factor(step) : 1.0;
   const double start = now_us();
   for (std::size_t pc = 0; pc < m.program.size(); ++pc) {
     const auto& in = m.program[pc];
+    const bool compute = in.op == Op::forward || in.op == Op::backward || in.op == Op::backward_input ||
+                         in.op == Op::backward_weight;
+    if (drill && drill->acts_before_instructions()) TROUPE_TRY(drill->before(step, static_cast<int>(pc), t));
     const std::size_t i = m.at(in.chunk, in.mb);
     GptStage& g = *models_[static_cast<std::size_t>(in.chunk)];
     const bool first = g.spec().embedding, last = g.spec().head;
@@ -235,7 +242,12 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
       case Op::grad_sync:
       case Op::optimizer_step: break;  // the caller's
     }
-    const double t1 = now_us();
+    double t1 = now_us();
+    if (compute && slowdown > 1) {  // a slow drill: this instruction's compute, stretched
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>((slowdown - 1) * (t1 - t0))));
+      t1 = now_us();
+    }
+    if (progress) progress->advanced(step, static_cast<int>(pc));
     switch (in.op) {
       case Op::recv_act:
       case Op::recv_grad: times.blocked_us += t1 - t0; break;
@@ -291,6 +303,7 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
         }
         if (!first) TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, c, mb}));
         g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, s);
+        if (m.links.progress) m.links.progress->advanced(m.links.progress->step.load(std::memory_order_relaxed), -1);
         if (last) {
           const float* losses = g.token_losses(slot).f32();
           const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();

@@ -19,6 +19,8 @@
 #include "ops/model/gpt_stage.hpp"
 #include "runtime/trace_writer.hpp"
 #include "schedules/program.hpp"
+#include "training/fault_drill.hpp"
+#include "training/progress.hpp"
 
 namespace troupe {
 
@@ -51,6 +53,10 @@ struct StageLinks {
   TraceWriter* trace = nullptr;
   int trace_track = 0;
   int transfer_track = 0;
+  /// Where the node's health monitor reads this stage's progress (optional, H-1).
+  ProgressSlot* progress = nullptr;
+  /// This actor's fault drills, acted on before each instruction (optional: none, D-1).
+  const FaultDrill* drill = nullptr;
 };
 
 /// What one step measured on this stage, in microseconds.

@@ -22,7 +22,8 @@
 #include "runtime/metrics_writer.hpp"
 #include "training/batches.hpp"
 #include "training/stage_eval.hpp"
-#include "training/fault_injection.hpp"
+#include "training/fault_drill.hpp"
+#include "training/progress_inbox.hpp"
 #include "training/job_model.hpp"
 #include "training/checkpoint_export.hpp"
 #include "training/checkpoint_store.hpp"
@@ -68,25 +69,25 @@ class Trainer {
         coll_(*a.transport),
         limit_(a.wait_timeout_ms),
         lrs_(lr_schedule(job_)),
-        checkpoints_(a.checkpoints, job_.checkpoint.every, me_.dp) {
+        checkpoints_(a.checkpoints, job_.checkpoint.every, me_.dp),
+        drill_(job_.faults, a.rank, a.node, a.local) {
     for (int st = 0; st < plan_.dims.pp; ++st) stage_ranks_.push_back(rank_of(plan_.dims, Coord{me_.dp, st, 0}));
     for (int r = 0; r < plan_.actors(); ++r) everyone_.push_back(r);
   }
 
   Expected<double> run() {
+    if (a_.progress) a_.progress->advanced(-1, -1);  // starting: not judged before step 0 (H-3)
     TROUPE_TRY(build_state());
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
     AbortTransfersOnError abort_on_error(*a_.transport);  // destroyed before the buffers it protects
-    auto fault = injected_fault_from_env();
-    if (!fault) return fault.error();
     if (!a_.resume_dir.empty()) TROUPE_TRY(resume());
     TROUPE_TRY(checkpoints_.prepare(*state_));
     TROUPE_TRY(start_together());
     double loss = 0;
     while (state_->next_step() < job_.train.steps) {
       const int step = state_->next_step();
-      if (*fault && (*fault)->rank == a_.rank && (*fault)->step == step)
-        return make_error("injected fault at step ", std::to_string(step), " (", kInjectFaultVariable, ")");
+      if (a_.progress) a_.progress->advanced(step, -1);
+      if (drill_.any()) TROUPE_TRY(drill_.before(step, -1, *a_.transport));
       StepFigures f;
       TROUPE_TRY(forward_backward(f));
       TROUPE_TRY(sync_gradients(f));
@@ -102,6 +103,7 @@ class Trainer {
       TROUPE_TRY(log_step(step, f, *report, *val_loss));
       if (a_.hooks.after_step) a_.hooks.after_step(step, state_->model(0), loss);
     }
+    if (a_.progress) a_.progress->finished();
     TROUPE_TRY(save_if_asked());
     TROUPE_TRY(state_->wait_gathered());
     drain_checkpoints();
@@ -130,12 +132,17 @@ class Trainer {
 
   // A collective over `ranks` of `count` floats at `data`, waited for within the bound.
   Status all_reduce(const std::vector<int>& ranks, float* data, std::size_t count, const std::string& what) {
+    WaitScope waiting(a_.progress);  // H-1
     return wait_for([&](Completion c) { coll_.all_reduce(ranks, data, count, std::move(c)); }, limit_, *a_.transport,
                     what);
   }
 
   Status build_state() {
-    StageLinks links{a_.transport, a_.inbox, stage_ranks_, a_.batches.get, {}, {}};
+    Inbox* inbox = a_.inbox;
+    if (inbox && a_.progress) inbox = &progress_inbox_.emplace(*a_.inbox, a_.progress);  // H-1
+    StageLinks links{a_.transport, inbox, stage_ranks_, a_.batches.get, {}, {}};
+    links.progress = a_.progress;
+    links.drill = &drill_;
     if (!a_.trace_path.empty()) {
       trace_ = std::make_unique<TraceWriter>();
       links.trace = trace_.get();
@@ -379,6 +386,8 @@ class Trainer {
   std::optional<RootDuties> root_;
   std::optional<StageEvaluator> eval_;  ///< opened at the first evaluation
   StageCheckpoints checkpoints_;
+  const FaultDrill drill_;                      ///< this actor's fault drills (none: no cost, D-1)
+  std::optional<ProgressInbox> progress_inbox_;  ///< the inbox, marking waits for the health monitor
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
 };
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <string>
 
+#include "training/progress.hpp"
 #include "training/stage_checkpoint.hpp"
 #include "training/stage_plan.hpp"
 #include "training/stage_runner.hpp"
@@ -50,6 +51,9 @@ struct StageTrainerArgs {
   CheckpointSink checkpoints;  ///< where [checkpoint] snapshots go (empty = none; needed by save_path)
   std::string checkpoint_root;  ///< the writer's directory (checkpoint.dir, or save_path's temporary one)
   int wait_timeout_ms = 600000;  ///< bound on any single wait for a peer (health.wait_timeout_ms)
+  ProgressSlot* progress = nullptr;  ///< where the node's health monitor reads this actor's progress (optional)
+  int node = 0;   ///< the node this actor runs on
+  int local = 0;  ///< its index among the node's stage actors (fault drills aimed at a node act on local 0)
   GptStageHooks hooks;
 };
 

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/expected.hpp"
 
@@ -20,6 +21,11 @@ void register_schedule(CLI::App& app, Action& action);
 void register_node(CLI::App& app, Action& action);
 void register_launch(CLI::App& app, Action& action);
 void register_checkpoint(CLI::App& app, Action& action);
+
+/// Adds the repeatable --fault SPEC option (a fault drill: the keys of
+/// [[faults]] as key=value,key=value); call the returned function once the
+/// command line is parsed to append the drills to `overrides`.
+std::function<void()> add_fault_option(CLI::App* cmd, std::vector<std::string>& overrides);
 
 /// Prints "troupe <command>: <message>" on stderr and returns exit code 1.
 int fail(const std::string& command, const Error& error);

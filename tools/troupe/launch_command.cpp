@@ -28,7 +28,9 @@ void register_launch(CLI::App& app, Action& action) {
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->callback([o, hold, files, &action] {
+  auto add_faults = add_fault_option(cmd, o->overrides);
+  cmd->callback([o, hold, files, add_faults, &action] {
+    add_faults();
     action = [o, hold, files] {
       char self[PATH_MAX] = {};
       const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "common/version.hpp"
+#include "runtime/job_config.hpp"
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {
@@ -11,6 +12,18 @@ namespace troupe::cli {
 int fail(const std::string& command, const Error& error) {
   std::fprintf(stderr, "troupe %s: %s\n", command.c_str(), error.message.c_str());
   return 1;
+}
+
+std::function<void()> add_fault_option(CLI::App* cmd, std::vector<std::string>& overrides) {
+  auto specs = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--fault", *specs,
+                  "A fault drill: kind=kill|hang|stall|slow|exception,node=N|actor=R,step=S"
+                  "[,instruction=I][,factor=F,steps=K] (repeatable; as [[faults]] in the config)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  return [specs, &overrides] {
+    for (auto& s : *specs) overrides.push_back(fault_override(s));
+  };
 }
 
 }  // namespace troupe::cli

@@ -31,7 +31,9 @@ void register_node(CLI::App& app, Action& action) {
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  cmd->callback([o, password_file, &action] {
+  auto add_faults = add_fault_option(cmd, o->overrides);
+  cmd->callback([o, password_file, add_faults, &action] {
+    add_faults();
     action = [o, password_file] {
       auto password = redis_password(*password_file);
       if (!password) {

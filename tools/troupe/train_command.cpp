@@ -71,7 +71,11 @@ void register_train(CLI::App& app, Action& action) {
   cmd->add_option("--resume", args->options.resume,
                   "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--trace", args->options.trace_path, "Write a Chrome trace of every stage actor (opens in Perfetto)");
-  cmd->callback([args, &action] { action = [args] { return run_train(*args); }; });
+  auto add_faults = add_fault_option(cmd, args->overrides);
+  cmd->callback([args, add_faults, &action] {
+    add_faults();
+    action = [args] { return run_train(*args); };
+  });
 }
 
 void register_eval(CLI::App& app, Action& action) {

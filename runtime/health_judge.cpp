@@ -1,0 +1,89 @@
+// HealthJudge.
+#include "runtime/health_judge.hpp"
+
+namespace troupe {
+namespace {
+
+std::int64_t ms_between(HealthJudge::Clock::time_point a, HealthJudge::Clock::time_point b) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size() && i < 8; ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  if (ranks.size() > 8) out += ", ... (" + std::to_string(ranks.size()) + " in all)";
+  return out;
+}
+
+}  // namespace
+
+std::string Verdict::line() const {
+  std::string where = "node " + std::to_string(node);
+  if (actor >= 0) where += ", stage actor " + std::to_string(actor);
+  return kind + ": " + where + " — " + evidence;
+}
+
+HealthJudge::HealthJudge(int nodes, HealthLimits limits, Clock::time_point start)
+    : nodes_(static_cast<std::size_t>(nodes > 0 ? nodes : 0)), limits_(limits) {
+  for (auto& n : nodes_) n.heard = start;
+}
+
+void HealthJudge::heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats) {
+  if (node < 0 || node >= static_cast<int>(nodes_.size())) return;
+  Node& n = nodes_[static_cast<std::size_t>(node)];
+  n.heard = at;
+  n.ever_heard = true;
+  n.beats = std::move(beats);
+}
+
+void HealthJudge::forget(int node) {
+  if (node >= 0 && node < static_cast<int>(nodes_.size())) nodes_[static_cast<std::size_t>(node)].watched = false;
+}
+
+std::optional<Verdict> HealthJudge::check(Clock::time_point now) const {
+  const std::int64_t miss_ms = static_cast<std::int64_t>(limits_.miss_limit) * limits_.heartbeat_ms;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {  // H-2, first (H-4)
+    const Node& n = nodes_[i];
+    const std::int64_t silent = ms_between(n.heard, now);
+    if (!n.watched || silent <= miss_ms) continue;
+    std::string evidence = "no heartbeat for " + std::to_string(silent) + " ms (health.miss_limit " +
+                           std::to_string(limits_.miss_limit) + " x health.heartbeat_ms " +
+                           std::to_string(limits_.heartbeat_ms) + ")";
+    if (!n.ever_heard) evidence += "; never heard from since the plan";
+    for (const ActorBeat& b : n.beats)
+      if (b.step >= 0) {
+        evidence += "; its stage actor " + std::to_string(b.actor) + " was at step " + std::to_string(b.step);
+        break;
+      }
+    return Verdict{"hung_process", static_cast<int>(i), -1, evidence};
+  }
+  // H-3: each actor's latest state, aged by the time since its heartbeat.
+  std::vector<int> waiting;
+  int actors = 0;
+  for (const Node& n : nodes_)
+    for (const ActorBeat& b : n.beats) {
+      ++actors;
+      if (b.waiting_ms >= 0 && b.step != kFinishedStep) waiting.push_back(b.actor);
+    }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.watched) continue;
+    const std::int64_t age = ms_between(n.heard, now);
+    for (const ActorBeat& b : n.beats) {
+      if (b.step < 0 || b.waiting_ms >= 0) continue;  // not started, finished, or waiting on a peer
+      const std::int64_t idle = b.idle_ms + age;
+      if (idle <= limits_.progress_timeout_ms) continue;
+      if (waiting.empty() && actors > 1) continue;  // nobody waits on it (yet)
+      std::string evidence = "no progress for " + std::to_string(idle) + " ms at step " + std::to_string(b.step) +
+                             (b.instruction >= 0 ? " after instruction " + std::to_string(b.instruction)
+                                                 : " (at the step's start)") +
+                             ", not waiting on any peer (health.progress_timeout_ms " +
+                             std::to_string(limits_.progress_timeout_ms) + ")";
+      if (!waiting.empty()) evidence += "; stage actors " + ranks_text(waiting) + " wait";
+      return Verdict{"stuck_actor", static_cast<int>(i), b.actor, evidence};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace troupe

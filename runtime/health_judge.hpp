@@ -1,0 +1,74 @@
+// The coordinator's judgement of the nodes' heartbeats (no CAF: the actor
+// feeds it and acts on its verdicts).
+//
+//  H-2  A node is hung when no heartbeat of it arrived for more than
+//       health.miss_limit x health.heartbeat_ms (counted from the start for a
+//       node never heard from); a finished node is no longer watched.
+//  H-3  An actor is stuck when it made no progress for more than
+//       health.progress_timeout_ms while not waiting on any peer (H-1), and
+//       some other actor of the job is waiting (or it is the job's only one);
+//       an actor that waits is never named. Actors before their first step
+//       or after their last are not judged.
+//  H-4  One verdict per check: a hung node before a stuck actor (a stopped
+//       process's actors look stuck only because their reports stopped).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct HealthLimits {
+  int heartbeat_ms = 200;
+  int miss_limit = 4;
+  int progress_timeout_ms = 10000;
+};
+
+/// One stage actor's state in a heartbeat, on its node's clock.
+struct ActorBeat {
+  int actor = 0;            ///< rank in the job
+  int step = -1;            ///< -1: not started; kFinishedStep: done
+  int instruction = -1;     ///< last completed instruction of the step's program
+  std::int64_t idle_ms = 0;      ///< since its last progress
+  std::int64_t waiting_ms = -1;  ///< waiting on a peer for this long (-1: not waiting)
+};
+
+inline constexpr int kFinishedStep = -2;
+
+/// What failed, where, and the evidence.
+struct Verdict {
+  std::string kind;   ///< process_death | hung_process | stuck_actor | actor_exception | actor_error | transport_failure | coordinator_loss
+  int node = -1;
+  int actor = -1;     ///< -1: the whole node
+  std::string evidence;
+  /// "hung_process: node 1 — no heartbeat for 812 ms (...)".
+  std::string line() const;
+};
+
+class HealthJudge {
+ public:
+  using Clock = std::chrono::steady_clock;
+  HealthJudge(int nodes, HealthLimits limits, Clock::time_point start);
+
+  /// Node `node`'s heartbeat, received at `at`.
+  void heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats);
+  /// Node `node` finished its work (or is already judged): no longer watched.
+  void forget(int node);
+  /// The verdict at `now`, if any (H-2, H-3, H-4).
+  std::optional<Verdict> check(Clock::time_point now) const;
+
+ private:
+  struct Node {
+    Clock::time_point heard;
+    std::vector<ActorBeat> beats;
+    bool watched = true;
+    bool ever_heard = false;
+  };
+  std::vector<Node> nodes_;
+  HealthLimits limits_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,108 @@
+// HealthJudge: hung nodes (H-2), stuck actors and never the ones waiting (H-3), order (H-4).
+#include "runtime/health_judge.hpp"
+
+#include <catch2/catch.hpp>
+
+namespace troupe {
+namespace {
+
+using Clock = HealthJudge::Clock;
+using std::chrono::milliseconds;
+
+const HealthLimits kLimits{200, 4, 1000};
+
+ActorBeat computing(int actor, int step, std::int64_t idle_ms) { return {actor, step, 3, idle_ms, -1}; }
+ActorBeat waiting(int actor, int step, std::int64_t idle_ms) { return {actor, step, 2, idle_ms, idle_ms}; }
+
+TEST_CASE("H-2: a node silent for more than miss_limit x heartbeat is hung, and only then", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  judge.heartbeat(0, t0 + milliseconds(100), {computing(0, 1, 0)});
+  judge.heartbeat(1, t0 + milliseconds(100), {waiting(1, 1, 0)});
+  judge.heartbeat(0, t0 + milliseconds(850), {computing(0, 1, 0)});
+  CHECK_FALSE(judge.check(t0 + milliseconds(900)).has_value());  // node 1 silent 800 ms: not more than 4 x 200
+  auto v = judge.check(t0 + milliseconds(901));
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "hung_process");
+  CHECK(v->node == 1);
+  CHECK(v->actor == -1);
+  CHECK_THAT(v->line(), Catch::StartsWith("hung_process: node 1 — no heartbeat for 801 ms (health.miss_limit 4 x "
+                                          "health.heartbeat_ms 200); its stage actor 1 was at step 1"));
+  judge.forget(1);  // judged or finished: no longer watched
+  CHECK_FALSE(judge.check(t0 + milliseconds(1000)).has_value());
+}
+
+TEST_CASE("H-2: a node never heard from is hung from the start", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(1, kLimits, t0);
+  CHECK_FALSE(judge.check(t0 + milliseconds(800)).has_value());
+  auto v = judge.check(t0 + milliseconds(801));
+  REQUIRE(v.has_value());
+  CHECK_THAT(v->evidence, Catch::Contains("never heard from"));
+}
+
+TEST_CASE("H-3: the actor without progress that waits on nobody is named, never those waiting on it", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  // Stage actor 1 (node 1) stalled; 0 (node 0) has waited on it for as long.
+  judge.heartbeat(0, t0 + milliseconds(1500), {waiting(0, 5, 1400)});
+  judge.heartbeat(1, t0 + milliseconds(1500), {computing(1, 5, 900)});
+  CHECK_FALSE(judge.check(t0 + milliseconds(1600)).has_value());  // 900 + 100 ms: not more than 1000
+  auto v = judge.check(t0 + milliseconds(1601));
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "stuck_actor");
+  CHECK(v->node == 1);
+  CHECK(v->actor == 1);
+  CHECK_THAT(v->evidence, Catch::Contains("no progress for 1001 ms at step 5 after instruction 3"));
+  CHECK_THAT(v->evidence, Catch::Contains("stage actors 0 wait"));
+}
+
+TEST_CASE("H-3: nobody is stuck while every actor waits, computes recently, or has not started", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  SECTION("all waiting (the cause is elsewhere)") {
+    judge.heartbeat(0, t0 + milliseconds(100), {waiting(0, 5, 5000)});
+    judge.heartbeat(1, t0 + milliseconds(100), {waiting(1, 5, 5000)});
+  }
+  SECTION("a long computation nobody waits on") {
+    judge.heartbeat(0, t0 + milliseconds(100), {computing(0, 5, 5000)});
+    judge.heartbeat(1, t0 + milliseconds(100), {computing(1, 5, 10)});
+  }
+  SECTION("before the first step and after the last") {
+    judge.heartbeat(0, t0 + milliseconds(100), {ActorBeat{0, -1, -1, 5000, -1}});
+    judge.heartbeat(1, t0 + milliseconds(100), {ActorBeat{1, kFinishedStep, -1, 5000, -1}, waiting(2, 5, 10)});
+  }
+  CHECK_FALSE(judge.check(t0 + milliseconds(200)).has_value());
+}
+
+TEST_CASE("H-3: the only actor of a job is judged without peers", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(1, kLimits, t0);
+  judge.heartbeat(0, t0, {computing(0, 2, 1001)});
+  auto v = judge.check(t0);
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "stuck_actor");
+}
+
+TEST_CASE("H-4: a hung node is reported before the actors it stopped", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  judge.heartbeat(0, t0 + milliseconds(2000), {waiting(0, 5, 1900)});
+  judge.heartbeat(1, t0, {computing(1, 5, 0)});  // then SIGSTOP: its actor looks idle too
+  auto v = judge.check(t0 + milliseconds(2000));
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "hung_process");
+  CHECK(v->node == 1);
+}
+
+TEST_CASE("a heartbeat naming a node out of range is ignored", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(1, kLimits, t0);
+  judge.heartbeat(-1, t0, {computing(0, 1, 99999)});
+  judge.heartbeat(1, t0, {computing(0, 1, 99999)});
+  judge.forget(7);
+  CHECK_FALSE(judge.check(t0 + milliseconds(10)).has_value());
+}
+
+}  // namespace
+}  // namespace troupe

@@ -1,0 +1,138 @@
+// The health monitor end to end, each fault a drill from the job config
+// ([[faults]]) or --fault: a stopped node gets a hung_process verdict within
+// miss_limit x heartbeat_ms + 200 ms, a stalled actor a stuck_actor verdict
+// naming it (and no other), an exception a verdict with its message; every
+// verdict is in the log and, as a `fault` object, in the metrics.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "tests/test_support.hpp"
+
+namespace troupe::testing {
+namespace {
+
+// A two-stage pipeline over two node processes (stage actor 0 on node 0,
+// stage actor 1 on node 1), heartbeats every 200 ms, 4 missed = hung.
+struct PipelineJob {
+  ScratchDir dir;
+  std::string cfg = dir / "job.toml";
+  std::string metrics = dir / "metrics.jsonl";
+  PipelineJob(const std::string& tag, const std::string& faults) : dir(tag) {
+    write_file(dir / "corpus.txt", synthetic_text(30000));
+    REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string())
+                .exit_code == 0);
+    write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\n"
+                    "steps = 1000\neval_every = 0\nlog_every = 1\n[parallel]\npp = 2\nmicrobatches = 4\n"
+                    "[health]\nheartbeat_ms = 200\nmiss_limit = 4\nprogress_timeout_ms = 1000\n"
+                    "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n" +
+                        faults);
+  }
+  RunResult launch(const std::string& args = "") {
+    return run("timeout 60 " + troupe_bin() + " launch --nodes 2 " + cfg + " --metrics " + metrics + " " + args);
+  }
+  // The metrics file's fault objects.
+  std::vector<nlohmann::json> faults() const {
+    std::vector<nlohmann::json> out;
+    std::istringstream lines(slurp(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("fault")) out.push_back(j["fault"]);
+    }
+    return out;
+  }
+};
+
+// The spdlog time stamp ("[2026-11-23 16:54:17.375]") of the first log line
+// containing `needle`, in ms since midnight; -1 if there is none.
+double stamp_ms(const std::string& log, const std::string& needle) {
+  std::istringstream lines(log);
+  const std::regex stamp(R"(\[\d{4}-\d{2}-\d{2} (\d{2}):(\d{2}):(\d{2})\.(\d{3})\])");
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (line.find(needle) == std::string::npos || !std::regex_search(line, m, stamp)) continue;
+    return ((std::stod(m[1]) * 60 + std::stod(m[2])) * 60 + std::stod(m[3])) * 1000 + std::stod(m[4]);
+  }
+  return -1;
+}
+
+std::size_t count(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a node stopped by a hang drill gets a hung_process verdict within miss_limit x heartbeat + 200 ms",
+          "[health][faults]") {
+  PipelineJob job("health_hang", "[[faults]]\nkind = \"hang\"\nnode = 1\nstep = 3\n");
+  const auto r = job.launch();
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);  // not the test's timeout
+  const double stopped = stamp_ms(r.err, "fault drill: node 1 stops itself (SIGSTOP) at step 3");
+  const double judged = stamp_ms(r.err, "verdict hung_process: node 1 — no heartbeat for");
+  REQUIRE(stopped >= 0);
+  REQUIRE(judged >= 0);
+  CHECK(judged - stopped <= 4 * 200 + 200);
+  CHECK(judged - stopped >= 4 * 200 - 200);  // not from anything earlier than the silence
+  const auto faults = job.faults();
+  REQUIRE(faults.size() == 1);
+  CHECK(faults[0]["kind"] == "hung_process");
+  CHECK(faults[0]["node"] == 1);
+  CHECK(processes_with(job.dir.path().string()).empty());  // the stopped node was ended too
+}
+
+TEST_CASE("an actor stalled by a drill gets a stuck_actor verdict naming it and no other", "[health][faults]") {
+  PipelineJob job("health_stall", "");
+  const auto r = job.launch("--fault kind=stall,actor=1,step=2");
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);
+  CHECK(r.err.find("verdict stuck_actor: node 1, stage actor 1 — no progress for ") != std::string::npos);
+  CHECK(r.err.find("at step 2 (at the step's start), not waiting on any peer (health.progress_timeout_ms 1000); "
+                   "stage actors 0 wait") != std::string::npos);
+  CHECK(count(r.err, "verdict ") == 1);  // one verdict, about the stalled actor only
+  const double stalled = stamp_ms(r.err, "fault drill: stage actor 1 stalls at step 2");
+  const double judged = stamp_ms(r.err, "verdict stuck_actor");
+  REQUIRE(stalled >= 0);
+  REQUIRE(judged >= 0);
+  CHECK(judged - stalled >= 1000);  // health.progress_timeout_ms
+  CHECK(judged - stalled <= 1000 + 200 + 200);  // + a heartbeat + slack
+  const auto faults = job.faults();
+  REQUIRE(faults.size() == 1);
+  CHECK(faults[0]["kind"] == "stuck_actor");
+  CHECK(faults[0]["actor"] == 1);
+  CHECK(processes_with(job.dir.path().string()).empty());
+}
+
+TEST_CASE("an exception thrown by a drill gets an actor_exception verdict with its message", "[health][faults]") {
+  PipelineJob job("health_exception", "[[faults]]\nkind = \"exception\"\nactor = 0\nstep = 2\ninstruction = 3\n");
+  const auto r = job.launch();
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.exit_code != 124);
+  CHECK(r.err.find("verdict actor_exception: node 0, stage actor 0 — exception: fault drill: exception at step 2, "
+                   "instruction 3") != std::string::npos);
+  CHECK(count(r.err, "verdict ") == 1);
+  const auto faults = job.faults();
+  REQUIRE(faults.size() == 1);
+  CHECK(faults[0]["kind"] == "actor_exception");
+  CHECK(faults[0]["evidence"] == "exception: fault drill: exception at step 2, instruction 3");
+}
+
+TEST_CASE("a job without faults gets no verdict", "[health]") {
+  PipelineJob job("health_quiet", "");
+  const auto r = run("timeout 60 " + troupe_bin() + " launch --nodes 2 " + job.cfg + " --metrics " + job.metrics +
+                     " --set train.steps=30");
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.err.find("verdict") == std::string::npos);
+  CHECK(job.faults().empty());
+}
+
+}  // namespace troupe::testing

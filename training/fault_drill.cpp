@@ -1,0 +1,82 @@
+// FaultDrill.
+#include "training/fault_drill.hpp"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+namespace troupe {
+
+FaultDrill::FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node, int local) : rank_(rank), node_(node) {
+  for (const FaultSpec& f : faults) {
+    const bool whole_node = f.kind == "kill" || f.kind == "hang";
+    if (f.actor == rank || (whole_node && f.actor < 0 && f.node == node && local == 0)) mine_.push_back(f);  // D-2
+  }
+}
+
+bool FaultDrill::acts_before_instructions() const {
+  for (auto& f : mine_)
+    if (f.kind != "slow") return true;
+  return false;
+}
+
+bool FaultDrill::slows() const {
+  for (auto& f : mine_)
+    if (f.kind == "slow") return true;
+  return false;
+}
+
+Status FaultDrill::before(int step, int pc, const Transport& transport) const {
+  for (const FaultSpec& f : mine_) {
+    if (f.kind == "slow" || f.step != step || f.instruction != pc) continue;
+    const std::string where = "step " + std::to_string(step) + (pc >= 0 ? ", instruction " + std::to_string(pc) : "");
+    if (f.kind == "kill") {
+      spdlog::warn("fault drill: node {} kills itself (SIGKILL) at {} of stage actor {}", node_, where, rank_);
+      std::fflush(nullptr);
+      ::raise(SIGKILL);
+    } else if (f.kind == "hang") {
+      spdlog::warn("fault drill: node {} stops itself (SIGSTOP) at {} of stage actor {}", node_, where, rank_);
+      std::fflush(nullptr);
+      ::raise(SIGSTOP);  // whoever sends SIGCONT lets it go on
+    } else if (f.kind == "exception") {
+      throw std::runtime_error("fault drill: exception at " + where);
+    } else if (f.kind == "stall") {
+      spdlog::warn("fault drill: stage actor {} stalls at {}", rank_, where);
+      // Until the job fails: some actor's transfers are failed (the node fails
+      // every rank's when the coordinator ends the job).
+      auto job_failed = [&] {
+        for (int r = 0; r < transport.size(); ++r)
+          if (transport.peer_failed(r)) return true;
+        return false;
+      };
+      while (!job_failed()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return make_error("fault drill: stalled at ", where, " until the job ended");
+    }
+  }
+  return Status::success();
+}
+
+double FaultDrill::compute_factor(int step) const {
+  double factor = 1;
+  for (const FaultSpec& f : mine_)
+    if (f.kind == "slow" && step >= f.step && step < f.step + f.steps) factor *= f.factor;
+  return factor;
+}
+
+Status check_fault_nodes(const std::vector<FaultSpec>& faults, int nodes, int actors_per_node) {
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const FaultSpec& f = faults[i];
+    if (f.node >= nodes)
+      return make_error("faults[", std::to_string(i), "]: node ", std::to_string(f.node), " is out of range (the job has ",
+                        std::to_string(nodes), " node", nodes == 1 ? "" : "s", ")");
+    if (f.actor >= nodes * actors_per_node)
+      return make_error("faults[", std::to_string(i), "]: actor ", std::to_string(f.actor),
+                        " is out of range (the job has ", std::to_string(nodes * actors_per_node), " stage actors)");
+  }
+  return Status::success();
+}
+
+}  // namespace troupe

@@ -1,0 +1,51 @@
+// Fault drills: what one stage actor carries out of the job's [[faults]]
+// (runtime/job_config.hpp). A drill is a real fault, not a simulated report:
+// kill and hang signal the whole node process (SIGKILL, SIGSTOP), exception
+// throws out of the actor's work, stall stops its progress while the process
+// lives (until the job ends), slow stretches its compute instructions.
+//
+//  D-1  An actor with no drill does no work for them: the runner's hooks are
+//       left empty, so a job without faults pays nothing.
+//  D-2  kill and hang aimed at a node are carried out by that node's first
+//       stage actor, so they happen once per process.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/transport/transport.hpp"
+#include "common/expected.hpp"
+#include "runtime/job_config.hpp"
+
+namespace troupe {
+
+class FaultDrill {
+ public:
+  /// The drills of `faults` aimed at stage actor `rank`, which runs on `node`
+  /// as its local actor `local` (0 = the node's first).
+  FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node, int local);
+
+  /// Whether this actor has a drill at all (D-1).
+  bool any() const { return !mine_.empty(); }
+  /// Whether it has one that acts before instructions (all but slow).
+  bool acts_before_instructions() const;
+  /// Whether it has a slow drill.
+  bool slows() const;
+
+  /// Before instruction `pc` of `step`'s program (`pc` = -1: the step's start).
+  /// kill and hang signal the process; exception throws; stall returns only
+  /// when `transport` has seen an actor fail (the job is ending), with an error.
+  Status before(int step, int pc, const Transport& transport) const;
+  /// The factor this actor's compute time is multiplied by in `step` (1: none).
+  double compute_factor(int step) const;
+
+ private:
+  std::vector<FaultSpec> mine_;
+  int rank_;
+  int node_;
+};
+
+/// Whether every drill's node is in [0, nodes); the first that is not, named.
+Status check_fault_nodes(const std::vector<FaultSpec>& faults, int nodes, int actors_per_node);
+
+}  // namespace troupe
