@@ -101,7 +101,7 @@ TEST_CASE("every numeric key has a range: NaN, infinities, overflow and out-of-r
 
 namespace troupe {
 
-TEST_CASE("[[faults]] and --fault read fault drills, and wrong ones are refused naming the entry", "[config][fault]") {
+TEST_CASE("fault drills from the config and --fault are read, and wrong ones are refused naming the entry", "[config][fault]") {
   auto ok = parse_job_config("[parallel]\npp = 2\n[[faults]]\nkind = \"slow\"\nactor = 1\nstep = 5\nfactor = 1.5\n"
                              "steps = 3\n[[faults]]\nkind = \"hang\"\nnode = 1\nstep = 7\ninstruction = 2\n",
                              "job.toml", {fault_override("kind=exception,actor=0,step=9")});
