@@ -1,7 +1,8 @@
 # troupe_library(NAME SOURCES... DEPS ...): one static library per layer.
 # troupe_test(NAME SOURCES... DEPS ...): a Catch2 test binary registered with CTest.
 function(troupe_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  # SERIAL: the executable's tests run alone (they measure time on a shared machine).
+  cmake_parse_arguments(ARG "SERIAL" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
@@ -15,7 +16,8 @@ function(troupe_test name)
   if(NOT TROUPE_TESTS)
     return()
   endif()
-  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  # SERIAL: the executable's tests run alone (they measure time on a shared machine).
+  cmake_parse_arguments(ARG "SERIAL" "" "SOURCES;DEPS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} Catch2::Catch2WithMain)
   target_compile_options(${name} PRIVATE -Wall -Wextra)
@@ -28,7 +30,11 @@ function(troupe_test name)
     TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   # A test that cannot run here calls troupe::testing::skip(), which exits
   # with 77: CTest reports it Skipped, never Passed.
-  catch_discover_tests(${name} PROPERTIES SKIP_RETURN_CODE 77)
+  if(ARG_SERIAL)
+    catch_discover_tests(${name} PROPERTIES SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  else()
+    catch_discover_tests(${name} PROPERTIES SKIP_RETURN_CODE 77)
+  endif()
 endfunction()
 
 # Test names are CTest names: a ';' or '[' in one splits or corrupts the list

@@ -68,6 +68,9 @@ struct HealthSection {
   int heartbeat_ms = 200;             ///< health monitors' beat, and the nodes' keep-alive on the control connection
   int miss_limit = 4;                 ///< a node whose heartbeats stop for this many beats is hung
   int progress_timeout_ms = 10000;    ///< an actor without progress this long while peers wait on it is stuck
+  double straggler_threshold = 0.10;  ///< an actor that costs the step more than this share ...
+  int straggler_steps = 3;            ///< ... for this many consecutive steps is a straggler
+  int straggler_window = 20;          ///< steps in an actor's recent median compute time
   int peer_timeout_ms = 3000;         ///< a node silent this long is lost (a stopped process, a cut link)
   int rendezvous_timeout_ms = 30000;  ///< waiting for every node to join
   int wait_timeout_ms = 600000;       ///< any single wait on a transfer or a local actor (a backstop)

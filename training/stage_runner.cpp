@@ -183,6 +183,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
   }
   StepTimes times;
   times.instruction_us.assign(m.program.size(), 0.0);
+  if (m.links.cpu_clock_us) times.instruction_cpu_us.assign(m.program.size(), 0.0);
   std::vector<bool> first_forward_done(models_.size(), false);
   ProgressSlot* const progress = m.links.progress;
   const FaultDrill* const drill = m.links.drill && m.links.drill->any() ? m.links.drill : nullptr;  // D-1
@@ -199,20 +200,32 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     const int slot = in.mb % m.slots;
     const int vs = in.chunk * m.stages + m.stage;
     const double t0 = now_us();
+    const double cpu0 = compute && m.links.cpu_clock_us ? m.links.cpu_clock_us() : 0;
+    double waited = 0;  // inside a compute instruction, on peers: blocked time, not compute (G-1)
+    auto timed_wait = [&](const auto& wait) {
+      const double w0 = now_us();
+      auto st = wait();
+      waited += now_us() - w0;
+      return st;
+    };
     switch (in.op) {
       case Op::recv_act: TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, in.chunk, in.mb})); break;
       case Op::recv_grad: TROUPE_TRY(m.inbox->wait({StageEvent::gradient_arrived, in.chunk, in.mb})); break;
       case Op::forward: {
         GptStage::ParamsNeeded needs;
         if (!first_forward_done[static_cast<std::size_t>(in.chunk)] && m.links.params_needed) {
-          needs = m.links.params_needed(in.chunk);
+          needs = [&waited, inner = m.links.params_needed(in.chunk)](std::int64_t b, std::int64_t e) {
+            const double w0 = now_us();
+            inner(b, e);  // the parameters' all-gather, from the data-parallel peers
+            waited += now_us() - w0;
+          };
           first_forward_done[static_cast<std::size_t>(in.chunk)] = true;
         }
         // The slot's previous output must have left before it is overwritten.
         if (!last && in.mb >= m.slots)
-          TROUPE_TRY(m.inbox->wait({StageEvent::activation_sent, in.chunk, in.mb - m.slots}));
+          TROUPE_TRY(timed_wait([&] { return m.inbox->wait({StageEvent::activation_sent, in.chunk, in.mb - m.slots}); }));
         if (first || last) {
-          auto batch = m.links.batch(step, in.mb);
+          auto batch = timed_wait([&] { return m.links.batch(step, in.mb); });
           if (!batch) return batch.error();
           m.batches[i] = std::move(*batch);
         }
@@ -244,14 +257,22 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     }
     double t1 = now_us();
     if (compute && slowdown > 1) {  // a slow drill: this instruction's compute, stretched
-      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>((slowdown - 1) * (t1 - t0))));
+      const double stretch = (slowdown - 1) * (t1 - t0 - waited);
+      if (m.links.burn) m.links.burn(stretch);
+      else std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(stretch)));
       t1 = now_us();
     }
+    if (compute && m.links.cpu_clock_us) times.instruction_cpu_us[pc] = m.links.cpu_clock_us() - cpu0;
+    times.blocked_us += waited;
     if (progress) progress->advanced(step, static_cast<int>(pc));
     switch (in.op) {
       case Op::recv_act:
       case Op::recv_grad: times.blocked_us += t1 - t0; break;
-      case Op::forward: times.forward_us += t1 - t0, ++times.forwards, times.instruction_us[pc] = t1 - t0; break;
+      case Op::forward: {
+        const double work = t1 - t0 - waited;
+        times.forward_us += work, ++times.forwards, times.instruction_us[pc] = work;
+        break;
+      }
       case Op::backward:
       case Op::backward_input: times.backward_us += t1 - t0, ++times.backwards, times.instruction_us[pc] = t1 - t0; break;
       case Op::backward_weight: times.weight_us += t1 - t0, ++times.weights, times.instruction_us[pc] = t1 - t0; break;

@@ -57,6 +57,12 @@ struct StageLinks {
   ProgressSlot* progress = nullptr;
   /// This actor's fault drills, acted on before each instruction (optional: none, D-1).
   const FaultDrill* drill = nullptr;
+  /// CPU time of the stage's compute threads, µs (optional): each compute
+  /// instruction's CPU time is measured beside its wall time.
+  std::function<double()> cpu_clock_us;
+  /// Keeps every compute thread busy for `us` µs (a slow drill's stretch of
+  /// compute; optional: without it the stretch sleeps).
+  std::function<void(double us)> burn;
 };
 
 /// What one step measured on this stage, in microseconds.
@@ -67,6 +73,7 @@ struct StepTimes {
   double blocked_us = 0;  ///< waiting in receives
   double wall_us = 0;     ///< from the first instruction to the last send done
   std::vector<double> instruction_us;  ///< each program instruction's compute time (0 for the rest)
+  std::vector<double> instruction_cpu_us;  ///< its CPU time on the compute threads (empty without a cpu clock)
 };
 
 class StageRunner {

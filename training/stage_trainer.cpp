@@ -30,6 +30,7 @@
 #include "training/stage_checkpoints.hpp"
 #include "training/stage_state.hpp"
 #include "training/step_report.hpp"
+#include "training/straggler_detector.hpp"
 
 namespace troupe {
 namespace {
@@ -43,6 +44,7 @@ double us_since(Clock::time_point t0) { return std::chrono::duration<double, std
 struct RootDuties {
   std::optional<MetricsWriter> metrics;
   double peak_flops = 0;  // MFU's denominator
+  StragglerDetector stragglers;
 };
 
 // One step's figures on this actor, between its named parts.
@@ -55,6 +57,7 @@ struct StepFigures {
   float global_sum_squares = 0;
   double checkpoint_stall_us = -1;  ///< phase 1 of a checkpoint taken after this step (< 0: none)
   std::optional<PersistOutcome> persisted;  ///< the node's last persist that ended since the last step
+  std::vector<Straggler> stragglers;        ///< on the root: this step's (G-1 ... G-3)
 };
 
 class Trainer {
@@ -140,9 +143,23 @@ class Trainer {
   Status build_state() {
     Inbox* inbox = a_.inbox;
     if (inbox && a_.progress) inbox = &progress_inbox_.emplace(*a_.inbox, a_.progress);  // H-1
-    StageLinks links{a_.transport, inbox, stage_ranks_, a_.batches.get, {}, {}};
+    StageLinks links;
+    links.transport = a_.transport;
+    links.inbox = inbox;
+    links.stage_ranks = stage_ranks_;
+    links.batch = a_.batches.get;
     links.progress = a_.progress;
     links.drill = &drill_;
+    ThreadPool& pool = device_.cpu_stream().pool();
+    links.cpu_clock_us = [&pool] { return pool.cpu_us(); };
+    if (drill_.slows())
+      links.burn = [&pool](double us) {  // every compute thread busy: the CPU time grows with the stretch
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(us));
+        pool.run(pool.size(), [&](int) {
+          while (std::chrono::steady_clock::now() < until) {
+          }
+        });
+      };
     if (!a_.trace_path.empty()) {
       trace_ = std::make_unique<TraceWriter>();
       links.trace = trace_.get();
@@ -197,7 +214,9 @@ class Trainer {
   Status take_root_duties() {
     const GptConfig& cfg = plan_.cfg;
     const auto& t = job_.train;
-    root_.emplace();
+    const auto& h = job_.health;
+    root_.emplace(RootDuties{{}, 0, StragglerDetector(plan_.dims, plan_.schedule, a_.actors_on_node,
+                                                       {h.straggler_threshold, h.straggler_steps, h.straggler_window})});
     auto m = MetricsWriter::open(a_.metrics_path);
     if (!m) return m.error();
     root_->metrics.emplace(std::move(*m));
@@ -276,13 +295,16 @@ class Trainer {
     return Status::success();
   }
 
-  // Every actor's figures, summed over everyone: the pipeline's measurements.
-  Expected<StepReport> report_step(const StepFigures& f) {
+  // Every actor's figures, summed over everyone: the pipeline's measurements;
+  // on the root, the step's stragglers too.
+  Expected<StepReport> report_step(StepFigures& f) {
     const StepTimes& t = f.times;
     StepTable table(plan_.dims, plan_.schedule);
     table.add(a_.rank, ActorStepFigures{t.loss, t.forward_us + t.backward_us + t.weight_us, t.blocked_us, t.wall_us,
-                                        t.instruction_us, f.tied_sync_us, f.exposed_sync_us, f.buckets, f.hidden});
+                                        t.instruction_us, t.instruction_cpu_us, f.tied_sync_us, f.exposed_sync_us,
+                                        f.buckets, f.hidden});
     TROUPE_TRY(all_reduce(everyone_, table.data(), table.size(), "the step report all-reduce"));
+    if (root_) f.stragglers = root_->stragglers.observe(table);
     return table.report();
   }
 
@@ -306,6 +328,27 @@ class Trainer {
     const double loss = static_cast<double>(sum) / static_cast<double>(eval_->tokens());
     spdlog::info("step {:5d} | val loss {:.4f} ({} windows)", step, loss, eval_->windows());
     return std::optional<double>(loss);
+  }
+
+  // The step's stragglers for the metrics; a warning when one is first named
+  // (and every 100 steps it stays one), and a marker in the trace.
+  nlohmann::json stragglers_json(int step, const std::vector<Straggler>& all) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const Straggler& s : all) {
+      out.push_back({{"stage", s.stage}, {"replica", s.replica}, {"node", s.node}, {"rank", s.rank},
+                     {"compute_slowdown", s.compute_slowdown}, {"step_cost_ms", s.step_cost_ms},
+                     {"step_share", s.step_share}});
+      if (s.consecutive == job_.health.straggler_steps || s.consecutive % 100 == 0)
+        spdlog::warn("straggler at step {}: stage {} replica {} (stage actor {}, node {}) computes {:.2f}x its normal "
+                     "and costs the step {:.1f} ms ({:.0f}%), {} steps in a row",
+                     step, s.stage, s.replica, s.rank, s.node, s.compute_slowdown, s.step_cost_ms,
+                     100 * s.step_share, s.consecutive);
+      if (trace_)
+        trace_->span(links_.trace_track, "straggler stage " + std::to_string(s.stage) + " replica " +
+                         std::to_string(s.replica), "straggler", trace_->now_us(), 1,
+                     {{"step", step}, {"rank", s.rank}});
+    }
+    return out;
   }
 
   Status log_step(int step, const StepFigures& f, const StepReport& rep, std::optional<double> val_loss) {
@@ -338,6 +381,7 @@ class Trainer {
                                       {"node_mb", static_cast<double>(f.persisted->bytes) / 1e6},
                                       {"s", f.persisted->seconds}};
     if (!resumed_.is_null()) line.update(std::exchange(resumed_, nullptr));
+    if (!f.stragglers.empty()) line["stragglers"] = stragglers_json(step, f.stragglers);
     TROUPE_TRY(root_->metrics->write(line.dump()));
     if (t.log_every > 0 && (step % t.log_every == 0 || step + 1 == t.steps))
       spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e} | {:7.1f} ms | {:8.0f} tok/s | bubble {:.1f}% (predicted "

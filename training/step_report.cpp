@@ -1,4 +1,5 @@
-// StepTable: layout [stage fields × pp][instruction times × pp][actor fields × actors].
+// StepTable: layout [stage fields × pp][instruction times × pp][actor fields × actors]
+// [(instruction times, instruction CPU times) × actors] (the last for the straggler detector).
 #include "training/step_report.hpp"
 
 #include <algorithm>
@@ -11,7 +12,7 @@ StepTable::StepTable(const ParallelDims& dims, const schedules::Schedule& schedu
     : dims_(dims), schedule_(&schedule) {
   for (const auto& prog : schedule.programs) program_max_ = std::max(program_max_, prog.size());
   data_.assign(static_cast<std::size_t>(dims.pp) * (kStageFields + program_max_) +
-                   static_cast<std::size_t>(dims.world()) * kActorFields,
+                   static_cast<std::size_t>(dims.world()) * (kActorFields + 2 * program_max_),
                0.0f);
 }
 
@@ -26,6 +27,14 @@ float* StepTable::actor(int rank) {
 }
 const float* StepTable::actor(int rank) const { return const_cast<StepTable*>(this)->actor(rank); }
 
+float* StepTable::actor_instructions(int rank) {
+  return data_.data() + static_cast<std::size_t>(dims_.pp) * (kStageFields + program_max_) +
+         static_cast<std::size_t>(dims_.world()) * kActorFields + static_cast<std::size_t>(rank) * 2 * program_max_;
+}
+const float* StepTable::actor_instructions(int rank) const {
+  return const_cast<StepTable*>(this)->actor_instructions(rank);
+}
+
 // stage figures are means over the stage's replicas, actor figures its own.
 void StepTable::add(int rank, const ActorStepFigures& f) {
   const int st = coord_of(dims_, rank).pp;
@@ -37,11 +46,17 @@ void StepTable::add(int rank, const ActorStepFigures& f) {
   row[kWall] += static_cast<float>(f.wall_us / dp);
   row[kBuckets] += static_cast<float>(f.buckets / dp);
   const std::size_t n = std::min(f.instruction_us.size(), program_max_);
-  for (std::size_t pc = 0; pc < n; ++pc) instructions(st)[pc] += static_cast<float>(f.instruction_us[pc] / dp);
+  for (std::size_t pc = 0; pc < n; ++pc) {
+    instructions(st)[pc] += static_cast<float>(f.instruction_us[pc] / dp);
+    actor_instructions(rank)[pc] += static_cast<float>(f.instruction_us[pc]);
+  }
+  for (std::size_t pc = 0; pc < std::min(f.instruction_cpu_us.size(), program_max_); ++pc)
+    actor_instructions(rank)[program_max_ + pc] += static_cast<float>(f.instruction_cpu_us[pc]);
   float* mine = actor(rank);
   mine[kTiedSync] += static_cast<float>(f.tied_sync_us);
   mine[kExposedSync] += static_cast<float>(f.exposed_sync_us);
   mine[kHidden] += static_cast<float>(f.hidden);
+  mine[kActorBusy] += static_cast<float>(f.busy_us);
 }
 
 StepReport StepTable::report() const {

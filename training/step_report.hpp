@@ -27,6 +27,7 @@ struct ActorStepFigures {
   double loss = 0;  ///< mean loss of the step (the last stage only; 0 elsewhere)
   double busy_us = 0, blocked_us = 0, wall_us = 0;
   std::vector<double> instruction_us;  ///< compute time of each instruction of its program
+  std::vector<double> instruction_cpu_us;  ///< and its CPU time (empty: not measured)
   double tied_sync_us = 0;             ///< summing the tied embedding with the other end
   double exposed_sync_us = 0;          ///< waiting for the buckets' reduce-scatters after that
   int buckets = 0, hidden = 0;         ///< gradient buckets; those reduced when the backward ended
@@ -48,6 +49,19 @@ class StepTable {
   std::size_t size() const { return data_.size(); }
   StepReport report() const;
 
+  /// After the sum: stage `st`'s instruction `pc`, its mean compute time over the replicas.
+  double instruction_us(int st, std::size_t pc) const { return instructions(st)[pc]; }
+  /// After the sum: actor `rank`'s own compute time in the step.
+  double busy_us(int rank) const { return actor(rank)[kActorBusy]; }
+  /// After the sum: actor `rank`'s own compute time of instruction `pc` of its program.
+  double actor_instruction_us(int rank, std::size_t pc) const { return actor_instructions(rank)[pc]; }
+  /// After the sum: its CPU time (0: not measured).
+  double actor_instruction_cpu_us(int rank, std::size_t pc) const { return actor_instructions(rank)[program_max_ + pc]; }
+  /// After the sum: stage `st`'s mean compute time over its replicas.
+  double stage_busy_us(int st) const { return stage(st)[kBusy]; }
+  const ParallelDims& dims() const { return dims_; }
+  const schedules::Schedule& schedule() const { return *schedule_; }
+
  private:
   float* stage(int st) { return data_.data() + static_cast<std::size_t>(st) * kStageFields; }
   const float* stage(int st) const { return data_.data() + static_cast<std::size_t>(st) * kStageFields; }
@@ -55,9 +69,11 @@ class StepTable {
   const float* instructions(int st) const;
   float* actor(int rank);
   const float* actor(int rank) const;
+  float* actor_instructions(int rank);
+  const float* actor_instructions(int rank) const;
 
   enum StageField : int { kLoss, kBusy, kBlocked, kWall, kBuckets, kStageFields };
-  enum ActorField : int { kTiedSync, kExposedSync, kHidden, kActorFields };
+  enum ActorField : int { kTiedSync, kExposedSync, kHidden, kActorBusy, kActorFields };
   ParallelDims dims_;
   const schedules::Schedule* schedule_;
   std::size_t program_max_ = 0;

@@ -1,6 +1,9 @@
 // ThreadPool: generation counter + atomic task index; spin, then futex wait.
 #include "backends/cpu/thread_pool.hpp"
 
+#include <pthread.h>
+#include <time.h>
+
 #include <immintrin.h>
 
 namespace troupe {
@@ -12,6 +15,21 @@ constexpr int kSpinIterations = 20000;
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+static double cpu_clock_us(clockid_t clock) {
+  timespec ts{};
+  if (::clock_gettime(clock, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+double ThreadPool::cpu_us() const {
+  double us = cpu_clock_us(CLOCK_THREAD_CPUTIME_ID);
+  for (const auto& t : workers_) {
+    clockid_t clock;
+    if (::pthread_getcpuclockid(const_cast<std::thread&>(t).native_handle(), &clock) == 0) us += cpu_clock_us(clock);
+  }
+  return us;
 }
 
 ThreadPool::~ThreadPool() {

@@ -20,6 +20,10 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
+  /// CPU time the pool's threads have used, the calling thread included, in
+  /// µs: unlike wall time it does not grow while another process has the core.
+  double cpu_us() const;
+
   /// Calls fn(i) for every i in [0, tasks); returns when all calls returned.
   template <class F>
   void run(int tasks, F&& fn) {

@@ -1,0 +1,106 @@
+// StragglerDetector.
+#include "training/straggler_detector.hpp"
+
+#include <algorithm>
+
+#include "schedules/simulator.hpp"
+
+namespace troupe {
+namespace {
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// What an instruction's slowdown is judged on: its CPU time where it was
+// measured (a preempted actor is not a slow one), else its wall time.
+double pace_us(const StepTable& t, int rank, std::size_t pc) {
+  const double cpu = t.actor_instruction_cpu_us(rank, pc);
+  return cpu > 0 ? cpu : t.actor_instruction_us(rank, pc);
+}
+
+bool is_compute(schedules::Op op) {
+  using schedules::Op;
+  return op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight;
+}
+
+}  // namespace
+
+StragglerDetector::StragglerDetector(const ParallelDims& dims, const schedules::Schedule& schedule,
+                                     int actors_per_node, StragglerLimits limits)
+    : dims_(dims),
+      per_node_(std::max(1, actors_per_node)),
+      limits_(limits),
+      compute_pcs_(static_cast<std::size_t>(dims.pp)),
+      history_(static_cast<std::size_t>(dims.world())),
+      streak_(static_cast<std::size_t>(dims.world()), 0) {
+  for (int st = 0; st < dims.pp; ++st) {
+    const auto& program = schedule.programs[static_cast<std::size_t>(st)];
+    for (std::size_t pc = 0; pc < program.size(); ++pc)
+      if (is_compute(program[pc].op)) compute_pcs_[static_cast<std::size_t>(st)].push_back(pc);
+  }
+  for (int r = 0; r < dims.world(); ++r)
+    history_[static_cast<std::size_t>(r)].resize(schedule.programs[static_cast<std::size_t>(coord_of(dims, r).pp)].size());
+}
+
+double StragglerDetector::slowdown(int rank, const StepTable& t) const {
+  const Coord me = coord_of(dims_, rank);
+  const auto& hist = history_[static_cast<std::size_t>(rank)];
+  std::vector<double> ratios;
+  for (std::size_t pc : compute_pcs_[static_cast<std::size_t>(me.pp)]) {
+    const double now = pace_us(t, rank, pc);
+    double normal = hist[pc].size() >= 3 ? median_of({hist[pc].begin(), hist[pc].end()}) : 0;
+    if (dims_.dp > 1) {  // its data-parallel peers' time for the same instruction, this step
+      std::vector<double> peers;
+      for (int d = 0; d < dims_.dp; ++d)
+        if (d != me.dp) peers.push_back(pace_us(t, rank_of(dims_, Coord{d, me.pp, 0}), pc));
+      const double theirs = median_of(peers);
+      normal = normal > 0 ? std::min(normal, theirs) : theirs;
+    }
+    if (normal > 0 && now > 0) ratios.push_back(now / normal);
+  }
+  return ratios.empty() ? 1.0 : median_of(ratios);
+}
+
+std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
+  const int dp = dims_.dp;
+  // Replica d's pipeline replayed with its actors' own costs, `slowed` (if >= 0) divided by `by`.
+  auto replica_time = [&](int d, int slowed, double by) {
+    auto sim = schedules::simulate(t.schedule(), [&](int st, std::size_t pc, const schedules::Instruction&) {
+      const int rank = rank_of(dims_, Coord{d, st, 0});
+      return t.actor_instruction_us(rank, pc) / (rank == slowed ? by : 1.0);
+    });
+    return sim ? sim->step_time : 0.0;
+  };
+  std::vector<double> replica(static_cast<std::size_t>(dp));
+  for (int d = 0; d < dp; ++d) replica[static_cast<std::size_t>(d)] = replica_time(d, -1, 1);
+  const double step = *std::max_element(replica.begin(), replica.end());
+
+  std::vector<Straggler> out;
+  for (int rank = 0; rank < dims_.world(); ++rank) {
+    const auto r = static_cast<std::size_t>(rank);
+    const Coord me = coord_of(dims_, rank);
+    const double slow = slowdown(rank, t);
+    double cost = 0;
+    if (slow > 1 && step > 0) {
+      double without = replica_time(me.dp, rank, slow);
+      for (int d = 0; d < dp; ++d)
+        if (d != me.dp) without = std::max(without, replica[static_cast<std::size_t>(d)]);
+      cost = std::max(0.0, step - without);
+    }
+    const bool over = step > 0 && cost / step > limits_.threshold;
+    streak_[r] = over ? streak_[r] + 1 : 0;
+    if (!over)  // G-3
+      for (std::size_t pc : compute_pcs_[static_cast<std::size_t>(me.pp)]) {
+        auto& h = history_[r][pc];
+        h.push_back(pace_us(t, rank, pc));
+        if (static_cast<int>(h.size()) > limits_.window) h.pop_front();
+      }
+    if (streak_[r] >= limits_.steps)
+      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, cost / 1e3, cost / step, streak_[r]});
+  }
+  return out;
+}
+
+}  // namespace troupe

@@ -1,0 +1,66 @@
+// Stragglers, attributed through the schedule's dependencies. Each step the
+// root replays every replica's pipeline in the simulator with each actor's
+// measured instruction costs, then once more per slow actor with its costs
+// put back to normal. An actor's slowdown is judged on CPU time (a process
+// that waited for a core is not a slow actor; wall time where no CPU time was
+// measured) and is robust to an odd instruction: the median, over its compute
+// instructions, of each one's time over its normal — the instruction's own
+// recent median, or its data-parallel peers' time for it this step,
+// whichever is lower. What it costs the step is replayed in wall time. The step's
+// time is the slowest replica's (the replicas' gradient sum waits for it). An
+// actor whose return to normal would shorten the step by more than
+// `threshold` for `steps` consecutive steps is a straggler.
+//
+//  G-1  Only compute time counts (the runner leaves waits out of it): an actor
+//       that waited on a straggler (before or after it in the pipeline, or
+//       its data-parallel peers) is not slow itself and is never named.
+//  G-2  A slowdown shared by every actor (a busy machine) is nobody's: putting
+//       one actor back to normal does not shorten the step by much.
+//  G-3  An actor's baseline does not absorb its own slowness: steps in which
+//       it costs the step more than the threshold are left out of its history.
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "training/step_report.hpp"
+
+namespace troupe {
+
+struct StragglerLimits {
+  double threshold = 0.10;  ///< the share of the step an actor must cost
+  int steps = 3;            ///< for this many consecutive steps
+  int window = 20;          ///< steps in an instruction's recent median
+};
+
+/// One straggler in one step.
+struct Straggler {
+  int stage = 0, replica = 0, rank = 0, node = 0;
+  double compute_slowdown = 1;  ///< its compute over its normal (the median over its instructions)
+  double step_cost_ms = 0;      ///< how much shorter the step would be without it
+  double step_share = 0;        ///< step_cost over the step
+  int consecutive = 0;          ///< steps in a row it has been one
+};
+
+class StragglerDetector {
+ public:
+  /// `actors_per_node`: stage actors per node (the node of rank r is r / actors_per_node).
+  StragglerDetector(const ParallelDims& dims, const schedules::Schedule& schedule, int actors_per_node,
+                    StragglerLimits limits);
+
+  /// One step's summed table; the stragglers of this step (those that have
+  /// cost more than the threshold for `steps` steps in a row).
+  std::vector<Straggler> observe(const StepTable& table);
+
+ private:
+  double slowdown(int rank, const StepTable& table) const;
+
+  ParallelDims dims_;
+  int per_node_;
+  StragglerLimits limits_;
+  std::vector<std::vector<std::size_t>> compute_pcs_;    ///< by stage: its compute instructions
+  std::vector<std::vector<std::deque<double>>> history_;  ///< by rank, by pc: recent times (G-3)
+  std::vector<int> streak_;                               ///< by rank: consecutive steps over the threshold
+};
+
+}  // namespace troupe

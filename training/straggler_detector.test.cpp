@@ -1,0 +1,111 @@
+// StragglerDetector: a slow actor is named after `steps` slow steps (and only
+// it: G-1), a slowdown everyone shares names nobody (G-2), a slow replica is
+// named against its peers, and a straggler's baseline stays its normal (G-3).
+#include "training/straggler_detector.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <random>
+
+namespace troupe {
+namespace {
+
+using schedules::Op;
+
+// 1F1B over `pp` stages x 8 microbatches; forward 1 ms, backward 2 ms per
+// microbatch, each actor's compute multiplied by its factor.
+struct Job {
+  ParallelDims dims;
+  schedules::Schedule sched;
+  explicit Job(int pp, int dp = 1)
+      : dims{dp, pp, 1}, sched(*schedules::build_schedule(schedules::Kind::one_f_one_b, pp, 8)) {}
+
+  // `spike`: actor spike_rank's compute instruction number spike_at takes this much longer (a preemption).
+  StepTable step(const std::vector<double>& factor, int spike_rank = -1, int spike_at = 0, double spike = 1) const {
+    StepTable total(dims, sched);
+    for (int r = 0; r < dims.world(); ++r) {
+      const int st = coord_of(dims, r).pp;
+      ActorStepFigures f;
+      int compute = 0;
+      for (const auto& in : sched.programs[static_cast<std::size_t>(st)]) {
+        double us = (in.op == Op::forward ? 1000.0 : in.op == Op::backward ? 2000.0 : 0.0) *
+                    factor[static_cast<std::size_t>(r)];
+        if (us > 0 && r == spike_rank && compute++ == spike_at) us *= spike;
+        f.instruction_us.push_back(us);
+        f.busy_us += us;
+      }
+      StepTable mine(dims, sched);
+      mine.add(r, f);
+      for (std::size_t i = 0; i < total.size(); ++i) total.data()[i] += mine.data()[i];
+    }
+    return total;
+  }
+};
+
+TEST_CASE("G-1: a slow stage is named after straggler_steps slow steps, and no actor waiting on it", "[straggler]") {
+  Job job(4);
+  StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) CHECK(detector.observe(job.step({1, 1, 1, 1})).empty());
+  CHECK(detector.observe(job.step({1, 1.5, 1, 1})).empty());
+  CHECK(detector.observe(job.step({1, 1.5, 1, 1})).empty());
+  auto named = detector.observe(job.step({1, 1.5, 1, 1}));  // the third slow step
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].stage == 1);
+  CHECK(named[0].replica == 0);
+  CHECK(named[0].rank == 1);
+  CHECK(named[0].node == 1);
+  CHECK(named[0].compute_slowdown == Approx(1.5).epsilon(1e-4));
+  CHECK(named[0].step_share > 0.10);
+  CHECK(named[0].consecutive == 3);
+  // G-3: still its normal after many slow steps.
+  for (int i = 0; i < 30; ++i) {
+    auto again = detector.observe(job.step({1, 1.5, 1, 1}));
+    REQUIRE(again.size() == 1);
+    CHECK(again[0].rank == 1);
+  }
+  CHECK(detector.observe(job.step({1, 1, 1, 1})).empty());  // back to normal
+}
+
+TEST_CASE("G-2: a slowdown every actor shares names nobody", "[straggler]") {
+  Job job(4);
+  StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) detector.observe(job.step({1, 1, 1, 1}));
+  for (int i = 0; i < 10; ++i) CHECK(detector.observe(job.step({1.4, 1.4, 1.4, 1.4})).empty());
+}
+
+TEST_CASE("below the threshold nobody is named, and noise of a few percent names nobody", "[straggler]") {
+  Job job(4);
+  StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> noise(0.95, 1.05);
+  for (int i = 0; i < 300; ++i)
+    CHECK(detector.observe(job.step({noise(rng), noise(rng), noise(rng), noise(rng)})).empty());
+  for (int i = 0; i < 10; ++i) CHECK(detector.observe(job.step({1, 1.05, 1, 1})).empty());
+}
+
+TEST_CASE("an actor preempted during one or two instructions per step is not a straggler", "[straggler]") {
+  Job job(4);
+  StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) detector.observe(job.step({1, 1, 1, 1}));
+  for (int i = 0; i < 20; ++i) CHECK(detector.observe(job.step({1, 1, 1, 1}, 3, i % 16, 6.0)).empty());
+}
+
+TEST_CASE("a slow data-parallel replica is named against its peers, and they are not", "[straggler]") {
+  Job job(2, 2);  // ranks: (dp 0, pp 0) = 0, (dp 0, pp 1) = 1, (dp 1, pp 0) = 2, (dp 1, pp 1) = 3
+  StragglerDetector detector(job.dims, job.sched, 2, {0.10, 2, 20});
+  // From the first step: no history yet, its peers' median is the normal.
+  const int slow = rank_of(job.dims, Coord{1, 0, 0});
+  std::vector<double> factor(4, 1.0);
+  factor[static_cast<std::size_t>(slow)] = 1.6;
+  CHECK(detector.observe(job.step(factor)).empty());
+  auto named = detector.observe(job.step(factor));
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].rank == slow);
+  CHECK(named[0].replica == 1);
+  CHECK(named[0].stage == 0);
+  CHECK(named[0].node == slow / 2);
+  CHECK(named[0].compute_slowdown == Approx(1.6).epsilon(1e-4));
+}
+
+}  // namespace
+}  // namespace troupe
