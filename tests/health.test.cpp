@@ -135,4 +135,24 @@ TEST_CASE("a job without faults gets no verdict", "[health]") {
   CHECK(job.faults().empty());
 }
 
+TEST_CASE("troupe bench health reports detection latencies, heartbeat cost and straggler drills", "[health][bench]") {
+  PipelineJob job("health_bench", "");
+  const auto r = run("timeout 600 " + troupe_bin() + " bench health " + job.cfg +
+                     " --nodes 2 --drills 1 --straggler-drills 1 --overhead-runs 1");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["bench"] == "health");
+  for (const char* kind : {"hang", "kill", "stall", "exception"}) {
+    INFO(kind);
+    CHECK(j["detection"][kind]["without_the_verdict"] == 0);
+    CHECK(j["detection"][kind]["latency_ms"]["n"] == 1);
+    CHECK(j["detection"][kind]["latency_ms"]["min"].get<double>() >= 0);
+  }
+  CHECK(j["detection"]["hang"]["bound_ms"] == 4 * 200 + 200);
+  CHECK(j["detection"]["hang"]["latency_ms"]["max"].get<double>() <= 4 * 200 + 200);
+  CHECK(j["heartbeat_overhead"]["ratio"]["median"].get<double>() > 0);
+  CHECK(j["stragglers"]["drills"].size() == 1);
+}
+
 }  // namespace troupe::testing

@@ -40,23 +40,30 @@ struct FourStageJob {
 }  // namespace
 
 TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no other", "[health][straggler]") {
-  FourStageJob job("health_slow");
-  const auto r = run("timeout 120 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
-                     " --set train.steps=45 --fault kind=slow,actor=1,step=15,factor=1.5,steps=25");
-  INFO(r.err);
-  REQUIRE(r.exit_code == 0);
-  const auto named = job.stragglers();
-  // On this noisy 2-core VM a ×1.5 slowdown costs the step 10–30% from step to
-  // step, so the third slow step does not always name it (4 of 8 runs did).
-  REQUIRE_FALSE(named.empty());
-  INFO("first named at step " << named.front().first << " (slow from step 15)");
-  for (auto [step, rank] : named) {
-    CHECK(rank == 1);  // G-1: never the actors that waited on it
-    CHECK(step >= 15);  // (a noisy step just before the drill may start its streak)
-    CHECK(step <= 15 + 25 + 1);
+  // On this noisy 2-core VM (four processes) a x1.5 slowdown costs the step
+  // 10-30% from step to step, and its third slow step named it in 4 of 8 runs
+  // (troupe bench health reports the recall by factor): at x1.5 only "never
+  // another actor" is asserted; at x2 it must be named too.
+  for (const double factor : {1.5, 2.0}) {
+    INFO("factor " << factor);
+    FourStageJob job("health_slow");
+    const auto r = run("timeout 120 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
+                       " --set train.steps=45 --fault kind=slow,actor=1,step=15,factor=" + std::to_string(factor) +
+                       ",steps=25");
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const auto named = job.stragglers();
+    for (auto [step, rank] : named) {
+      CHECK(rank == 1);  // G-1: never the actors that waited on it
+      CHECK(step >= 15);  // (a noisy step just before the drill may start its streak)
+      CHECK(step <= 15 + 25 + 1);
+    }
+    if (factor < 2) continue;
+    REQUIRE_FALSE(named.empty());
+    INFO("first named at step " << named.front().first << " (slow from step 15)");
+    CHECK(r.err.find("straggler at step " + std::to_string(named.front().first) +
+                     ": stage 1 replica 0 (stage actor 1, node 1) computes") != std::string::npos);
   }
-  CHECK(r.err.find("straggler at step " + std::to_string(named.front().first) +
-                   ": stage 1 replica 0 (stage actor 1, node 1) computes") != std::string::npos);
 }
 
 TEST_CASE("300 steps without faults: no straggler and no verdict", "[health][straggler]") {

@@ -42,6 +42,7 @@ Status FaultDrill::before(int step, int pc, const Transport& transport) const {
       std::fflush(nullptr);
       ::raise(SIGSTOP);  // whoever sends SIGCONT lets it go on
     } else if (f.kind == "exception") {
+      spdlog::warn("fault drill: stage actor {} throws at {}", rank_, where);
       throw std::runtime_error("fault drill: exception at " + where);
     } else if (f.kind == "stall") {
       spdlog::warn("fault drill: stage actor {} stalls at {}", rank_, where);

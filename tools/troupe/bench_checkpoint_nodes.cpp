@@ -6,6 +6,7 @@
 // is the root actor's (the metrics line's); persists run beside training.
 #include "tools/troupe/bench_checkpoint.hpp"
 #include "tools/troupe/bench_figures.hpp"
+#include "tools/troupe/commands.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -26,17 +27,11 @@
 namespace troupe::cli {
 namespace {
 
-std::string self_binary() {
-  char self[PATH_MAX] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  return n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "troupe";
-}
-
 // One launched run's metrics lines (evaluation lines left out).
 Expected<std::vector<nlohmann::json>> run_job(const BenchCheckpointArgs& a, std::vector<std::string> overrides,
                                               const std::string& metrics, const std::string& resume) {
   LaunchOptions o;
-  o.troupe_binary = self_binary();
+  o.troupe_binary = troupe_executable();
   o.config_path = a.config;
   o.nodes = a.nodes;
   o.overrides = std::move(overrides);

@@ -5,6 +5,7 @@
 
 #include "tools/troupe/bench_ops.hpp"
 #include "tools/troupe/bench_checkpoint.hpp"
+#include "tools/troupe/bench_health.hpp"
 #include "tools/troupe/bench_step.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -63,6 +64,27 @@ void register_bench(CLI::App& app, Action& action) {
     action = [ckpt] {
       auto r = bench_checkpoint(*ckpt);
       if (!r) return fail("bench checkpoint", r.error());
+      std::printf("%s\n", r->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  auto health = std::make_shared<BenchHealthArgs>();
+  auto* he = bench->add_subcommand("health", "Fault detection latency, heartbeat cost, straggler precision and recall");
+  he->add_option("config", health->config, "Job config (TOML): one stage actor per node")->required();
+  he->add_option("--set", health->overrides, "Override a config key")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  he->add_option("--nodes", health->nodes, "Node processes")->check(CLI::Range(2, 64));
+  he->add_option("--drills", health->drills, "Drills of each fault kind")->check(CLI::Range(1, 1000));
+  he->add_option("--straggler-drills", health->straggler_drills, "Slow drills (random actor and factor)")
+      ->check(CLI::Range(0, 1000));
+  he->add_option("--overhead-runs", health->overhead_runs, "Pairs of runs with and without heartbeats")
+      ->check(CLI::Range(1, 100));
+  he->callback([health, &action] {
+    action = [health] {
+      auto r = bench_health(*health);
+      if (!r) return fail("bench health", r.error());
       std::printf("%s\n", r->dump(2).c_str());
       return 0;
     };

@@ -18,10 +18,8 @@
 namespace troupe::cli {
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
                                         int warmup) {
-  char self[PATH_MAX] = {};
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   LaunchOptions o;
-  o.troupe_binary = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "troupe";
+  o.troupe_binary = troupe_executable();
   o.config_path = config;
   o.nodes = nodes;
   overrides.push_back("train.eval_every=0");

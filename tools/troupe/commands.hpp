@@ -27,6 +27,9 @@ void register_checkpoint(CLI::App& app, Action& action);
 /// command line is parsed to append the drills to `overrides`.
 std::function<void()> add_fault_option(CLI::App* cmd, std::vector<std::string>& overrides);
 
+/// The path of this troupe executable (what `troupe launch` starts as nodes).
+std::string troupe_executable();
+
 /// Prints "troupe <command>: <message>" on stderr and returns exit code 1.
 int fail(const std::string& command, const Error& error);
 

@@ -32,9 +32,7 @@ void register_launch(CLI::App& app, Action& action) {
   cmd->callback([o, hold, files, add_faults, &action] {
     add_faults();
     action = [o, hold, files] {
-      char self[PATH_MAX] = {};
-      const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-      o->troupe_binary = n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "troupe";
+      o->troupe_binary = troupe_executable();
       if (*hold > 0) o->extra_node_args = {"--hold", std::to_string(*hold)};
       // Bad input is one line from here, before Redis or any node starts;
       // --resume latest is resolved once, so that every node reads the same checkpoint.

@@ -1,6 +1,9 @@
 // troupe: the command line (prepare, train, eval, bench, ...).
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <climits>
 #include <cstdio>
 
 #include "common/version.hpp"
@@ -12,6 +15,12 @@ namespace troupe::cli {
 int fail(const std::string& command, const Error& error) {
   std::fprintf(stderr, "troupe %s: %s\n", command.c_str(), error.message.c_str());
   return 1;
+}
+
+std::string troupe_executable() {
+  char self[PATH_MAX] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, static_cast<std::size_t>(n)) : "troupe";
 }
 
 std::function<void()> add_fault_option(CLI::App* cmd, std::vector<std::string>& overrides) {

@@ -1,0 +1,183 @@
+// bench health: every figure from real launched jobs (troupe launch, fault
+// drills from --fault), read back from their logs and metrics.
+#include "tools/troupe/bench_health.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "runtime/job_config.hpp"
+#include "tools/troupe/bench_figures.hpp"
+#include "tools/troupe/commands.hpp"
+
+namespace troupe::cli {
+namespace {
+
+struct Launched {
+  int exit_code = 0;
+  std::string log;                      ///< every node's stderr, as the launcher prints it
+  std::vector<nlohmann::json> metrics;  ///< the metrics lines
+};
+
+// troupe launch with `extra` arguments; its output and metrics.
+Launched launch_job(const BenchHealthArgs& a, const std::string& extra) {
+  const std::string metrics = (std::filesystem::temp_directory_path() /
+                               ("troupe_bench_health_" + std::to_string(::getpid()) + ".jsonl")).string();
+  std::ostringstream command;
+  command << "'" << troupe_executable() << "' launch --nodes " << a.nodes << " '" << a.config << "' --metrics '" << metrics
+          << "'";
+  for (auto& o : a.overrides) command << " --set '" << o << "'";
+  command << " " << extra << " 2>&1";
+  const std::string cmd = command.str();
+  Launched out;
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
+    std::array<char, 4096> buf{};
+    while (pipe && std::fgets(buf.data(), buf.size(), pipe.get())) out.log += buf.data();
+    const int status = pipe ? pclose(pipe.release()) : -1;
+    out.exit_code = status == -1 ? -1 : WEXITSTATUS(status);
+  }
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) out.metrics.push_back(std::move(j));
+  }
+  std::filesystem::remove(metrics);
+  return out;
+}
+
+// The spdlog time stamp of the first log line containing `needle`, in ms of the day (-1: none).
+double stamp_ms(const std::string& log, const std::string& needle) {
+  std::istringstream lines(log);
+  static const std::regex stamp(R"(\[\d{4}-\d{2}-\d{2} (\d{2}):(\d{2}):(\d{2})\.(\d{3})\])");
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (line.find(needle) == std::string::npos || !std::regex_search(line, m, stamp)) continue;
+    return ((std::stod(m[1]) * 60 + std::stod(m[2])) * 60 + std::stod(m[3])) * 1000 + std::stod(m[4]);
+  }
+  return -1;
+}
+
+struct DrillKind {
+  const char* kind;
+  const char* fault;    ///< the --fault value
+  const char* started;  ///< the log line of the drill itself
+  const char* verdict;  ///< the verdict's kind
+};
+
+}  // namespace
+
+Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
+  auto job = load_job_config(a.config, a.overrides);
+  if (!job) return job.error();
+  const auto& h = job->health;
+  const int actors = job->parallel.dp * job->parallel.pp;
+  if (actors < 2 || actors % a.nodes != 0)
+    return make_error(a.config, ": bench health needs at least two stage actors, placed evenly on --nodes ",
+                      std::to_string(a.nodes), " (dp x pp = ", std::to_string(actors), ")");
+  const std::string steps = " --set train.steps=1000000 --set train.eval_every=0";
+  const DrillKind kinds[] = {
+      {"hang", "kind=hang,node=1,step=3", "stops itself (SIGSTOP)", "verdict hung_process"},
+      {"kill", "kind=kill,node=1,step=3", "kills itself (SIGKILL)", "verdict process_death"},
+      {"stall", "kind=stall,actor=1,step=3", "stalls at step 3", "verdict stuck_actor"},
+      {"exception", "kind=exception,actor=1,step=3", "throws at step 3", "verdict actor_exception"},
+  };
+  const double hb = h.heartbeat_ms, miss = h.miss_limit;
+  nlohmann::json detection = nlohmann::json::object();
+  for (const DrillKind& k : kinds) {
+    std::vector<double> latency;
+    int wrong = 0;
+    for (int i = 0; i < a.drills; ++i) {
+      auto r = launch_job(a, steps + " --fault " + k.fault);
+      const double t0 = stamp_ms(r.log, k.started), t1 = stamp_ms(r.log, k.verdict);
+      if (r.exit_code == 0 || t0 < 0 || t1 < 0) {
+        ++wrong;
+        continue;
+      }
+      latency.push_back(t1 - t0);
+    }
+    const std::string kind = k.kind;
+    nlohmann::json bound = nullptr;
+    if (kind == "hang") bound = miss * hb + 200;
+    if (kind == "stall") bound = h.progress_timeout_ms + hb + 200;
+    detection[kind] = {{"latency_ms", spread(latency)}, {"bound_ms", bound}, {"drills", a.drills},
+                       {"without_the_verdict", wrong}};
+  }
+
+  // Heartbeats' cost: the same job with beats every heartbeat_ms and with
+  // beats a minute apart, alternated; median step times after a warm-up.
+  const std::string quiet = " --set train.steps=60 --set train.eval_every=0";
+  const std::string rare = " --set health.heartbeat_ms=60000 --set health.peer_timeout_ms=120000";
+  std::vector<double> with, without;
+  auto median_step = [](const Launched& r) {
+    std::vector<double> v;
+    for (auto& j : r.metrics)
+      if (j.contains("step_ms") && j.value("step", 0) >= 5) v.push_back(j["step_ms"].get<double>());
+    return median(v);
+  };
+  for (int i = 0; i < a.overhead_runs; ++i) {
+    auto on = launch_job(a, quiet);
+    auto off = launch_job(a, quiet + rare);
+    if (on.exit_code != 0 || off.exit_code != 0) return make_error("bench health: a job without faults failed");
+    with.push_back(median_step(on));
+    without.push_back(median_step(off));
+  }
+  std::vector<double> ratio;
+  for (std::size_t i = 0; i < with.size(); ++i) ratio.push_back(with[i] / without[i]);
+
+  // Stragglers: a random actor slowed by a random factor in [1.2, 2.0] from step 10 for 15 steps.
+  std::mt19937 rng(2026);
+  std::uniform_int_distribution<int> pick(0, actors - 1);
+  std::uniform_real_distribution<double> factor(1.2, 2.0);
+  int at_13 = 0, found_13 = 0, below = 0, found_below = 0, false_positives = 0;
+  nlohmann::json drills = nlohmann::json::array();
+  for (int i = 0; i < a.straggler_drills; ++i) {
+    const int actor = pick(rng);
+    const double f = std::round(factor(rng) * 100) / 100;
+    auto r = launch_job(a, " --set train.steps=30 --set train.eval_every=0 --fault kind=slow,actor=" +
+                               std::to_string(actor) + ",step=10,factor=" + std::to_string(f) + ",steps=15");
+    if (r.exit_code != 0) return make_error("bench health: a slow drill's job failed");
+    int first = -1, others = 0;
+    for (auto& j : r.metrics) {
+      if (!j.contains("stragglers")) continue;
+      for (auto& s : j["stragglers"]) {
+        const int rank = s["rank"].get<int>(), step = j["step"].get<int>();
+        if (rank == actor && step >= 10 && step <= 26) {
+          if (first < 0) first = step;
+        } else {
+          ++others;
+        }
+      }
+    }
+    false_positives += others > 0;
+    (f >= 1.3 ? at_13 : below)++;
+    if (first >= 0) (f >= 1.3 ? found_13 : found_below)++;
+    drills.push_back({{"actor", actor}, {"factor", f}, {"first_named_step", first}, {"others_named", others}});
+  }
+  return nlohmann::json{
+      {"bench", "health"},
+      {"config", a.config},
+      {"nodes", a.nodes},
+      {"health", {{"heartbeat_ms", h.heartbeat_ms}, {"miss_limit", h.miss_limit},
+                  {"progress_timeout_ms", h.progress_timeout_ms}, {"straggler_threshold", h.straggler_threshold},
+                  {"straggler_steps", h.straggler_steps}}},
+      {"detection", detection},
+      {"heartbeat_overhead", {{"step_ms_with_heartbeats", spread(with)}, {"step_ms_beats_a_minute_apart", spread(without)},
+                              {"ratio", spread(ratio)}, {"goal", 1.01}}},
+      {"stragglers", {{"drills", drills}, {"recall_at_factor_1_3_or_more", at_13 ? double(found_13) / at_13 : 0.0},
+                      {"drills_at_factor_1_3_or_more", at_13}, {"recall_below_1_3", below ? double(found_below) / below : 0.0},
+                      {"drills_with_a_false_positive", false_positives}}},
+  };
+}
+
+}  // namespace troupe::cli
