@@ -106,6 +106,8 @@ void on_heartbeat(Self* self, const msg::Heartbeat& m) {
     ++st.foreign;
     return;
   }
+  // A member's beat of any generation shows the coordinator is alive (N-3).
+  self->send(caf::actor_cast<caf::actor>(sender), msg::HeartbeatAck{st.cfg.generation, m.seq});
   if (m.generation != st.cfg.generation) {
     ++st.stale;
     return;

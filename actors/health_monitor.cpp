@@ -1,6 +1,7 @@
 // The health monitor actor (see health_monitor.hpp).
 #include "actors/health_monitor.hpp"
 
+#include <algorithm>
 #include <caf/all.hpp>
 
 #include "actors/protocol.hpp"
@@ -11,10 +12,15 @@ namespace {
 struct MonitorState {
   HealthMonitorConfig cfg;
   std::uint64_t seq = 0;
+  std::chrono::steady_clock::time_point acked = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point beaten{};  ///< when the last heartbeat went out
+  bool told = false;
   static inline const char* name = "troupe.health_monitor";
 };
 
 using Self = caf::stateful_actor<MonitorState>;
+
+constexpr int kTickMs = 100;
 
 msg::Heartbeat beat(MonitorState& st) {
   msg::Heartbeat hb;
@@ -43,8 +49,24 @@ caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
       [self](msg::HealthTick) {
         auto& st = self->state;
         if (self->current_sender() != self->ctrl()) return;  // its own timer only
+        // Ticks at most kTickMs apart, so that a pending tick never keeps the
+        // actor (and its process) alive for long after it is told to exit.
+        self->delayed_send(self, std::chrono::milliseconds(std::min(st.cfg.heartbeat_ms, kTickMs)), msg::HealthTick{});
+        const auto now = std::chrono::steady_clock::now();
+        if (now - st.beaten < std::chrono::milliseconds(st.cfg.heartbeat_ms)) return;
+        st.beaten = now;
         self->send(st.cfg.coordinator, beat(st));
-        self->delayed_send(self, std::chrono::milliseconds(st.cfg.heartbeat_ms), msg::HealthTick{});
+        const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - st.acked);
+        if (!st.told && silent.count() > static_cast<std::int64_t>(st.cfg.miss_limit) * st.cfg.heartbeat_ms) {
+          st.told = true;
+          self->send(st.cfg.node_actor, msg::CoordinatorSilent{silent.count()});
+        }
+      },
+      [self](const msg::HeartbeatAck& m) {
+        auto& st = self->state;
+        const auto& sender = self->current_sender();
+        if (!sender || sender->address() != st.cfg.coordinator.address() || m.generation < st.cfg.generation) return;
+        st.acked = std::chrono::steady_clock::now();
       },
   };
 }

@@ -6,10 +6,10 @@
 //       spawned, naming their own rank (P-3). The rest is dropped and counted.
 //  N-2  Every work actor is monitored: one that ends without reporting is a
 //       failure with its exit reason; a report of failure fails the job.
-//  N-3  Losing the coordinator (node 0 dead or silent for
-//       health.peer_timeout_ms) fails every transfer and ends the node
-//       non-zero, naming node 0; so does a Plan that does not come within
-//       health.rendezvous_timeout_ms.
+//  N-3  Losing the coordinator (node 0 dead, its heartbeat answers missing
+//       for health.miss_limit beats, or silent for health.peer_timeout_ms)
+//       fails every transfer and ends the node non-zero, naming node 0; so
+//       does a Plan that does not come within health.rendezvous_timeout_ms.
 
 #include "actors/node_actor.hpp"
 
@@ -187,8 +187,10 @@ caf::behavior running(NodeSelf* self) {
         self->monitor(s.coordinator);
         if (s.progress)
           s.health_monitor = spawn_health_monitor(
-              self->system(), HealthMonitorConfig{s.coordinator, s.generation, s.rank, s.rank * local_actors(s),
-                                                  s.job.health.heartbeat_ms, s.progress});
+              self->system(),
+              HealthMonitorConfig{s.coordinator, caf::actor_cast<caf::actor>(self), s.generation, s.rank,
+                                  s.rank * local_actors(s), s.job.health.heartbeat_ms, s.job.health.miss_limit,
+                                  s.progress});
         spawn_work(self, m.nodes);
       },
       [self](const msg::ActorDone& m) {
@@ -228,6 +230,19 @@ caf::behavior running(NodeSelf* self) {
           spdlog::error("node {}: the job failed: {}", s.rank, m.reason);
         }
         stop(self, m.ok ? 0 : 1);
+      },
+      [self](const msg::CoordinatorSilent& m) {  // N-3: from this node's health monitor only
+        auto& s = self->state;
+        const auto& sender = self->current_sender();
+        if (!sender || !s.health_monitor || sender->address() != s.health_monitor.address()) {
+          ++s.foreign;
+          return;
+        }
+        spdlog::error("node {}: verdict coordinator_loss: node 0 — no answer to this node's heartbeats for {} ms "
+                      "(health.miss_limit {} x health.heartbeat_ms {}); stopping",
+                      s.rank, m.silent_ms, s.job.health.miss_limit, s.job.health.heartbeat_ms);
+        fail_all_transfers(s);
+        stop(self, 1);
       },
       [self](msg::HoldOver) {  // N-3: the Plan is overdue
         auto& s = self->state;

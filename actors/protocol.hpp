@@ -76,6 +76,23 @@ struct Heartbeat {
   std::vector<std::int64_t> idle_ms, waiting_ms;
 };
 
+// --- coordinator -> health monitor ------------------------------------------
+
+/// The coordinator heard heartbeat `seq`: the monitor's proof that node 0 is
+/// alive; none for health.miss_limit beats is a coordinator_loss.
+struct HeartbeatAck {
+  std::uint64_t generation = 0;
+  std::uint64_t seq = 0;
+};
+
+// --- health monitor -> node actor (same process) ---------------------------
+
+/// No HeartbeatAck for `silent_ms`: the coordinator is lost (local only,
+/// never announced, so it cannot arrive from the network).
+struct CoordinatorSilent {
+  std::int64_t silent_ms = 0;
+};
+
 // --- work actor -> node (same process) ------------------------------------
 
 /// Work actor `actor` finished its work; `result` is its final figure (the loss).
@@ -185,6 +202,14 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
   return f(caf::meta::type_name("troupe.Heartbeat"), x.generation, x.node, x.seq, x.actors, x.steps, x.instructions,
            x.idle_ms, x.waiting_ms);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, HeartbeatAck& x) {
+  return f(caf::meta::type_name("troupe.HeartbeatAck"), x.generation, x.seq);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CoordinatorSilent& x) {
+  return f(caf::meta::type_name("troupe.CoordinatorSilent"), x.silent_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HealthTick&) {

@@ -154,11 +154,47 @@ TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the other
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) != 0);
   CHECK(took < 2s);  // the survivors notice node 0's death at once (its connection closes)
-  CHECK(slurp(job.dir / "node1.log").find("lost the coordinator on node 0") != std::string::npos);
+  const auto log1 = slurp(job.dir / "node1.log");  // its connection closed, or its answers stopped first
+  CHECK((log1.find("lost the coordinator on node 0") != std::string::npos ||
+         log1.find("verdict coordinator_loss: node 0") != std::string::npos));
   // Node 1 released its ring; node 0's (killed: it could not) goes with the next ring created.
   CHECK(rings_of("byhand.1").empty());
   remove_orphaned_rings();
   CHECK(rings_of("byhand").empty());
+  CHECK(processes_with(job.dir.path().string()).empty());
+}
+
+TEST_CASE("node 0 stopped with SIGSTOP when nodes were started by hand: the others exit within the heartbeat bound", "[faults]") {
+  LongJob job("stop0");
+  auto server = RedisServer::start();
+  REQUIRE(server.ok());
+  ::setenv(kRedisPasswordVariable, server->password().c_str(), 1);
+  const std::vector<std::string> node{"node", job.cfg, "--redis", server->url(), "--nodes", "2", "--job", "byhand_stop"};
+  auto with_rank = [&](const char* r) {
+    auto a = node;
+    a.insert(a.end(), {"--node-rank", r});
+    return a;
+  };
+  const pid_t n0 = start(with_rank("0"), job.dir / "node0.log");
+  const pid_t n1 = start(with_rank("1"), job.dir / "node1.log");
+  REQUIRE(wait_for_text(job.dir / "node0.log", "step     3", 30s));
+  const auto t0 = Clock::now();
+  ::kill(n0, SIGSTOP);
+  const int status = wait_exit(n1, 10s);
+  const auto took = Clock::now() - t0;
+  ::kill(n0, SIGKILL);
+  ::kill(n0, SIGCONT);
+  ::waitpid(n0, nullptr, 0);
+  INFO(slurp(job.dir / "node1.log"));
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) != 0);
+  // health.miss_limit 4 x health.heartbeat_ms 200, a beat and slack: before CAF's peer_timeout_ms (1500).
+  CHECK(took < 1400ms);
+  CHECK(slurp(job.dir / "node1.log").find("verdict coordinator_loss: node 0 — no answer to this node's heartbeats") !=
+        std::string::npos);
+  remove_orphaned_rings();
+  CHECK(rings_of("byhand_stop").empty());
   CHECK(processes_with(job.dir.path().string()).empty());
 }
 
