@@ -105,6 +105,26 @@ pid_t node_of_launch(pid_t launcher, int rank) {
   return -1;
 }
 
+// Two nodes started by hand (troupe node) against a redis-server of the
+// test's, training until step 3.
+struct HandStarted : LongJob {
+  Expected<RedisServer> server = RedisServer::start();
+  pid_t n0 = -1, n1 = -1;
+  HandStarted(const std::string& tag, const std::string& job_id) : LongJob(tag) {
+    REQUIRE(server.ok());
+    ::setenv(kRedisPasswordVariable, server->password().c_str(), 1);
+    const std::vector<std::string> node{"node", cfg, "--redis", server->url(), "--nodes", "2", "--job", job_id};
+    auto with_rank = [&](const char* r) {
+      auto a = node;
+      a.insert(a.end(), {"--node-rank", r});
+      return a;
+    };
+    n0 = start(with_rank("0"), dir / "node0.log");
+    n1 = start(with_rank("1"), dir / "node1.log");
+    REQUIRE(wait_for_text(dir / "node0.log", "step     3", 30s));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a stopped node (SIGSTOP) ends the job with an error naming it within health.peer_timeout_ms", "[faults]") {
@@ -131,19 +151,8 @@ TEST_CASE("a stopped node (SIGSTOP) ends the job with an error naming it within 
 }
 
 TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the others exit non-zero within 2 s naming it", "[faults]") {
-  LongJob job("kill0");
-  auto server = RedisServer::start();
-  REQUIRE(server.ok());
-  ::setenv(kRedisPasswordVariable, server->password().c_str(), 1);
-  const std::vector<std::string> node{"node", job.cfg, "--redis", server->url(), "--nodes", "2", "--job", "byhand"};
-  auto with_rank = [&](const char* r) {
-    auto a = node;
-    a.insert(a.end(), {"--node-rank", r});
-    return a;
-  };
-  const pid_t n0 = start(with_rank("0"), job.dir / "node0.log");
-  const pid_t n1 = start(with_rank("1"), job.dir / "node1.log");
-  REQUIRE(wait_for_text(job.dir / "node0.log", "step     3", 30s));
+  HandStarted job("kill0", "byhand");
+  const pid_t n0 = job.n0, n1 = job.n1;
   const auto t0 = Clock::now();
   ::kill(n0, SIGKILL);
   ::waitpid(n0, nullptr, 0);
@@ -165,19 +174,8 @@ TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the other
 }
 
 TEST_CASE("node 0 stopped with SIGSTOP when nodes were started by hand: the others exit within the heartbeat bound", "[faults]") {
-  LongJob job("stop0");
-  auto server = RedisServer::start();
-  REQUIRE(server.ok());
-  ::setenv(kRedisPasswordVariable, server->password().c_str(), 1);
-  const std::vector<std::string> node{"node", job.cfg, "--redis", server->url(), "--nodes", "2", "--job", "byhand_stop"};
-  auto with_rank = [&](const char* r) {
-    auto a = node;
-    a.insert(a.end(), {"--node-rank", r});
-    return a;
-  };
-  const pid_t n0 = start(with_rank("0"), job.dir / "node0.log");
-  const pid_t n1 = start(with_rank("1"), job.dir / "node1.log");
-  REQUIRE(wait_for_text(job.dir / "node0.log", "step     3", 30s));
+  HandStarted job("stop0", "byhand_stop");
+  const pid_t n0 = job.n0, n1 = job.n1;
   const auto t0 = Clock::now();
   ::kill(n0, SIGSTOP);
   const int status = wait_exit(n1, 10s);
