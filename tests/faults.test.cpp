@@ -174,7 +174,7 @@ TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the other
 }
 
 TEST_CASE("node 0 stopped with SIGSTOP when nodes were started by hand: the others exit within the heartbeat bound", "[faults]") {
-  HandStarted job("stop0", "byhand_stop");
+  HandStarted job("stop0", "handstop");
   const pid_t n0 = job.n0, n1 = job.n1;
   const auto t0 = Clock::now();
   ::kill(n0, SIGSTOP);
@@ -192,7 +192,7 @@ TEST_CASE("node 0 stopped with SIGSTOP when nodes were started by hand: the othe
   CHECK(slurp(job.dir / "node1.log").find("verdict coordinator_loss: node 0 — no answer to this node's heartbeats") !=
         std::string::npos);
   remove_orphaned_rings();
-  CHECK(rings_of("byhand_stop").empty());
+  CHECK(rings_of("handstop").empty());
   CHECK(processes_with(job.dir.path().string()).empty());
 }
 
