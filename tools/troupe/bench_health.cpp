@@ -13,7 +13,6 @@
 #include <fstream>
 #include <memory>
 #include <random>
-#include <regex>
 #include <sstream>
 
 #include "runtime/job_config.hpp"
@@ -59,11 +58,14 @@ Launched launch_job(const BenchHealthArgs& a, const std::string& extra) {
 // The spdlog time stamp of the first log line containing `needle`, in ms of the day (-1: none).
 double stamp_ms(const std::string& log, const std::string& needle) {
   std::istringstream lines(log);
-  static const std::regex stamp(R"(\[\d{4}-\d{2}-\d{2} (\d{2}):(\d{2}):(\d{2})\.(\d{3})\])");
   for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (line.find(needle) == std::string::npos || !std::regex_search(line, m, stamp)) continue;
-    return ((std::stod(m[1]) * 60 + std::stod(m[2])) * 60 + std::stod(m[3])) * 1000 + std::stod(m[4]);
+    if (line.find(needle) == std::string::npos) continue;
+    // spdlog's "[2026-11-23 16:54:17.375]"
+    for (auto at = line.find('['); at != std::string::npos; at = line.find('[', at + 1)) {
+      int y, mo, d, h, mi, s, ms;
+      if (std::sscanf(line.c_str() + at, "[%d-%d-%d %d:%d:%d.%d]", &y, &mo, &d, &h, &mi, &s, &ms) == 7)
+        return ((h * 60.0 + mi) * 60.0 + s) * 1000.0 + ms;
+    }
   }
   return -1;
 }
