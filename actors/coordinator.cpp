@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/health_relay.hpp"
 #include "runtime/metrics_writer.hpp"
 #include "runtime/redis_client.hpp"
 #include "runtime/rendezvous.hpp"
@@ -97,6 +99,11 @@ Verdict verdict_of(const msg::NodeFailed& m) {
   return Verdict{kind, m.node, m.actor, m.reason};
 }
 
+// H-5: a relay speaks for its members only.
+bool in_group(const CoordinatorState& st, int relay, int node) {
+  return node == relay || relay_of(node, static_cast<int>(st.cfg.nodes.size()), st.cfg.relay_group) == relay;
+}
+
 void on_heartbeat(Self* self, const msg::Heartbeat& m) {
   auto& st = self->state;
   // From the health monitor of the node it names (its actor system), in this generation.
@@ -107,20 +114,39 @@ void on_heartbeat(Self* self, const msg::Heartbeat& m) {
     return;
   }
   // A member's beat of any generation shows the coordinator is alive (N-3).
-  self->send(caf::actor_cast<caf::actor>(sender), msg::HeartbeatAck{st.cfg.generation, m.seq});
+  self->send(caf::actor_cast<caf::actor>(sender), msg::HeartbeatAck{st.cfg.generation, m.seq, 0});
   if (m.generation != st.cfg.generation) {
     ++st.stale;
     return;
   }
-  const std::size_t n = m.actors.size();
-  if (m.steps.size() != n || m.instructions.size() != n || m.idle_ms.size() != n || m.waiting_ms.size() != n) {
+  auto beats = read_beats(m);
+  if (!beats || std::any_of(beats->begin(), beats->end(), [&](const ActorBeat& b) {
+        return b.node >= 0 && (b.node >= static_cast<int>(st.cfg.nodes.size()) || !in_group(st, m.node, b.node));
+      })) {
+    ++st.foreign;  // P-3
+    return;
+  }
+  st.judge->heartbeat(m.node, HealthJudge::Clock::now(), std::move(*beats),
+                      ActorsElsewhere{m.actors_elsewhere, m.waiting_elsewhere});
+}
+
+// a relay's word on its member's silence; a finished member is no failure.
+void on_member_silent(Self* self, const msg::MemberSilent& m) {
+  auto& st = self->state;
+  const auto& sender = self->current_sender();
+  const int n = static_cast<int>(st.cfg.nodes.size());
+  if (m.relay < 0 || m.relay >= n || m.member < 0 || m.member >= n || m.member == m.relay ||
+      !in_group(st, m.relay, m.member) || !sender ||
+      sender->node() != st.cfg.nodes[static_cast<std::size_t>(m.relay)].node()) {
     ++st.foreign;
     return;
   }
-  std::vector<ActorBeat> beats(n);
-  for (std::size_t i = 0; i < n; ++i)
-    beats[i] = ActorBeat{m.actors[i], m.steps[i], m.instructions[i], m.idle_ms[i], m.waiting_ms[i]};
-  st.judge->heartbeat(m.node, HealthJudge::Clock::now(), std::move(beats));
+  if (m.generation != st.cfg.generation) {
+    ++st.stale;
+    return;
+  }
+  if (st.done[static_cast<std::size_t>(m.member)] || !st.judge->watched(m.member)) return;
+  on_judged(self, Verdict{"hung_process", m.member, -1, m.evidence + " (seen by its relay, node " + std::to_string(m.relay) + ")"});
 }
 
 // SV-3, SV-5: a report counts only from the named node's actor, in this generation.
@@ -157,6 +183,24 @@ void on_node_done(Self* self, int node, float checksum) {
     finish(self, true, "");
 }
 
+// The Plan, with each node's place among the relays.
+void send_plans(Self* self) {
+  auto& st = self->state;
+  const int n = static_cast<int>(st.cfg.nodes.size());
+  for (int r = 0; r < n; ++r) {
+    msg::Plan plan{st.cfg.generation, n, {}, {}, {}};
+    if (const int relay = relay_of(r, n, st.cfg.relay_group); relay >= 0) {
+      plan.relay = st.cfg.nodes[static_cast<std::size_t>(relay)];
+      st.judge->relayed(r);  // H-5
+    }
+    for (int member : members_of(r, n, st.cfg.relay_group)) {
+      plan.members.push_back(st.cfg.nodes[static_cast<std::size_t>(member)]);
+      plan.member_ranks.push_back(member);
+    }
+    self->send(st.cfg.nodes[static_cast<std::size_t>(r)], plan);
+  }
+}
+
 caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
@@ -173,7 +217,7 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
     for (std::size_t r = 0; r < nodes.size(); ++r)
       if (nodes[r].address() == dm.source) return on_node_lost(self, static_cast<int>(r), dm.reason);
   });
-  for (auto& node : st.cfg.nodes) self->send(node, msg::Plan{st.cfg.generation, static_cast<std::int32_t>(n)});
+  send_plans(self);
   return {
       [self](const msg::NodeDone& m) {
         if (accept_report(self, m.generation, m.node)) on_node_done(self, m.node, m.checksum);
@@ -194,6 +238,7 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
         if (self->current_sender() && self->current_sender()->address() == self->address()) finish(self, true, "");
       },
       [self](const msg::Heartbeat& m) { on_heartbeat(self, m); },
+      [self](const msg::MemberSilent& m) { on_member_silent(self, m); },
       [self](msg::HealthTick) {
         auto& st = self->state;
         if (self->current_sender() != self->ctrl() || st.finished) return;

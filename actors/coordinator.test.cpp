@@ -26,7 +26,9 @@ caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observ
   return {
       [=](const msg::Plan& m) {
         *coordinator = caf::actor_cast<caf::actor>(self->current_sender());
-        self->send(observer, std::string("plan"), m.generation, rank, 0);
+        // detail: 10 x its members + 1 if it beats a relay (R-1)
+        self->send(observer, std::string("plan"), m.generation, rank,
+                   static_cast<int>(10 * m.members.size()) + (m.relay ? 1 : 0));
       },
       [=](const msg::PeerLost& m) { self->send(observer, std::string("lost"), m.generation, rank, int{m.node}); },
       [=](const msg::Finish& m) {
@@ -36,6 +38,9 @@ caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observ
       },
       [=](const std::string&, std::uint64_t gen, float checksum) {
         self->send(*coordinator, msg::NodeDone{gen, rank, checksum});
+      },
+      [=](const std::string&, std::uint64_t gen, int member) {  // as a relay (R-2)
+        self->send(*coordinator, msg::MemberSilent{gen, rank, member, "no heartbeat for 801 ms"});
       },
       [=](const std::string&, std::uint64_t gen, bool from_peer) {
         const std::string why = from_peer ? "transfer with a failed peer" : "the root cause";
@@ -51,9 +56,10 @@ struct Job {
   std::vector<caf::actor> nodes;
   std::shared_ptr<std::vector<std::string>> reasons;  ///< each stand-in's Finish reason
   caf::actor coord;
+  std::vector<int> plan_details;  ///< each stand-in's plan detail, by rank
   // The stand-ins send no heartbeats: by default the judge waits a minute for them.
   Job(int n, const std::string& redis, std::uint64_t generation, const std::string& password = {},
-      HealthLimits health = {60000, 4, 600000})
+      HealthLimits health = {60000, 4, 600000}, int relay_group = 0)
       : reasons(std::make_shared<std::vector<std::string>>(static_cast<std::size_t>(n))) {
     for (int r = 0; r < n; ++r) nodes.push_back(sys.spawn(stand_in, r, caf::actor{observer}, reasons));
     CoordinatorConfig cfg;
@@ -64,12 +70,15 @@ struct Job {
     cfg.generation = generation;
     cfg.expected_checksum = 3.0f;
     cfg.health = health;
+    cfg.relay_group = relay_group;
     coord = spawn_coordinator(sys, cfg);
+    plan_details.assign(static_cast<std::size_t>(n), -1);
     for (int i = 0; i < n; ++i)
       observer->receive(
-          [&](const std::string& kind, std::uint64_t gen, int, int) {
+          [&](const std::string& kind, std::uint64_t gen, int rank, int detail) {
             CHECK(kind == "plan");
             CHECK(gen == generation);
+            plan_details[static_cast<std::size_t>(rank)] = detail;
           },
           caf::after(std::chrono::seconds(10)) >> [] { FAIL("no plan within 10 s"); });
   }
@@ -114,6 +123,29 @@ TEST_CASE("SV-5: reports from anyone but the named node, or naming no node, are 
   bool ok = false;
   CHECK(job.finished(5s, &ok));
   CHECK(ok);
+}
+
+TEST_CASE("R-1, R-2: relays learn their members from the plan, and a relay's word counts for its own members only",
+          "[coordinator]") {
+  Job job(5, "redis://127.0.0.1:1", 1, {}, {60000, 4, 600000}, 2);
+  // relay_group 2 over 5 nodes: 0 relays 1, 2 relays 3, 4 relays nobody.
+  CHECK(job.plan_details == std::vector<int>{10, 1, 10, 1, 0});
+  job.observer->send(job.nodes[0], std::string("silent"), std::uint64_t{1}, 3);  // not its member
+  job.observer->send(job.nodes[2], std::string("silent"), std::uint64_t{1}, 2);  // itself
+  job.observer->send(job.nodes[1], std::string("silent"), std::uint64_t{1}, 0);  // not a relay
+  job.observer->send(job.nodes[2], std::string("silent"), std::uint64_t{0}, 3);  // an old generation
+  CHECK_FALSE(job.finished(300ms));
+  job.observer->send(job.nodes[2], std::string("silent"), std::uint64_t{1}, 3);
+  bool finished = false, ok = true;  // node 0's Finish, after every survivor's PeerLost (SV-2)
+  for (int i = 0; i < 16 && !finished; ++i)
+    job.observer->receive(
+        [&](const std::string& kind, std::uint64_t, int rank, int detail) {
+          if (kind == "finish" && rank == 0) finished = true, ok = detail == 1;
+        },
+        caf::after(5s) >> [] {});
+  CHECK(finished);
+  CHECK_FALSE(ok);
+  CHECK_THAT((*job.reasons)[0], Catch::Contains("hung_process: node 3 — no heartbeat for 801 ms (seen by its relay, node 2)"));
 }
 
 TEST_CASE("SV-1, SV-2: a node's death bumps the generation in Redis and reaches the survivors", "[coordinator]") {

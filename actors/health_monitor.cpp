@@ -3,17 +3,24 @@
 
 #include <algorithm>
 #include <caf/all.hpp>
+#include <optional>
 
+#include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/health_relay.hpp"
 
 namespace troupe {
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct MonitorState {
   HealthMonitorConfig cfg;
+  std::optional<HealthRelay> relay;  ///< when it relays for members
   std::uint64_t seq = 0;
-  std::chrono::steady_clock::time_point acked = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point beaten{};  ///< when the last heartbeat went out
+  Clock::time_point acked = Clock::now();
+  Clock::time_point beaten{};  ///< when the last heartbeat went out
+  std::uint64_t dropped = 0;   ///< member beats from non-members or other generations
   bool told = false;
   static inline const char* name = "troupe.health_monitor";
 };
@@ -21,6 +28,10 @@ struct MonitorState {
 using Self = caf::stateful_actor<MonitorState>;
 
 constexpr int kTickMs = 100;
+
+std::int64_t ms_since(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
 
 msg::Heartbeat beat(MonitorState& st) {
   msg::Heartbeat hb;
@@ -39,35 +50,73 @@ msg::Heartbeat beat(MonitorState& st) {
     hb.idle_ms.push_back(progress > 0 ? (now - progress) / 1000000 : 0);
     hb.waiting_ms.push_back(waiting > 0 ? (now - waiting) / 1000000 : -1);
   }
+  if (st.relay) {  // H-5
+    const GroupSummary summary = st.relay->summary(Clock::now());
+    write_beats(hb, summary.candidates);
+    hb.actors_elsewhere = summary.rest.actors;
+    hb.waiting_elsewhere = summary.rest.waiting;
+  }
   return hb;
 }
 
+void on_tick(Self* self) {
+  auto& st = self->state;
+  // Ticks at most kTickMs apart, so that a pending tick never keeps the
+  // actor (and its process) alive for long after it is told to exit.
+  self->delayed_send(self, std::chrono::milliseconds(std::min(st.cfg.limits.heartbeat_ms, kTickMs)), msg::HealthTick{});
+  if (st.relay)
+    while (auto v = st.relay->silent_member(Clock::now()))
+      self->send(st.cfg.upstream, msg::MemberSilent{st.cfg.generation, st.cfg.node, v->node, v->evidence});
+  const auto now = Clock::now();
+  if (now - st.beaten < std::chrono::milliseconds(st.cfg.limits.heartbeat_ms)) return;
+  st.beaten = now;
+  self->send(st.cfg.upstream, beat(st));
+  const std::int64_t silent = ms_since(st.acked);
+  if (!st.told && silent > static_cast<std::int64_t>(st.cfg.limits.miss_limit) * st.cfg.limits.heartbeat_ms) {
+    st.told = true;
+    self->send(st.cfg.node_actor, msg::CoordinatorSilent{silent});
+  }
+}
+
+// A member's beat, delegated by this relay's node actor: from that member's
+// actor system, in this generation (P-2, P-3), else dropped and counted.
+void on_member_beat(Self* self, const msg::Heartbeat& m) {
+  auto& st = self->state;
+  const auto& sender = self->current_sender();
+  const auto& ranks = st.cfg.member_ranks;
+  const auto it = std::find(ranks.begin(), ranks.end(), m.node);
+  if (!st.relay || !sender || it == ranks.end() || m.generation != st.cfg.generation ||
+      sender->node() != st.cfg.members[static_cast<std::size_t>(it - ranks.begin())].node()) {
+    ++st.dropped;
+    return;
+  }
+  auto beats = read_beats(m);
+  if (!beats || !m.nodes.empty()) {  // a member speaks for itself only
+    ++st.dropped;
+    return;
+  }
+  st.relay->heartbeat(m.node, Clock::now(), std::move(*beats));
+  self->send(caf::actor_cast<caf::actor>(sender), msg::HeartbeatAck{st.cfg.generation, m.seq, ms_since(st.acked)});
+}
+
 caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
-  self->state.cfg = std::move(cfg);
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  if (!st.cfg.members.empty() && st.cfg.members.size() == st.cfg.member_ranks.size())
+    st.relay.emplace(st.cfg.member_ranks, st.cfg.limits, Clock::now());
   self->send(self, msg::HealthTick{});
   return {
       [self](msg::HealthTick) {
-        auto& st = self->state;
-        if (self->current_sender() != self->ctrl()) return;  // its own timer only
-        // Ticks at most kTickMs apart, so that a pending tick never keeps the
-        // actor (and its process) alive for long after it is told to exit.
-        self->delayed_send(self, std::chrono::milliseconds(std::min(st.cfg.heartbeat_ms, kTickMs)), msg::HealthTick{});
-        const auto now = std::chrono::steady_clock::now();
-        if (now - st.beaten < std::chrono::milliseconds(st.cfg.heartbeat_ms)) return;
-        st.beaten = now;
-        self->send(st.cfg.coordinator, beat(st));
-        const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - st.acked);
-        if (!st.told && silent.count() > static_cast<std::int64_t>(st.cfg.miss_limit) * st.cfg.heartbeat_ms) {
-          st.told = true;
-          self->send(st.cfg.node_actor, msg::CoordinatorSilent{silent.count()});
-        }
+        if (self->current_sender() == self->ctrl()) on_tick(self);  // its own timer only
       },
       [self](const msg::HeartbeatAck& m) {
         auto& st = self->state;
         const auto& sender = self->current_sender();
-        if (!sender || sender->address() != st.cfg.coordinator.address() || m.generation < st.cfg.generation) return;
-        st.acked = std::chrono::steady_clock::now();
+        if (!sender || sender->node() != st.cfg.upstream.node() || m.generation < st.cfg.generation) return;
+        // as fresh as the relay's own view of the coordinator.
+        st.acked = std::max(st.acked, Clock::now() - std::chrono::milliseconds(std::max<std::int64_t>(0, m.upstream_silent_ms)));
       },
+      [self](const msg::Heartbeat& m) { on_member_beat(self, m); },
   };
 }
 

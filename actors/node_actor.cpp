@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <caf/all.hpp>
 
 #include "actors/health_monitor.hpp"
@@ -28,7 +29,8 @@ struct NodeState : NodeActorConfig {
   std::uint64_t generation = 0;
   std::string coordinator_system;  // node 0's actor system (caf::to_string of its node id), from rendezvous
   caf::actor coordinator;           // pinned at the first Plan
-  caf::actor health_monitor;        // beats to the coordinator from the Plan on
+  caf::actor health_monitor;        // beats to the coordinator (or its relay) from the Plan on
+  bool relays = false;              // its monitor hears members' beats
   std::vector<caf::actor_addr> work;  // this node's work actors, by local index
   std::vector<bool> reported;
   int reports = 0;
@@ -178,19 +180,24 @@ caf::behavior running(NodeSelf* self) {
       [self](const msg::Plan& m) {
         auto& s = self->state;
         if (!from_coordinator(self) || !current(self, m.generation)) return;
-        if (s.coordinator || m.nodes != s.nodes) {
-          ++s.foreign;
+        if (s.coordinator || m.nodes != s.nodes || m.members.size() != m.member_ranks.size() ||
+            std::any_of(m.member_ranks.begin(), m.member_ranks.end(), [&](int r) { return r < 0 || r >= s.nodes; })) {
+          ++s.foreign;  // P-3
           return;
         }
         s.generation = m.generation;
         s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(s.coordinator);
-        if (s.progress)
-          s.health_monitor = spawn_health_monitor(
-              self->system(),
-              HealthMonitorConfig{s.coordinator, caf::actor_cast<caf::actor>(self), s.generation, s.rank,
-                                  s.rank * local_actors(s), s.job.health.heartbeat_ms, s.job.health.miss_limit,
-                                  s.progress});
+        if (s.progress) {
+          HealthMonitorConfig hm{m.relay ? m.relay : s.coordinator, caf::actor_cast<caf::actor>(self), s.generation,
+                                 s.rank, s.rank * local_actors(s),
+                                 HealthLimits{s.job.health.heartbeat_ms, s.job.health.miss_limit,
+                                              s.job.health.progress_timeout_ms},
+                                 s.progress, m.members, {}};
+          for (std::int32_t r : m.member_ranks) hm.member_ranks.push_back(r);
+          s.relays = !m.members.empty();
+          s.health_monitor = spawn_health_monitor(self->system(), std::move(hm));
+        }
         spawn_work(self, m.nodes);
       },
       [self](const msg::ActorDone& m) {
@@ -230,6 +237,14 @@ caf::behavior running(NodeSelf* self) {
           spdlog::error("node {}: the job failed: {}", s.rank, m.reason);
         }
         stop(self, m.ok ? 0 : 1);
+      },
+      [self](const msg::Heartbeat& m) {  // a member's, for this relay's monitor (which checks it)
+        auto& s = self->state;
+        if (!s.relays || !s.health_monitor) {
+          ++s.foreign;
+          return;
+        }
+        self->delegate(s.health_monitor, m);
       },
       [self](const msg::CoordinatorSilent& m) {  // N-3: from this node's health monitor only
         auto& s = self->state;

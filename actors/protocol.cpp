@@ -13,6 +13,7 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<msg::NodeFailed>("troupe.NodeFailed");
   cfg.add_message_type<msg::Heartbeat>("troupe.Heartbeat");
   cfg.add_message_type<msg::HeartbeatAck>("troupe.HeartbeatAck");
+  cfg.add_message_type<msg::MemberSilent>("troupe.MemberSilent");
   cfg.add_message_type<msg::ActorDone>("troupe.ActorDone");
   cfg.add_message_type<msg::ActorFailed>("troupe.ActorFailed");
   cfg.add_message_type<msg::TransferDone>("troupe.TransferDone");

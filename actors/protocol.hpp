@@ -14,6 +14,7 @@
 //       transport, and only its completion (TransferDone) is a message.
 #pragma once
 
+#include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
 #include <cstdint>
@@ -24,10 +25,16 @@ namespace troupe::msg {
 
 // --- coordinator -> node -------------------------------------------------
 
-/// Start the job's work on `nodes` nodes, in `generation`.
+/// Start the job's work on `nodes` nodes, in `generation`. In a job with
+/// relays, `relay` is the node actor a member's health monitor beats to
+/// (none: the coordinator), and a relay learns its `members` (node actors and
+/// ranks).
 struct Plan {
   std::uint64_t generation = 0;
   std::int32_t nodes = 0;
+  caf::actor relay;
+  std::vector<caf::actor> members;
+  std::vector<std::int32_t> member_ranks;
 };
 /// Node `node` was lost (`reason`); `generation` is the bumped one.
 struct PeerLost {
@@ -67,22 +74,37 @@ struct NodeFailed {
 /// for each of its stage actors (job rank), its step (-1 before the first,
 /// -2 after the last), its last completed instruction, the ms since its last
 /// progress and the ms it has been waiting on a peer (-1: not waiting), all
-/// measured on the node's own clock (H-1).
+/// measured on the node's own clock (H-1). A relay's beat (H-5, to the
+/// coordinator) also lists its members' actors that could be stuck, with
+/// their node in `nodes` (empty: every listed actor is `node`'s), and counts
+/// the others. A member beats its relay instead of the coordinator.
 struct Heartbeat {
   std::uint64_t generation = 0;
   std::int32_t node = 0;
   std::uint64_t seq = 0;
   std::vector<std::int32_t> actors, steps, instructions;
   std::vector<std::int64_t> idle_ms, waiting_ms;
+  std::vector<std::int32_t> nodes;
+  std::int32_t actors_elsewhere = 0, waiting_elsewhere = 0;
+};
+/// Relay `relay` heard nothing from its member `member` for too long.
+struct MemberSilent {
+  std::uint64_t generation = 0;
+  std::int32_t relay = 0;
+  std::int32_t member = 0;
+  std::string evidence;
 };
 
 // --- coordinator -> health monitor ------------------------------------------
 
-/// The coordinator heard heartbeat `seq`: the monitor's proof that node 0 is
-/// alive; none for health.miss_limit beats is a coordinator_loss.
+/// The coordinator (or the member's relay) heard heartbeat `seq`: the
+/// monitor's proof that node 0 is alive; none for health.miss_limit beats is
+/// a coordinator_loss. From a relay, `upstream_silent_ms` is how long the
+/// coordinator has not answered the relay.
 struct HeartbeatAck {
   std::uint64_t generation = 0;
   std::uint64_t seq = 0;
+  std::int64_t upstream_silent_ms = 0;
 };
 
 // --- health monitor -> node actor (same process) ---------------------------
@@ -179,7 +201,7 @@ struct FabricReduced {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Plan& x) {
-  return f(caf::meta::type_name("troupe.Plan"), x.generation, x.nodes);
+  return f(caf::meta::type_name("troupe.Plan"), x.generation, x.nodes, x.relay, x.members, x.member_ranks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PeerLost& x) {
@@ -201,11 +223,15 @@ typename Inspector::result_type inspect(Inspector& f, NodeFailed& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
   return f(caf::meta::type_name("troupe.Heartbeat"), x.generation, x.node, x.seq, x.actors, x.steps, x.instructions,
-           x.idle_ms, x.waiting_ms);
+           x.idle_ms, x.waiting_ms, x.nodes, x.actors_elsewhere, x.waiting_elsewhere);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, MemberSilent& x) {
+  return f(caf::meta::type_name("troupe.MemberSilent"), x.generation, x.relay, x.member, x.evidence);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HeartbeatAck& x) {
-  return f(caf::meta::type_name("troupe.HeartbeatAck"), x.generation, x.seq);
+  return f(caf::meta::type_name("troupe.HeartbeatAck"), x.generation, x.seq, x.upstream_silent_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CoordinatorSilent& x) {

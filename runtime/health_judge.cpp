@@ -28,62 +28,112 @@ HealthJudge::HealthJudge(int nodes, HealthLimits limits, Clock::time_point start
   for (auto& n : nodes_) n.heard = start;
 }
 
-void HealthJudge::heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats) {
+void HealthJudge::heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats, ActorsElsewhere elsewhere) {
   if (node < 0 || node >= static_cast<int>(nodes_.size())) return;
   Node& n = nodes_[static_cast<std::size_t>(node)];
   n.heard = at;
   n.ever_heard = true;
   n.beats = std::move(beats);
+  n.elsewhere = elsewhere;
+}
+
+void HealthJudge::relayed(int node) {
+  if (node >= 0 && node < static_cast<int>(nodes_.size())) nodes_[static_cast<std::size_t>(node)].relayed = true;
 }
 
 void HealthJudge::forget(int node) {
   if (node >= 0 && node < static_cast<int>(nodes_.size())) nodes_[static_cast<std::size_t>(node)].watched = false;
 }
 
+bool HealthJudge::watched(int node) const {
+  return node >= 0 && node < static_cast<int>(nodes_.size()) && nodes_[static_cast<std::size_t>(node)].watched;
+}
+
 std::optional<Verdict> HealthJudge::check(Clock::time_point now) const {
+  if (auto v = silent_node(now)) return v;  // H-4
+  return stuck_actor(now);
+}
+
+std::optional<Verdict> HealthJudge::silent_node(Clock::time_point now) const {
   const std::int64_t miss_ms = static_cast<std::int64_t>(limits_.miss_limit) * limits_.heartbeat_ms;
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {  // H-2, first (H-4)
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     const std::int64_t silent = ms_between(n.heard, now);
-    if (!n.watched || silent <= miss_ms) continue;
+    if (!n.watched || n.relayed || silent <= miss_ms) continue;
     std::string evidence = "no heartbeat for " + std::to_string(silent) + " ms (health.miss_limit " +
                            std::to_string(limits_.miss_limit) + " x health.heartbeat_ms " +
                            std::to_string(limits_.heartbeat_ms) + ")";
     if (!n.ever_heard) evidence += "; never heard from since the plan";
     for (const ActorBeat& b : n.beats)
-      if (b.step >= 0) {
+      if (b.step >= 0 && b.node < 0) {
         evidence += "; its stage actor " + std::to_string(b.actor) + " was at step " + std::to_string(b.step);
         break;
       }
     return Verdict{"hung_process", static_cast<int>(i), -1, evidence};
   }
-  // H-3: each actor's latest state, aged by the time since its heartbeat.
+  return std::nullopt;
+}
+
+std::optional<Verdict> HealthJudge::stuck_actor(Clock::time_point now) const {
+  // Each actor's latest state, aged by the time since its report.
   std::vector<int> waiting;
-  int actors = 0;
-  for (const Node& n : nodes_)
+  int actors = 0, waiting_elsewhere = 0;
+  for (const Node& n : nodes_) {
+    actors += n.elsewhere.actors;
+    waiting_elsewhere += n.elsewhere.waiting;
     for (const ActorBeat& b : n.beats) {
       ++actors;
       if (b.waiting_ms >= 0 && b.step != kFinishedStep) waiting.push_back(b.actor);
     }
+  }
+  const bool someone_waits = !waiting.empty() || waiting_elsewhere > 0;
   for (std::size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
     if (!n.watched) continue;
     const std::int64_t age = ms_between(n.heard, now);
     for (const ActorBeat& b : n.beats) {
       if (b.step < 0 || b.waiting_ms >= 0) continue;  // not started, finished, or waiting on a peer
+      const int node = b.node >= 0 ? b.node : static_cast<int>(i);
+      if (!watched(node)) continue;
       const std::int64_t idle = b.idle_ms + age;
       if (idle <= limits_.progress_timeout_ms) continue;
-      if (waiting.empty() && actors > 1) continue;  // nobody waits on it (yet)
+      if (!someone_waits && actors > 1) continue;  // nobody waits on it (yet)
       std::string evidence = "no progress for " + std::to_string(idle) + " ms at step " + std::to_string(b.step) +
                              (b.instruction >= 0 ? " after instruction " + std::to_string(b.instruction)
                                                  : " (at the step's start)") +
                              ", not waiting on any peer (health.progress_timeout_ms " +
                              std::to_string(limits_.progress_timeout_ms) + ")";
       if (!waiting.empty()) evidence += "; stage actors " + ranks_text(waiting) + " wait";
-      return Verdict{"stuck_actor", static_cast<int>(i), b.actor, evidence};
+      if (waiting_elsewhere > 0)
+        evidence += (waiting.empty() ? "; " : ", and ") + std::to_string(waiting_elsewhere) +
+                    " stage actors counted by relays wait";
+      return Verdict{"stuck_actor", node, b.actor, evidence};
     }
   }
   return std::nullopt;
+}
+
+GroupSummary HealthJudge::summarize(Clock::time_point now) const {
+  GroupSummary out;
+  const std::int64_t candidate_ms = limits_.progress_timeout_ms / 2;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.watched) continue;
+    const std::int64_t age = ms_between(n.heard, now);
+    for (const ActorBeat& b : n.beats) {
+      const bool could_be_stuck = b.step >= 0 && b.waiting_ms < 0 && b.idle_ms + age > candidate_ms;
+      if (could_be_stuck) {
+        ActorBeat c = b;
+        c.idle_ms = b.idle_ms + age;
+        c.node = static_cast<int>(i);
+        out.candidates.push_back(c);
+        continue;
+      }
+      ++out.rest.actors;
+      if (b.waiting_ms >= 0 && b.step != kFinishedStep) ++out.rest.waiting;
+    }
+  }
+  return out;
 }
 
 }  // namespace troupe

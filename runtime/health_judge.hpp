@@ -11,6 +11,10 @@
 //       or after their last are not judged.
 //  H-4  One verdict per check: a hung node before a stuck actor (a stopped
 //       process's actors look stuck only because their reports stopped).
+//  H-5  A relayed node's silence is judged by its relay (HealthRelay), not
+//       here; the relay's report lists every one of its members' actors that
+//       could be stuck (idle for more than half of progress_timeout_ms, not
+//       waiting) and counts the rest, so H-3 judges as if it saw them all.
 #pragma once
 
 #include <chrono>
@@ -34,6 +38,20 @@ struct ActorBeat {
   int instruction = -1;     ///< last completed instruction of the step's program
   std::int64_t idle_ms = 0;      ///< since its last progress
   std::int64_t waiting_ms = -1;  ///< waiting on a peer for this long (-1: not waiting)
+  int node = -1;            ///< its node, when a relay reports it (-1: the reporting node's)
+};
+
+/// The actors a relay counted but did not list (H-5).
+struct ActorsElsewhere {
+  int actors = 0;
+  int waiting = 0;  ///< of them, waiting on a peer
+};
+
+/// A relay's view of its group at one instant (H-5): the members' actors that
+/// could be stuck, with their idle time aged to that instant, and the rest counted.
+struct GroupSummary {
+  std::vector<ActorBeat> candidates;  ///< node = the member's index in the judge that summarized
+  ActorsElsewhere rest;
 };
 
 inline constexpr int kFinishedStep = -2;
@@ -53,18 +71,30 @@ class HealthJudge {
   using Clock = std::chrono::steady_clock;
   HealthJudge(int nodes, HealthLimits limits, Clock::time_point start);
 
-  /// Node `node`'s heartbeat, received at `at`.
-  void heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats);
+  /// Node `node`'s heartbeat, received at `at`: its actors (and, from a
+  /// relay, its members' listed actors and the count of the others).
+  void heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats, ActorsElsewhere elsewhere = {});
+  /// Node `node`'s silence is its relay's to judge (H-5).
+  void relayed(int node);
   /// Node `node` finished its work (or is already judged): no longer watched.
   void forget(int node);
+  bool watched(int node) const;
   /// The verdict at `now`, if any (H-2, H-3, H-4).
   std::optional<Verdict> check(Clock::time_point now) const;
+  /// H-2 alone: the first watched node silent too long.
+  std::optional<Verdict> silent_node(Clock::time_point now) const;
+  /// H-3 alone.
+  std::optional<Verdict> stuck_actor(Clock::time_point now) const;
+  /// What a relay reports of the nodes it judges (H-5).
+  GroupSummary summarize(Clock::time_point now) const;
 
  private:
   struct Node {
     Clock::time_point heard;
     std::vector<ActorBeat> beats;
+    ActorsElsewhere elsewhere;
     bool watched = true;
+    bool relayed = false;
     bool ever_heard = false;
   };
   std::vector<Node> nodes_;

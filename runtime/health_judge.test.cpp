@@ -3,16 +3,12 @@
 
 #include <catch2/catch.hpp>
 
+#include "runtime/health_beats.test.hpp"
+
 namespace troupe {
 namespace {
 
-using Clock = HealthJudge::Clock;
-using std::chrono::milliseconds;
-
-const HealthLimits kLimits{200, 4, 1000};
-
-ActorBeat computing(int actor, int step, std::int64_t idle_ms) { return {actor, step, 3, idle_ms, -1}; }
-ActorBeat waiting(int actor, int step, std::int64_t idle_ms) { return {actor, step, 2, idle_ms, idle_ms}; }
+using namespace health_fixtures;
 
 TEST_CASE("H-2: a node silent for more than miss_limit x heartbeat is hung, and only then", "[health]") {
   const auto t0 = Clock::now();

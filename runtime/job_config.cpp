@@ -134,6 +134,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"health.straggler_threshold", real(h.straggler_threshold, 0, 1, true)},
       {"health.straggler_steps", integer(h.straggler_steps, 1, 1000000)},
       {"health.straggler_window", integer(h.straggler_window, 3, 100000)},
+      {"health.relay_group", integer(h.relay_group, 0, 1000000)},
       {"health.rendezvous_timeout_ms", integer(h.rendezvous_timeout_ms, 100, 86400000)},
       {"health.wait_timeout_ms", integer(h.wait_timeout_ms, 100, 86400000)},
       {"checkpoint.dir", string(k.dir)},

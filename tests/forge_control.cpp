@@ -32,9 +32,11 @@ int main(int argc, char** argv) {
   forger->send(*node, msg::ActorFailed{huge, 1 << 30, "forged", false, ""});
   forger->send(*node, msg::ActorFailed{huge, 1, "forged", false, ""});
   forger->send(*node, msg::ActorDone{huge, 1, 0.0});
+  msg::Heartbeat beat{huge, 0, 1, {0}, {5}, {1}, {0}, {-1}, {}, 0, 0};
+  forger->send(*node, beat);  // to a node that relays for nobody
   forger->send(*node, msg::Finish{huge, false, "forged"});
   caf::anon_send(*node, msg::Finish{huge, false, "forged anonymously"});
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  std::printf("sent 8 forged messages\n");
+  std::printf("sent 9 forged messages\n");
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "runtime/job_config.hpp"
 #include "tools/troupe/bench_ops.hpp"
 #include "tools/troupe/bench_checkpoint.hpp"
 #include "tools/troupe/bench_health.hpp"
@@ -71,7 +72,8 @@ void register_bench(CLI::App& app, Action& action) {
 
   auto health = std::make_shared<BenchHealthArgs>();
   auto* he = bench->add_subcommand("health", "Fault detection latency, heartbeat cost, straggler precision and recall");
-  he->add_option("config", health->config, "Job config (TOML): one stage actor per node")->required();
+  auto simulate = std::make_shared<BenchHealthSimArgs>();
+  he->add_option("config", health->config, "Job config (TOML): one stage actor per node");
   he->add_option("--set", health->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -81,8 +83,28 @@ void register_bench(CLI::App& app, Action& action) {
       ->check(CLI::Range(0, 1000));
   he->add_option("--overhead-runs", health->overhead_runs, "Pairs of runs with and without heartbeats")
       ->check(CLI::Range(1, 100));
-  he->callback([health, &action] {
-    action = [health] {
+  he->add_option("--simulate-nodes", simulate->nodes,
+                 "Instead: simulate the heartbeats of this many nodes (a list: 1024,4096,16384)")
+      ->delimiter(',')
+      ->check(CLI::Range(2, 1000000));
+  he->add_option("--simulate-actors", simulate->actors_per_node, "Stage actors per simulated node")
+      ->check(CLI::Range(1, 1024));
+  he->add_option("--repetitions", simulate->repetitions, "Simulated runs of each size")->check(CLI::Range(1, 100));
+  he->callback([health, simulate, &action] {
+    action = [health, simulate] {
+      if (!simulate->nodes.empty()) {
+        Expected<JobConfig> job = JobConfig{};
+        if (!health->config.empty()) job = load_job_config(health->config, health->overrides);
+        else if (!health->overrides.empty()) job = make_error("--set needs a CONFIG");
+        if (!job) return fail("bench health", job.error());
+        simulate->limits = HealthLimits{job->health.heartbeat_ms, job->health.miss_limit, job->health.progress_timeout_ms};
+        simulate->relay_group = job->health.relay_group;
+        auto r = bench_health_simulated(*simulate);
+        if (!r) return fail("bench health", r.error());
+        std::printf("%s\n", r->dump(2).c_str());
+        return 0;
+      }
+      if (health->config.empty()) return fail("bench health", Error{"a CONFIG is needed (or --simulate-nodes)"});
       auto r = bench_health(*health);
       if (!r) return fail("bench health", r.error());
       std::printf("%s\n", r->dump(2).c_str());

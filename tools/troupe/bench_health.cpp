@@ -24,16 +24,18 @@ namespace {
 
 struct Launched {
   int exit_code = 0;
+  bool ended_by_limit = false;
   std::string log;                      ///< every node's stderr, as the launcher prints it
   std::vector<nlohmann::json> metrics;  ///< the metrics lines
 };
 
-// troupe launch with `extra` arguments; its output and metrics.
-Launched launch_job(const BenchHealthArgs& a, const std::string& extra) {
+// troupe launch with `extra` arguments, ended (SIGTERM, which the launcher
+// passes on to its nodes) if it runs longer than `limit_s`; its output and metrics.
+Launched launch_job(const BenchHealthArgs& a, const std::string& extra, int limit_s) {
   const std::string metrics = (std::filesystem::temp_directory_path() /
                                ("troupe_bench_health_" + std::to_string(::getpid()) + ".jsonl")).string();
   std::ostringstream command;
-  command << "'" << troupe_executable() << "' launch --nodes " << a.nodes << " '" << a.config << "' --metrics '" << metrics
+  command << "timeout -k 10 " << limit_s << " '" << troupe_executable() << "' launch --nodes " << a.nodes << " '" << a.config << "' --metrics '" << metrics
           << "'";
   for (auto& o : a.overrides) command << " --set '" << o << "'";
   command << " " << extra << " 2>&1";
@@ -45,6 +47,12 @@ Launched launch_job(const BenchHealthArgs& a, const std::string& extra) {
     while (pipe && std::fgets(buf.data(), buf.size(), pipe.get())) out.log += buf.data();
     const int status = pipe ? pclose(pipe.release()) : -1;
     out.exit_code = status == -1 ? -1 : WEXITSTATUS(status);
+  }
+  out.ended_by_limit = out.exit_code == 124 || out.exit_code == 137;  // timeout's
+  if (out.ended_by_limit) {
+    const std::size_t tail = out.log.size() > 3000 ? out.log.size() - 3000 : 0;
+    std::fprintf(stderr, "bench health: a job ran longer than %d s and was ended: %s\n--- its log's end:\n%s\n", limit_s,
+                 extra.c_str(), out.log.substr(tail).c_str());
   }
   std::ifstream in(metrics);
   for (std::string line; std::getline(in, line);) {
@@ -93,27 +101,33 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
       {"kill", "kind=kill,node=1,step=3", "kills itself (SIGKILL)", "verdict process_death"},
       {"stall", "kind=stall,actor=1,step=3", "stalls at step 3", "verdict stuck_actor"},
       {"exception", "kind=exception,actor=1,step=3", "throws at step 3", "verdict actor_exception"},
+      {"coordinator_loss", "kind=hang,node=0,step=3", "stops itself (SIGSTOP)", "verdict coordinator_loss"},
   };
   const double hb = h.heartbeat_ms, miss = h.miss_limit;
   nlohmann::json detection = nlohmann::json::object();
   for (const DrillKind& k : kinds) {
     std::vector<double> latency;
-    int wrong = 0;
+    int wrong = 0, limited = 0;
     for (int i = 0; i < a.drills; ++i) {
-      auto r = launch_job(a, steps + " --fault " + k.fault);
+      auto r = launch_job(a, steps + " --fault " + k.fault, 120);
+      limited += r.ended_by_limit;
       const double t0 = stamp_ms(r.log, k.started), t1 = stamp_ms(r.log, k.verdict);
       if (r.exit_code == 0 || t0 < 0 || t1 < 0) {
+        std::fprintf(stderr, "bench health: %s drill %d/%d: no verdict (exit %d)\n", k.kind, i + 1, a.drills,
+                     r.exit_code);
         ++wrong;
         continue;
       }
       latency.push_back(t1 - t0);
+      std::fprintf(stderr, "bench health: %s drill %d/%d: verdict %.0f ms after the fault\n", k.kind, i + 1, a.drills,
+                   t1 - t0);
     }
     const std::string kind = k.kind;
     nlohmann::json bound = nullptr;
-    if (kind == "hang") bound = miss * hb + 200;
+    if (kind == "hang" || kind == "coordinator_loss") bound = miss * hb + 200;
     if (kind == "stall") bound = h.progress_timeout_ms + hb + 200;
     detection[kind] = {{"latency_ms", spread(latency)}, {"bound_ms", bound}, {"drills", a.drills},
-                       {"without_the_verdict", wrong}};
+                       {"without_the_verdict", wrong}, {"ended_by_the_time_limit", limited}};
   }
 
   // Heartbeats' cost: the same job with beats every heartbeat_ms and with
@@ -128,11 +142,13 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
     return median(v);
   };
   for (int i = 0; i < a.overhead_runs; ++i) {
-    auto on = launch_job(a, quiet);
-    auto off = launch_job(a, quiet + rare);
+    auto on = launch_job(a, quiet, 600);
+    auto off = launch_job(a, quiet + rare, 600);
     if (on.exit_code != 0 || off.exit_code != 0) return make_error("bench health: a job without faults failed");
     with.push_back(median_step(on));
     without.push_back(median_step(off));
+    std::fprintf(stderr, "bench health: overhead run %d/%d: median step %.1f ms with heartbeats, %.1f ms without\n",
+                 i + 1, a.overhead_runs, with.back(), without.back());
   }
   std::vector<double> ratio;
   for (std::size_t i = 0; i < with.size(); ++i) ratio.push_back(with[i] / without[i]);
@@ -147,7 +163,8 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
     const int actor = pick(rng);
     const double f = std::round(factor(rng) * 100) / 100;
     auto r = launch_job(a, " --set train.steps=30 --set train.eval_every=0 --fault kind=slow,actor=" +
-                               std::to_string(actor) + ",step=10,factor=" + std::to_string(f) + ",steps=15");
+                               std::to_string(actor) + ",step=10,factor=" + std::to_string(f) + ",steps=15",
+                        600);
     if (r.exit_code != 0) return make_error("bench health: a slow drill's job failed");
     int first = -1, others = 0;
     for (auto& j : r.metrics) {
@@ -165,6 +182,8 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
     (f >= 1.3 ? at_13 : below)++;
     if (first >= 0) (f >= 1.3 ? found_13 : found_below)++;
     drills.push_back({{"actor", actor}, {"factor", f}, {"first_named_step", first}, {"others_named", others}});
+    std::fprintf(stderr, "bench health: slow drill %d/%d: actor %d x%.2f, first named at step %d, others named %d\n",
+                 i + 1, a.straggler_drills, actor, f, first, others);
   }
   return nlohmann::json{
       {"bench", "health"},

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/expected.hpp"
+#include "runtime/health_judge.hpp"
 
 namespace troupe::cli {
 
@@ -22,5 +23,20 @@ struct BenchHealthArgs {
 };
 
 Expected<nlohmann::json> bench_health(const BenchHealthArgs& args);
+
+/// bench health --simulate-nodes: the coordinator's load from the heartbeats
+/// of many simulated nodes, flat and through relays, and the verdict latency
+/// for one stopped node among them (bench_health_sim.cpp).
+struct BenchHealthSimArgs {
+  std::vector<int> nodes;
+  int actors_per_node = 8;
+  int repetitions = 3;
+  double warmup_s = 1.5;
+  double window_s = 2;
+  HealthLimits limits;
+  int relay_group = 64;
+};
+
+Expected<nlohmann::json> bench_health_simulated(const BenchHealthSimArgs& args);
 
 }  // namespace troupe::cli
