@@ -6,7 +6,6 @@
 #include <caf/all.hpp>
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "actors/heartbeat_codec.hpp"
@@ -68,10 +67,7 @@ void conclude(Self* self, const Verdict& v) {
   if (st.finished) return;
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(HealthJudge::Clock::now() - st.start).count();
   spdlog::error("coordinator: verdict {}", v.line());
-  if (auto m = MetricsWriter::append(st.cfg.metrics_path); m)
-    (void)m->write(nlohmann::json{{"fault", {{"kind", v.kind}, {"node", v.node}, {"actor", v.actor},
-                                             {"evidence", v.evidence}, {"at_ms", ms}}}}
-                       .dump());
+  if (auto m = MetricsWriter::append(st.cfg.metrics_path); m) (void)m->write(v.metrics_line(ms));
   st.judge->forget(v.node);
   finish(self, false, v.line());
 }

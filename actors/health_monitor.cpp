@@ -38,18 +38,7 @@ msg::Heartbeat beat(MonitorState& st) {
   hb.generation = st.cfg.generation;
   hb.node = st.cfg.node;
   hb.seq = ++st.seq;
-  const std::int64_t now = steady_now_ns();
-  ProgressBoard& board = *st.cfg.board;
-  for (int i = 0; i < board.size(); ++i) {
-    const ProgressSlot& slot = board.slot(i);
-    const std::int64_t progress = slot.progress_ns.load(std::memory_order_relaxed);
-    const std::int64_t waiting = slot.waiting_since_ns.load(std::memory_order_relaxed);
-    hb.actors.push_back(st.cfg.first_rank + i);
-    hb.steps.push_back(slot.step.load(std::memory_order_relaxed));
-    hb.instructions.push_back(slot.instruction.load(std::memory_order_relaxed));
-    hb.idle_ms.push_back(progress > 0 ? (now - progress) / 1000000 : 0);
-    hb.waiting_ms.push_back(waiting > 0 ? (now - waiting) / 1000000 : -1);
-  }
+  write_beats(hb, st.cfg.board->beats(st.cfg.first_rank));
   if (st.relay) {  // H-5
     const GroupSummary summary = st.relay->summary(Clock::now());
     write_beats(hb, summary.candidates);

@@ -9,11 +9,14 @@
 
 #include "actors/actor_registry.hpp"
 #include "actors/checkpoint_writer.hpp"
+#include "actors/coordinator.hpp"
 #include "actors/data_loader.hpp"
 #include "training/checkpoint_store.hpp"
 #include "actors/protocol.hpp"
 #include "backends/transport/local_transport.hpp"
+#include "runtime/health_judge.hpp"
 #include "runtime/metrics_writer.hpp"
+#include "training/progress.hpp"
 #include "runtime/trace_writer.hpp"
 
 namespace troupe {
@@ -58,9 +61,15 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     std::shared_ptr<void> stop_writer(nullptr, [w = checkpoints->writer](void*) {
       if (w) caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
     });
+    // One process: no heartbeats, the stage actors' progress is read directly
+    // and judged (H-3) every kHealthCheckMs while the run waits for reports.
+    auto board = std::make_shared<ProgressBoard>(actors);
+    const HealthLimits limits{job->health.heartbeat_ms, job->health.miss_limit, job->health.progress_timeout_ms};
+    HealthJudge judge(1, limits, HealthJudge::Clock::now());
+    const auto started = HealthJudge::Clock::now();
     for (int r = 0; r < actors; ++r) {
       ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, *job, files, 0, 1, loader,
-                     ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool, nullptr};
+                     ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool, board};
       auto a = registry.spawn(type, sys, args);
       if (!a) {
         for (int p = 0; p < actors; ++p) fabric->fail(p);
@@ -73,10 +82,10 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     // the other actors unwind instead of waiting for the failed one. The run
     // reports its root cause: a failure that only reports a peer's (from_peer)
     // gives way to one that began in its actor, whichever arrived first.
-    std::string first_failure, first_from_peer;
-    auto failed = [&](const std::string& why, bool from_peer) {
-      std::string& slot = from_peer ? first_from_peer : first_failure;
-      if (slot.empty()) slot = why;
+    std::optional<Verdict> first_failure, first_from_peer;
+    auto failed = [&](const Verdict& v) {
+      std::optional<Verdict>& slot = v.kind == "transport_failure" ? first_from_peer : first_failure;
+      if (!slot) slot = v;
       for (int r = 0; r < actors; ++r) fabric->fail(r);
     };
     std::vector<bool> reported(static_cast<std::size_t>(actors), false);
@@ -95,7 +104,8 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
             if (!from_actor(m.actor)) return;
             reported[static_cast<std::size_t>(m.actor)] = true;
             ++n;
-            failed("stage actor " + std::to_string(m.actor) + ": " + m.reason, m.from_peer);
+            failed(Verdict{m.from_peer ? "transport_failure" : m.kind.empty() ? "actor_error" : m.kind, 0, m.actor,
+                           m.reason});
           },
           // An actor that ends without a report (it was killed, or its
           // behaviour threw) is a failure too.
@@ -104,9 +114,14 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
               if (dm.source == work[static_cast<std::size_t>(r)] && !reported[static_cast<std::size_t>(r)]) {
                 reported[static_cast<std::size_t>(r)] = true;
                 ++n;
-                failed("stage actor " + std::to_string(r) + " ended without reporting (" + sys.render(dm.reason) + ")",
-                       false);
+                failed(Verdict{"actor_exit", 0, r, "ended without reporting (" + sys.render(dm.reason) + ")"});
               }
+          },
+          caf::after(std::chrono::milliseconds(kHealthCheckMs)) >> [&] {
+            if (first_failure) return;
+            const auto now = HealthJudge::Clock::now();
+            judge.heartbeat(0, now, board->beats(0));
+            if (auto v = judge.stuck_actor(now)) failed(*v);
           });
     }
     if (loader) self->send_exit(loader, caf::exit_reason::user_shutdown);
@@ -115,8 +130,15 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
       if (auto st = checkpoints->pool->drain(std::chrono::milliseconds(job->health.wait_timeout_ms)); !st)
         spdlog::error("{}", st.error().message);
     }
-    if (first_failure.empty()) first_failure = first_from_peer;
-    if (!first_failure.empty()) result = make_error(first_failure);
+    // SV-7's rule in one process: the root cause's verdict, logged and in the metrics.
+    if (!first_failure) first_failure = first_from_peer;
+    if (first_failure) {
+      const Verdict& v = *first_failure;
+      spdlog::error("verdict {}", v.line());
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(HealthJudge::Clock::now() - started).count();
+      if (auto m = MetricsWriter::append(options.metrics_path); m) (void)m->write(v.metrics_line(ms));
+      result = make_error("stage actor " + std::to_string(v.actor) + ": " + v.evidence);
+    }
   }
   if (result.ok() && !options.trace_path.empty()) {
     std::vector<std::string> parts;

@@ -65,7 +65,7 @@ TEST_CASE("an error, an exception or a silent exit of one work actor ends the ru
   using namespace std::chrono_literals;
   for (auto [how, needle] : {std::pair{"error", "stage actor 1: it went wrong"},
                              std::pair{"exception", "stage actor 1: exception: boom"},
-                             std::pair{"silent", "stage actor 1 ended without reporting"}}) {
+                             std::pair{"silent", "stage actor 1: ended without reporting"}}) {
     INFO(how);
     const auto t0 = std::chrono::steady_clock::now();
     auto st = run_with(how);

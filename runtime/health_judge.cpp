@@ -1,6 +1,8 @@
 // HealthJudge.
 #include "runtime/health_judge.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace troupe {
 namespace {
 
@@ -21,6 +23,11 @@ std::string Verdict::line() const {
   std::string where = "node " + std::to_string(node);
   if (actor >= 0) where += ", stage actor " + std::to_string(actor);
   return kind + ": " + where + " — " + evidence;
+}
+
+std::string Verdict::metrics_line(std::int64_t at_ms) const {
+  return nlohmann::json{{"fault", {{"kind", kind}, {"node", node}, {"actor", actor}, {"evidence", evidence}, {"at_ms", at_ms}}}}
+      .dump();
 }
 
 HealthJudge::HealthJudge(int nodes, HealthLimits limits, Clock::time_point start)

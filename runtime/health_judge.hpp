@@ -64,6 +64,8 @@ struct Verdict {
   std::string evidence;
   /// "hung_process: node 1 — no heartbeat for 812 ms (...)".
   std::string line() const;
+  /// The metrics line: {"fault": {kind, node, actor, evidence, at_ms}}.
+  std::string metrics_line(std::int64_t at_ms) const;
 };
 
 class HealthJudge {

@@ -141,6 +141,40 @@ TEST_CASE("a job without faults gets no verdict", "[health]") {
   CHECK(job.faults().empty());
 }
 
+TEST_CASE("troupe train judges its stage actors in one process: stall and exception verdicts", "[health][faults]") {
+  PipelineJob job("health_train", "");
+  SECTION("stall") {
+    const auto r = run("timeout 60 " + troupe_bin() + " train " + job.cfg + " --metrics " + job.metrics +
+                       " --fault kind=stall,actor=1,step=2");
+    INFO(r.err);
+    CHECK(r.exit_code != 0);
+    CHECK(r.exit_code != 124);
+    CHECK(r.err.find("verdict stuck_actor: node 0, stage actor 1 — no progress for ") != std::string::npos);
+    const double stalled = stamp_ms(r.err, "fault drill: stage actor 1 stalls at step 2");
+    const double judged = stamp_ms(r.err, "verdict stuck_actor");
+    REQUIRE(stalled >= 0);
+    REQUIRE(judged >= 0);
+    CHECK(judged - stalled >= 1000);
+    CHECK(judged - stalled <= 1000 + 200);  // + a check (kHealthCheckMs) and slack
+    const auto faults = job.faults();
+    REQUIRE(faults.size() == 1);
+    CHECK(faults[0]["kind"] == "stuck_actor");
+    CHECK(faults[0]["actor"] == 1);
+  }
+  SECTION("exception") {
+    const auto r = run("timeout 60 " + troupe_bin() + " train " + job.cfg + " --metrics " + job.metrics +
+                       " --fault kind=exception,actor=0,step=2");
+    INFO(r.err);
+    CHECK(r.exit_code != 0);
+    CHECK(count(r.err, "verdict ") == 1);
+    CHECK(r.err.find("verdict actor_exception: node 0, stage actor 0 — exception: fault drill: exception at step 2") !=
+          std::string::npos);
+    const auto faults = job.faults();
+    REQUIRE(faults.size() == 1);
+    CHECK(faults[0]["kind"] == "actor_exception");
+  }
+}
+
 // Relays (R-1: relay_group 2 over 4 nodes: node 0 relays node 1, node 2 relays node 3).
 TEST_CASE("R-2: a member stopped by a hang drill is judged by its relay within the same bound", "[health][faults]") {
   PipelineJob job("health_relay_hang", "[[faults]]\nkind = \"hang\"\nnode = 3\nstep = 3\n", 4, "relay_group = 2\n");

@@ -66,6 +66,22 @@ class ProgressBoard {
   explicit ProgressBoard(int actors) : slots_(static_cast<std::size_t>(actors)) {}
   int size() const { return static_cast<int>(slots_.size()); }
   ProgressSlot& slot(int local) { return slots_[static_cast<std::size_t>(local)]; }
+  /// Every slot as the health judge reads it, now; local actor i is job rank first_rank + i.
+  std::vector<ActorBeat> beats(int first_rank) const {
+    const std::int64_t now = steady_now_ns();
+    std::vector<ActorBeat> out;
+    out.reserve(slots_.size());
+    for (std::size_t i = 0; i < slots_.size(); ++i) {
+      const ProgressSlot& s = slots_[i];
+      const std::int64_t progress = s.progress_ns.load(std::memory_order_relaxed);
+      const std::int64_t waiting = s.waiting_since_ns.load(std::memory_order_relaxed);
+      out.push_back(ActorBeat{first_rank + static_cast<int>(i), s.step.load(std::memory_order_relaxed),
+                              s.instruction.load(std::memory_order_relaxed),
+                              progress > 0 ? (now - progress) / 1000000 : 0,
+                              waiting > 0 ? (now - waiting) / 1000000 : -1});
+    }
+    return out;
+  }
 
  private:
   std::vector<ProgressSlot> slots_;
