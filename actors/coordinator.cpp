@@ -10,8 +10,8 @@
 
 #include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
+#include "actors/verdict_record.hpp"
 #include "runtime/health_relay.hpp"
-#include "runtime/metrics_writer.hpp"
 #include "runtime/redis_client.hpp"
 #include "runtime/rendezvous.hpp"
 
@@ -24,6 +24,7 @@ struct CoordinatorState {
   int done_count = 0;
   std::optional<Verdict> from_peer_failure;  ///< held for kBlameGraceMs (SV-6)
   std::optional<HealthJudge> judge;  ///< SV-7
+  std::shared_ptr<VerdictRecord> verdicts;  ///< SV-7
   HealthJudge::Clock::time_point start;
   std::uint64_t stale = 0, foreign = 0;
   bool finished = false;
@@ -65,9 +66,7 @@ void lose_node(Self* self, int node, const std::string& why) {
 void conclude(Self* self, const Verdict& v) {
   auto& st = self->state;
   if (st.finished) return;
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(HealthJudge::Clock::now() - st.start).count();
-  spdlog::error("coordinator: verdict {}", v.line());
-  if (auto m = MetricsWriter::append(st.cfg.metrics_path); m) (void)m->write(v.metrics_line(ms));
+  st.verdicts->record(v);
   st.judge->forget(v.node);
   finish(self, false, v.line());
 }
@@ -205,6 +204,7 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
   st.alive.assign(n, true);
   st.start = HealthJudge::Clock::now();
   st.judge.emplace(static_cast<int>(n), st.cfg.health, st.start);
+  st.verdicts = std::make_shared<VerdictRecord>("coordinator: ", st.cfg.metrics_path, st.cfg.trace_path);
   self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
   // SV-1: monitor before the plan goes out.
   for (auto& node : st.cfg.nodes) self->monitor(node);

@@ -47,6 +47,7 @@ struct CoordinatorConfig {
   HealthLimits health;         ///< when a silent node is hung, an actor without progress stuck
   int relay_group = 0;         ///< nodes per heartbeat relay (R-1; 0: every node beats the coordinator)
   std::string metrics_path;    ///< verdicts are added here as {"fault": ...} lines ("" = none)
+  std::string trace_path;      ///< and to the job's trace (its verdicts' part, "" = none)
 };
 
 caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg);

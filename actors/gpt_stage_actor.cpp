@@ -13,6 +13,7 @@
 #include "actors/mailbox_inbox.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "actors/protocol.hpp"
+#include "runtime/trace_writer.hpp"
 #include "ops/model/weights.hpp"
 #include "training/progress.hpp"
 #include "training/snapshot_pool.hpp"
@@ -183,7 +184,7 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
     if (!src) return src.error();
     ta.batches = std::move(*src);
   }
-  if (!args.files.trace.empty()) ta.trace_path = args.files.trace + ".actor" + std::to_string(args.rank);
+  if (!args.files.trace.empty()) ta.trace_path = actor_trace_part(args.files.trace, args.rank);
   ta.metrics_path = args.files.metrics;
   ta.init_path = args.files.init;
   ta.save_path = args.files.save;

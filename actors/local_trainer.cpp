@@ -10,6 +10,7 @@
 #include "actors/actor_registry.hpp"
 #include "actors/checkpoint_writer.hpp"
 #include "actors/coordinator.hpp"
+#include "actors/verdict_record.hpp"
 #include "actors/data_loader.hpp"
 #include "training/checkpoint_store.hpp"
 #include "actors/protocol.hpp"
@@ -66,7 +67,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     auto board = std::make_shared<ProgressBoard>(actors);
     const HealthLimits limits{job->health.heartbeat_ms, job->health.miss_limit, job->health.progress_timeout_ms};
     HealthJudge judge(1, limits, HealthJudge::Clock::now());
-    const auto started = HealthJudge::Clock::now();
+    VerdictRecord verdicts("", options.metrics_path, options.trace_path);
     for (int r = 0; r < actors; ++r) {
       ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, *job, files, 0, 1, loader,
                      ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool, board};
@@ -133,18 +134,16 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     // SV-7's rule in one process: the root cause's verdict, logged and in the metrics.
     if (!first_failure) first_failure = first_from_peer;
     if (first_failure) {
-      const Verdict& v = *first_failure;
-      spdlog::error("verdict {}", v.line());
-      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(HealthJudge::Clock::now() - started).count();
-      if (auto m = MetricsWriter::append(options.metrics_path); m) (void)m->write(v.metrics_line(ms));
-      result = make_error("stage actor " + std::to_string(v.actor) + ": " + v.evidence);
+      verdicts.record(*first_failure);
+      result = make_error("stage actor " + std::to_string(first_failure->actor) + ": " + first_failure->evidence);
     }
   }
-  if (result.ok() && !options.trace_path.empty()) {
-    std::vector<std::string> parts;
-    for (int r = 0; r < actors; ++r) parts.push_back(options.trace_path + ".actor" + std::to_string(r));
-    TROUPE_TRY(merge_traces(parts, options.trace_path));
-  }
+  // A failed run's trace too: what the actors did up to the failure, and its verdict.
+  if (!options.trace_path.empty())
+    if (auto st = merge_traces(options.trace_path); !st) {
+      if (result.ok()) return st;
+      spdlog::error("{}", st.error().message);
+    }
   return result;
 }
 

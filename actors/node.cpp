@@ -193,6 +193,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       cc.health = HealthLimits{job->health.heartbeat_ms, job->health.miss_limit, job->health.progress_timeout_ms};
       cc.relay_group = job->health.relay_group;
       cc.metrics_path = files.metrics;
+      cc.trace_path = files.trace;
       cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
       spawn_coordinator(sys, std::move(cc));
     }

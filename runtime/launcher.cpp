@@ -206,6 +206,10 @@ int launch(const LaunchOptions& o) {
   for (auto& c : children)
     if (c.out >= 0) ::close(c.out);
   clean_up(job, o.nodes, url, password);
+  // A failed job's trace too: what its actors did up to the failure (a killed
+  // or stopped node's part is missing), and its verdict.
+  const Status traced = o.trace_path.empty() ? Status::success() : merge_traces(o.trace_path);
+  if (!traced) std::fprintf(stderr, "troupe launch: --trace %s: %s\n", o.trace_path.c_str(), traced.error().message.c_str());
   if (g_interrupted.load()) {
     std::fprintf(stderr, "troupe launch: interrupted; all nodes stopped\n");
     return 130;
@@ -218,17 +222,7 @@ int launch(const LaunchOptions& o) {
       std::fprintf(stderr, "troupe launch: node %d exited with %d; job failed\n", failed_rank, WEXITSTATUS(c.status));
     return 1;
   }
-  if (!o.trace_path.empty()) {
-    std::vector<std::string> parts;
-    // Every stage actor wrote "<path>.actor<rank>", ranks 0, 1, ... without gaps.
-    for (int r = 0; std::filesystem::exists(o.trace_path + ".actor" + std::to_string(r)); ++r)
-      parts.push_back(o.trace_path + ".actor" + std::to_string(r));
-    if (auto st = merge_traces(parts, o.trace_path); !st) {
-      std::fprintf(stderr, "troupe launch: --trace %s: %s\n", o.trace_path.c_str(), st.error().message.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  return traced ? 0 : 1;
 }
 
 }  // namespace troupe

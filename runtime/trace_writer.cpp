@@ -1,7 +1,9 @@
 // TraceWriter.
 #include "runtime/trace_writer.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "common/atomic_file.hpp"
@@ -53,22 +55,49 @@ Status TraceWriter::write(const std::string& path) const {
   return write_file_atomically(path, [&](std::ostream& out) { out << text; });
 }
 
-Status merge_traces(const std::vector<std::string>& parts, const std::string& path) {
+std::string actor_trace_part(const std::string& trace_path, int rank) {
+  return trace_path + ".actor" + std::to_string(rank);
+}
+
+std::string verdict_trace_part(const std::string& trace_path) { return trace_path + ".verdicts"; }
+
+Status merge_traces(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<std::pair<std::string, int>> parts;  // file, process id (the rank)
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string prefix = target.filename().string() + ".actor";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string digits = name.substr(prefix.size());
+    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    const int rank = std::stoi(digits);
+    if (actor_trace_part(path, rank) == (dir / name).string() || actor_trace_part(path, rank) == name)
+      parts.emplace_back(actor_trace_part(path, rank), rank);
+  }
+  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  const int verdict_pid = parts.empty() ? 0 : parts.back().second + 1;
+  if (fs::exists(verdict_trace_part(path), ec)) parts.emplace_back(verdict_trace_part(path), verdict_pid);
+  if (parts.empty()) return make_error(path, ": no stage actor wrote its part of the trace");
   nlohmann::json events = nlohmann::json::array();
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    std::ifstream in(parts[i]);
-    if (!in) return make_error(parts[i], ": cannot open trace part");
+  for (const auto& [file, pid] : parts) {
+    std::ifstream in(file);
+    if (!in) return make_error(file, ": cannot open trace part");
     auto part = nlohmann::json::parse(in, nullptr, false);
-    if (part.is_discarded() || !part.contains("traceEvents")) return make_error(parts[i], ": not a trace");
-    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", i}, {"args", {{"name", "stage actor " + std::to_string(i)}}}});
+    if (part.is_discarded() || !part.contains("traceEvents")) return make_error(file, ": not a trace");
+    const bool verdicts = file == verdict_trace_part(path);
+    const std::string name = verdicts ? "health verdicts" : "stage actor " + std::to_string(pid);
+    events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
     for (auto& e : part["traceEvents"]) {
-      e["pid"] = i;
+      e["pid"] = pid;
       events.push_back(std::move(e));
     }
   }
   const std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
   TROUPE_TRY(write_file_atomically(path, [&](std::ostream& out) { out << text; }));
-  for (auto& p : parts) std::remove(p.c_str());
+  for (const auto& part : parts) std::remove(part.first.c_str());
   return Status::success();
 }
 

@@ -38,9 +38,17 @@ class TraceWriter {
   std::vector<nlohmann::json> events_;
 };
 
-/// Merges the stage actors' Chrome traces into one file (part i, the actor of
-/// rank i, becomes process i, named "stage actor i"); the parts are removed
-/// once the merged file is written.
-Status merge_traces(const std::vector<std::string>& parts, const std::string& path);
+/// The part of a job's trace each writer leaves beside `trace_path`: a stage
+/// actor's ("<path>.actor<rank>") and the health verdicts' ("<path>.verdicts").
+std::string actor_trace_part(const std::string& trace_path, int rank);
+std::string verdict_trace_part(const std::string& trace_path);
+
+/// Merges the parts a job left beside `path` into one Chrome trace: stage
+/// actor r's part becomes process r ("stage actor r"), the verdicts' part the
+/// process after the last actor ("health verdicts"). Parts of a failed job
+/// may be missing (a killed or stopped process writes none): those found are
+/// merged, and removed once the merged file is written. No part at all is an
+/// error naming the path.
+Status merge_traces(const std::string& path);
 
 }  // namespace troupe

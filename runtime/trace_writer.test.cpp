@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 namespace troupe {
@@ -41,6 +42,39 @@ TEST_CASE("a trace has one named track per actor and every span, from many threa
   CHECK(nlohmann::json::parse(in)["traceEvents"].size() == 402);
   std::filesystem::remove(path);
   CHECK_FALSE(trace.write("/no/such/dir/trace.json").ok());
+}
+
+TEST_CASE("a failed job's trace merges the parts that exist, by rank, and its verdicts", "[trace]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("troupe_merge_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "job.json").string();
+  CHECK_FALSE(merge_traces(path).ok());  // nothing to merge
+  for (int rank : {0, 2}) {  // rank 1's process was killed: no part
+    TraceWriter t;
+    t.span(t.track("stage"), "F0", "forward", 0, 5);
+    REQUIRE(t.write(actor_trace_part(path, rank)).ok());
+  }
+  TraceWriter v;
+  v.span(v.track("verdicts"), "verdict hung_process", "verdict", 10, 1, {{"node", 1}});
+  REQUIRE(v.write(verdict_trace_part(path)).ok());
+  std::ofstream(dir / "job.json.actor07") << "not a part of this job";  // not a rank's name
+  std::ofstream(dir / "other.json.actor1") << "another job's";
+  REQUIRE(merge_traces(path).ok());
+  std::ifstream in(path);
+  auto j = nlohmann::json::parse(in);
+  std::map<int, std::string> processes;
+  int verdicts = 0;
+  for (auto& e : j["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"].get<int>()] = e["args"]["name"];
+    if (e["name"] == "verdict hung_process") verdicts += e["pid"] == 3;
+  }
+  CHECK(processes == std::map<int, std::string>{{0, "stage actor 0"}, {2, "stage actor 2"}, {3, "health verdicts"}});
+  CHECK(verdicts == 1);
+  CHECK_FALSE(fs::exists(actor_trace_part(path, 0)));  // merged parts are removed
+  CHECK_FALSE(fs::exists(verdict_trace_part(path)));
+  CHECK(fs::exists(dir / "other.json.actor1"));
+  fs::remove_all(dir);
 }
 
 }  // namespace troupe

@@ -76,7 +76,8 @@ std::size_t count(const std::string& text, const std::string& needle) {
 TEST_CASE("a node stopped by a hang drill gets a hung_process verdict within miss_limit x heartbeat + 200 ms",
           "[health][faults]") {
   PipelineJob job("health_hang", "[[faults]]\nkind = \"hang\"\nnode = 1\nstep = 3\n");
-  const auto r = job.launch();
+  const std::string trace = job.dir / "trace.json";
+  const auto r = job.launch("--trace " + trace);
   INFO(r.err);
   CHECK(r.exit_code != 0);
   CHECK(r.exit_code != 124);  // not the test's timeout
@@ -91,6 +92,15 @@ TEST_CASE("a node stopped by a hang drill gets a hung_process verdict within mis
   CHECK(faults[0]["kind"] == "hung_process");
   CHECK(faults[0]["node"] == 1);
   CHECK(processes_with(job.dir.path().string()).empty());  // the stopped node was ended too
+  // The failed job's trace: node 0's stage actor up to the failure, and the verdict (the stopped node wrote none).
+  auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
+  int verdicts = 0, forwards = 0;
+  for (auto& e : events) {
+    if (e["name"] == "verdict hung_process") verdicts += e["args"]["node"] == 1;
+    if (e["cat"] == "forward") forwards += e["pid"] == 0;
+  }
+  CHECK(verdicts == 1);
+  CHECK(forwards > 0);
 }
 
 TEST_CASE("an actor stalled by a drill gets a stuck_actor verdict naming it and no other", "[health][faults]") {
@@ -144,8 +154,9 @@ TEST_CASE("a job without faults gets no verdict", "[health]") {
 TEST_CASE("troupe train judges its stage actors in one process: stall and exception verdicts", "[health][faults]") {
   PipelineJob job("health_train", "");
   SECTION("stall") {
+    const std::string trace = job.dir / "trace.json";
     const auto r = run("timeout 60 " + troupe_bin() + " train " + job.cfg + " --metrics " + job.metrics +
-                       " --fault kind=stall,actor=1,step=2");
+                       " --trace " + trace + " --fault kind=stall,actor=1,step=2");
     INFO(r.err);
     CHECK(r.exit_code != 0);
     CHECK(r.exit_code != 124);
@@ -160,6 +171,10 @@ TEST_CASE("troupe train judges its stage actors in one process: stall and except
     REQUIRE(faults.size() == 1);
     CHECK(faults[0]["kind"] == "stuck_actor");
     CHECK(faults[0]["actor"] == 1);
+    const auto events = nlohmann::json::parse(slurp(trace))["traceEvents"];
+    int verdicts = 0;
+    for (auto& e : events) verdicts += e["name"] == "verdict stuck_actor";
+    CHECK(verdicts == 1);
   }
   SECTION("exception") {
     const auto r = run("timeout 60 " + troupe_bin() + " train " + job.cfg + " --metrics " + job.metrics +

@@ -79,6 +79,14 @@ class Trainer {
   }
 
   Expected<double> run() {
+    auto loss = train();
+    // A failed run's trace too, up to the failure (merged beside its verdict).
+    if (!loss && trace_) (void)trace_->write(a_.trace_path);
+    return loss;
+  }
+
+ private:
+  Expected<double> train() {
     if (a_.progress) a_.progress->advanced(-1, -1);  // starting: not judged before step 0 (H-3)
     TROUPE_TRY(build_state());
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
@@ -115,7 +123,6 @@ class Trainer {
     return loss;
   }
 
- private:
   // On an error, aborts every transfer of the stage's transport before the
   // buffers they use are freed.
   class AbortTransfersOnError {

@@ -1,0 +1,27 @@
+// SV-7's record of a verdict, the same from the coordinator and from troupe
+// train's in-process judge: one log line, a `fault` object in the metrics,
+// and a marker in the trace (its own part, merged beside the stage actors').
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "runtime/health_judge.hpp"
+#include "runtime/trace_writer.hpp"
+
+namespace troupe {
+
+class VerdictRecord {
+ public:
+  /// `log_prefix` starts the log line ("coordinator: "); empty paths record nothing there.
+  VerdictRecord(std::string log_prefix, std::string metrics_path, std::string trace_path);
+  /// Logs `v`, appends it to the metrics, and writes the verdicts' trace part.
+  void record(const Verdict& v);
+
+ private:
+  std::string log_prefix_, metrics_path_, trace_path_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  TraceWriter trace_;  ///< created with the job, so its times line up with the stage actors'
+};
+
+}  // namespace troupe
