@@ -11,6 +11,7 @@
 #include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
 #include "actors/verdict_record.hpp"
+#include "common/cpu_time.hpp"
 #include "runtime/health_relay.hpp"
 #include "runtime/redis_client.hpp"
 #include "runtime/rendezvous.hpp"
@@ -27,6 +28,8 @@ struct CoordinatorState {
   std::shared_ptr<VerdictRecord> verdicts;  ///< SV-7
   HealthJudge::Clock::time_point start;
   std::uint64_t stale = 0, foreign = 0;
+  std::uint64_t heartbeats = 0;
+  std::int64_t health_cpu_ns = 0;  ///< spent on heartbeats and health checks (for bench health)
   bool finished = false;
   static inline const char* name = "troupe.coordinator";
 };
@@ -38,6 +41,7 @@ void finish(Self* self, bool ok, const std::string& reason) {
   auto& st = self->state;
   if (st.finished) return;
   st.finished = true;
+  spdlog::info("coordinator: health work: {} heartbeats, {:.2f} ms CPU", st.heartbeats, st.health_cpu_ns / 1e6);
   // Every node, a lost one too: a hung process reads it if it ever runs again.
   for (auto& node : st.cfg.nodes) self->send(node, msg::Finish{st.cfg.generation, ok, reason});
   if (ok)
@@ -233,12 +237,20 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
       [self](msg::HoldOver) {
         if (self->current_sender() && self->current_sender()->address() == self->address()) finish(self, true, "");
       },
-      [self](const msg::Heartbeat& m) { on_heartbeat(self, m); },
+      [self](const msg::Heartbeat& m) {
+        const std::int64_t cpu0 = thread_cpu_ns();
+        ++self->state.heartbeats;
+        on_heartbeat(self, m);
+        self->state.health_cpu_ns += thread_cpu_ns() - cpu0;
+      },
       [self](const msg::MemberSilent& m) { on_member_silent(self, m); },
       [self](msg::HealthTick) {
         auto& st = self->state;
         if (self->current_sender() != self->ctrl() || st.finished) return;
-        if (auto v = st.judge->check(HealthJudge::Clock::now())) return on_judged(self, *v);
+        const std::int64_t cpu0 = thread_cpu_ns();
+        auto verdict = st.judge->check(HealthJudge::Clock::now());
+        st.health_cpu_ns += thread_cpu_ns() - cpu0;
+        if (verdict) return on_judged(self, *verdict);
         self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
       },
   };

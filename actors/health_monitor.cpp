@@ -2,12 +2,16 @@
 #include "actors/health_monitor.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <caf/all.hpp>
 #include <optional>
 
 #include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
+#include "common/cpu_time.hpp"
 #include "runtime/health_relay.hpp"
+
+#include <spdlog/spdlog.h>
 
 namespace troupe {
 namespace {
@@ -22,6 +26,9 @@ struct MonitorState {
   Clock::time_point beaten{};  ///< when the last heartbeat went out
   std::uint64_t dropped = 0;   ///< member beats from non-members or other generations
   bool told = false;
+  /// Beats sent and the CPU time of the monitor's own thread (it is detached), for its exit line.
+  std::shared_ptr<std::atomic<std::int64_t>> beats = std::make_shared<std::atomic<std::int64_t>>(0),
+                                             cpu_ns = std::make_shared<std::atomic<std::int64_t>>(0);
   static inline const char* name = "troupe.health_monitor";
 };
 
@@ -60,6 +67,7 @@ void on_tick(Self* self) {
   if (now - st.beaten < std::chrono::milliseconds(st.cfg.limits.heartbeat_ms)) return;
   st.beaten = now;
   self->send(st.cfg.upstream, beat(st));
+  ++*st.beats;
   const std::int64_t silent = ms_since(st.acked);
   if (!st.told && silent > static_cast<std::int64_t>(st.cfg.limits.miss_limit) * st.cfg.limits.heartbeat_ms) {
     st.told = true;
@@ -94,9 +102,15 @@ caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
   if (!st.cfg.members.empty() && st.cfg.members.size() == st.cfg.member_ranks.size())
     st.relay.emplace(st.cfg.member_ranks, st.cfg.limits, Clock::now());
   self->send(self, msg::HealthTick{});
+  // What the heartbeats cost this node, for bench health.
+  self->attach_functor([node = st.cfg.node, beats = st.beats, cpu = st.cpu_ns] {
+    spdlog::info("health monitor of node {}: {} heartbeats, {:.2f} ms CPU", node, beats->load(), cpu->load() / 1e6);
+  });
   return {
       [self](msg::HealthTick) {
-        if (self->current_sender() == self->ctrl()) on_tick(self);  // its own timer only
+        if (self->current_sender() != self->ctrl()) return;  // its own timer only
+        on_tick(self);
+        self->state.cpu_ns->store(thread_cpu_ns());
       },
       [self](const msg::HeartbeatAck& m) {
         auto& st = self->state;
@@ -104,8 +118,12 @@ caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
         if (!sender || sender->node() != st.cfg.upstream.node() || m.generation < st.cfg.generation) return;
         // as fresh as the relay's own view of the coordinator.
         st.acked = std::max(st.acked, Clock::now() - std::chrono::milliseconds(std::max<std::int64_t>(0, m.upstream_silent_ms)));
+        st.cpu_ns->store(thread_cpu_ns());
       },
-      [self](const msg::Heartbeat& m) { on_member_beat(self, m); },
+      [self](const msg::Heartbeat& m) {
+        on_member_beat(self, m);
+        self->state.cpu_ns->store(thread_cpu_ns());
+      },
   };
 }
 

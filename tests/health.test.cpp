@@ -266,6 +266,8 @@ TEST_CASE("troupe bench health reports detection latencies, heartbeat cost and s
   CHECK(j["detection"]["coordinator_loss"]["bound_ms"] == 4 * 200 + 200);
   CHECK(j["detection"]["stall"]["bound_ms"] == 1000 + 200 + 200);
   CHECK(j["heartbeat_overhead"]["ratio"]["median"].get<double>() > 0);
+  CHECK(j["heartbeat_overhead"]["health_cpu_ms_per_job"]["min"].get<double>() > 0);  // every monitor reported
+  CHECK(j["heartbeat_overhead"]["health_cpu_share_of_the_machine"]["max"].get<double>() < 0.05);
   CHECK(j["stragglers"]["drills"].size() == 1);
 }
 

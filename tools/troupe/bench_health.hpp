@@ -19,7 +19,7 @@ struct BenchHealthArgs {
   int nodes = 2;
   int drills = 10;            ///< per fault kind
   int straggler_drills = 20;  ///< slow drills with a random actor and factor
-  int overhead_runs = 3;      ///< pairs of runs with and without heartbeats
+  int overhead_runs = 4;      ///< pairs of runs with and without heartbeats (alternated order)
 };
 
 Expected<nlohmann::json> bench_health(const BenchHealthArgs& args);

@@ -10,8 +10,6 @@
 // What it leaves out: the sockets. A real coordinator also pays a system call
 // and the transport's framing per message, and holds one connection per node
 // it hears from — which the relays divide by relay_group as well.
-#include <time.h>
-
 #include <atomic>
 #include <caf/all.hpp>
 #include <chrono>
@@ -22,6 +20,7 @@
 #include "actors/coordinator.hpp"
 #include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
+#include "common/cpu_time.hpp"
 #include "runtime/health_relay.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/bench_health.hpp"
@@ -30,12 +29,6 @@ namespace troupe::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::int64_t thread_cpu_ns() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
