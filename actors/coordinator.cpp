@@ -258,8 +258,10 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
 
 }  // namespace
 
+// Detached: its judgement and its verdicts never wait behind the node's
+// scheduler (busy with compute) or its own Redis round trips.
 caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg) {
-  return sys.spawn(coordinator, std::move(cfg));
+  return sys.spawn<caf::detached>(coordinator, std::move(cfg));
 }
 
 }  // namespace troupe

@@ -63,16 +63,18 @@ void on_tick(Self* self) {
   if (st.relay)
     while (auto v = st.relay->silent_member(Clock::now()))
       self->send(st.cfg.upstream, msg::MemberSilent{st.cfg.generation, st.cfg.node, v->node, v->evidence});
-  const auto now = Clock::now();
-  if (now - st.beaten < std::chrono::milliseconds(st.cfg.limits.heartbeat_ms)) return;
-  st.beaten = now;
-  self->send(st.cfg.upstream, beat(st));
-  ++*st.beats;
+  // The coordinator's silence is looked at every tick, not only when beating,
+  // so that its loss is noticed within the bound plus a tick.
   const std::int64_t silent = ms_since(st.acked);
   if (!st.told && silent > static_cast<std::int64_t>(st.cfg.limits.miss_limit) * st.cfg.limits.heartbeat_ms) {
     st.told = true;
     self->send(st.cfg.node_actor, msg::CoordinatorSilent{silent});
   }
+  const auto now = Clock::now();
+  if (now - st.beaten < std::chrono::milliseconds(st.cfg.limits.heartbeat_ms)) return;
+  st.beaten = now;
+  self->send(st.cfg.upstream, beat(st));
+  ++*st.beats;
 }
 
 // A member's beat, delegated by this relay's node actor: from that member's

@@ -169,11 +169,11 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
     // Alternated order (ABBA), so that a drift of the machine does not favour either.
     Launched on, off;
     if (i % 2 == 0) {
-      on = launch_job(a, quiet, 600);
-      off = launch_job(a, quiet + rare, 600);
+      on = launch_job(a, quiet, 180);
+      off = launch_job(a, quiet + rare, 180);
     } else {
-      off = launch_job(a, quiet + rare, 600);
-      on = launch_job(a, quiet, 600);
+      off = launch_job(a, quiet + rare, 180);
+      on = launch_job(a, quiet, 180);
     }
     if (on.exit_code != 0 || off.exit_code != 0) return make_error("bench health: a job without faults failed");
     with.push_back(median_step(on));
@@ -197,7 +197,7 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
     const double f = std::round(factor(rng) * 100) / 100;
     auto r = launch_job(a, " --set train.steps=30 --set train.eval_every=0 --fault kind=slow,actor=" +
                                std::to_string(actor) + ",step=10,factor=" + std::to_string(f) + ",steps=15",
-                        600);
+                        180);
     if (r.exit_code != 0) return make_error("bench health: a slow drill's job failed");
     int first = -1, others = 0;
     for (auto& j : r.metrics) {
