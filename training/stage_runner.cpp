@@ -256,10 +256,13 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
       case Op::optimizer_step: break;  // the caller's
     }
     double t1 = now_us();
-    if (compute && slowdown > 1) {  // a slow drill: this instruction's compute, stretched
-      const double stretch = (slowdown - 1) * (t1 - t0 - waited);
-      if (m.links.burn) m.links.burn(stretch);
-      else std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(stretch)));
+    if (compute && slowdown > 1) {  // a slow drill: this instruction's compute costs `slowdown` times as much
+      if (m.links.burn && m.links.cpu_clock_us) {
+        m.links.burn((slowdown - 1) * (m.links.cpu_clock_us() - cpu0));  // in CPU time, as a slower core would
+      } else {
+        const double stretch = (slowdown - 1) * (t1 - t0 - waited);
+        std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(stretch)));
+      }
       t1 = now_us();
     }
     if (compute && m.links.cpu_clock_us) times.instruction_cpu_us[pc] = m.links.cpu_clock_us() - cpu0;

@@ -60,9 +60,10 @@ struct StageLinks {
   /// CPU time of the stage's compute threads, µs (optional): each compute
   /// instruction's CPU time is measured beside its wall time.
   std::function<double()> cpu_clock_us;
-  /// Keeps every compute thread busy for `us` µs (a slow drill's stretch of
-  /// compute; optional: without it the stretch sleeps).
-  std::function<void(double us)> burn;
+  /// Burns `cpu_us` µs of CPU time shared by every compute thread (a slow
+  /// drill's extra compute; optional: without it, or without cpu_clock_us,
+  /// the stretch sleeps for as long in wall time).
+  std::function<void(double cpu_us)> burn;
 };
 
 /// What one step measured on this stage, in microseconds.

@@ -18,6 +18,7 @@
 #include "backends/cpu/gemm.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/wait.hpp"
+#include "common/cpu_time.hpp"
 #include "ops/model/weights.hpp"
 #include "runtime/metrics_writer.hpp"
 #include "training/batches.hpp"
@@ -160,10 +161,11 @@ class Trainer {
     ThreadPool& pool = device_.cpu_stream().pool();
     links.cpu_clock_us = [&pool] { return pool.cpu_us(); };
     if (drill_.slows())
-      links.burn = [&pool](double us) {  // every compute thread busy: the CPU time grows with the stretch
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<std::int64_t>(us));
+      links.burn = [&pool](double cpu_us) {  // each compute thread burns its share, in its own CPU time
+        const auto share_ns = static_cast<std::int64_t>(cpu_us * 1000 / pool.size());
         pool.run(pool.size(), [&](int) {
-          while (std::chrono::steady_clock::now() < until) {
+          const std::int64_t until = thread_cpu_ns() + share_ns;
+          while (thread_cpu_ns() < until) {
           }
         });
       };

@@ -78,7 +78,7 @@ void register_bench(CLI::App& app, Action& action) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   he->add_option("--nodes", health->nodes, "Node processes")->check(CLI::Range(2, 64));
-  he->add_option("--drills", health->drills, "Drills of each fault kind")->check(CLI::Range(1, 1000));
+  he->add_option("--drills", health->drills, "Drills of each fault kind")->check(CLI::Range(0, 1000));
   he->add_option("--straggler-drills", health->straggler_drills, "Slow drills (random actor and factor)")
       ->check(CLI::Range(0, 1000));
   he->add_option("--overhead-runs", health->overhead_runs, "Pairs of runs with and without heartbeats")
