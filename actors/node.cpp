@@ -11,6 +11,8 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
+#include <unistd.h>
 
 #include "actors/actor_registry.hpp"
 #include "actors/coordinator.hpp"
@@ -45,6 +47,38 @@ int fail(const Error& e) {
   std::fprintf(stderr, "troupe node: %s\n", e.message.c_str());
   return 1;
 }
+
+// N-4: a node that stopped exits within kShutdownGraceMs. Its shutdown (the
+// actor system, the middleman's connections, the transports) has been seen
+// to block, rarely, after a job that finished; the job's outcome is already
+// known then, so the process logs where it is stuck, removes its ring and
+// ends with that outcome instead of hanging its launcher.
+constexpr int kShutdownGraceMs = 10000;
+
+class ShutdownWatchdog {
+ public:
+  /// `ring_path` ("/dev/shm/...", or empty) is read only once `stopped` is set.
+  ShutdownWatchdog(int rank, std::shared_ptr<std::atomic<bool>> stopped, std::shared_ptr<std::atomic<int>> code,
+                   std::shared_ptr<const std::string> ring_path)
+      : thread_([rank, stopped, code, ring_path](std::stop_token stop) {
+          std::chrono::steady_clock::time_point since{};
+          while (!stop.stop_requested()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            if (!stopped->load()) continue;
+            const auto now = std::chrono::steady_clock::now();
+            if (since == std::chrono::steady_clock::time_point{}) since = now;
+            if (now - since < std::chrono::milliseconds(kShutdownGraceMs)) continue;
+            spdlog::error("node {}: still shutting down {} ms after it stopped; exiting with the job's outcome", rank,
+                          kShutdownGraceMs);
+            spdlog::default_logger()->flush();
+            if (!ring_path->empty()) ::unlink(ring_path->c_str());
+            std::_Exit(code->load());
+          }
+        }) {}
+
+ private:
+  std::jthread thread_;
+};
 
 void configure_system(caf::actor_system_config& cfg, const HealthSection& h) {
   cfg.load<caf::io::middleman>();
@@ -83,6 +117,11 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   auto redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
   if (!redis) return fail(make_error("--redis: ", redis.error().message));
 
+  auto exit_code = std::make_shared<std::atomic<int>>(1);
+  auto stopped = std::make_shared<std::atomic<bool>>(false);
+  auto ring_path = std::make_shared<std::string>();
+  ShutdownWatchdog watchdog(o.rank, stopped, exit_code, ring_path);  // N-4: before all that it bounds
+
   std::vector<std::unique_ptr<UcxTransport>> transports;
   std::vector<std::string> my_addresses;
   for (int i = 0; i < k; ++i) {
@@ -105,9 +144,9 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       ring = *r;
       loader_spec = spec;
       remove_ring_on_termination(ring->name());
+      *ring_path = "/dev/shm" + ring->name();
     }
   }
-  auto exit_code = std::make_shared<std::atomic<int>>(1);
   int result = 1;
   {
     caf::actor_system_config cfg;
@@ -122,6 +161,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     init.job = *job;
     init.files = files;
     init.exit_code = exit_code;
+    init.stopped = stopped;
     init.progress = std::make_shared<ProgressBoard>(k);
     if (loader_spec) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);

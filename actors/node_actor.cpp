@@ -10,6 +10,9 @@
 //       for health.miss_limit beats, or silent for health.peer_timeout_ms)
 //       fails every transfer and ends the node non-zero, naming node 0; so
 //       does a Plan that does not come within health.rendezvous_timeout_ms.
+//  N-4  A node that stopped exits within kShutdownGraceMs (node.cpp): its
+//       shutdown is bounded like every wait; a persist still in flight when a
+//       failed job stops it may be cut (no manifest: never chosen).
 
 #include "actors/node_actor.hpp"
 
@@ -92,6 +95,7 @@ void fail_all_transfers(NodeState& s) {
 void stop(NodeSelf* self, int code) {
   auto& s = self->state;
   s.exit_code->store(code);
+  if (s.stopped) s.stopped->store(true);
   if (s.loader) self->send_exit(s.loader, caf::exit_reason::user_shutdown);
   // The writer finishes the persist it is in (a checkpoint every node has
   // written commits; one still waiting for a stopped node is abandoned).

@@ -33,6 +33,7 @@ struct NodeActorConfig {
   std::shared_ptr<SnapshotPool> snapshots;  ///< its host buffers
   std::shared_ptr<ProgressBoard> progress;   ///< the work actors' progress, for the node's health monitor
   std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
+  std::shared_ptr<std::atomic<bool>> stopped;   ///< set when the node stops (its shutdown is then bounded)
 };
 
 /// Spawns the node actor. It acts on nothing until told node 0's actor system
