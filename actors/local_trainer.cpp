@@ -14,6 +14,7 @@
 #include "actors/data_loader.hpp"
 #include "training/checkpoint_store.hpp"
 #include "actors/protocol.hpp"
+#include "actors/scheduler_policy.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "runtime/health_judge.hpp"
 #include "runtime/metrics_writer.hpp"
@@ -52,6 +53,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
   {
     caf::actor_system_config cfg;
     announce_protocol(cfg);
+    configure_quiet_scheduler(cfg);
     caf::actor_system sys{cfg};
     caf::scoped_actor self{sys};
     std::vector<caf::actor_addr> work;

@@ -24,6 +24,7 @@
 #include "actors/node_actor.hpp"
 #include "training/progress.hpp"
 #include "actors/protocol.hpp"
+#include "actors/scheduler_policy.hpp"
 #include "backends/transport/ucx_transport.hpp"
 #include "common/decimal.hpp"
 #include "common/version.hpp"
@@ -83,6 +84,7 @@ class ShutdownWatchdog {
 void configure_system(caf::actor_system_config& cfg, const HealthSection& h) {
   cfg.load<caf::io::middleman>();
   announce_protocol(cfg);
+  configure_quiet_scheduler(cfg);
   // A peer silent this long (a stopped process, a cut link) is lost: its
   // actors go down and their monitors hear of it.
   cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(h.heartbeat_ms)});

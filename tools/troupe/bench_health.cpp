@@ -230,9 +230,10 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
                               {"ratio", spread(ratio)}, {"goal", 1.01},
                               {"health_cpu_ms_per_job", spread(cpu_ms)},
                               {"health_cpu_share_of_the_machine", spread(cpu_share)},
-                              {"note", "the step ratio is within this machine's run-to-run noise; the health work's "
-                                       "CPU time (monitors' threads and the coordinator's heartbeat handling) bounds "
-                                       "what heartbeats can take from training"}}},
+                              {"note", "pairs of jobs in alternating order; judge the median ratio (single pairs "
+                                       "vary by several percent on a shared machine); the health work's CPU time "
+                                       "(monitors' threads and the coordinator's heartbeat handling) bounds what "
+                                       "heartbeats take from training"}}},
       {"stragglers", {{"drills", drills}, {"recall_at_factor_1_3_or_more", at_13 ? double(found_13) / at_13 : 0.0},
                       {"drills_at_factor_1_3_or_more", at_13}, {"recall_below_1_3", below ? double(found_below) / below : 0.0},
                       {"drills_with_a_false_positive", false_positives}}},
