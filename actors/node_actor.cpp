@@ -23,6 +23,7 @@
 
 #include "actors/health_monitor.hpp"
 #include "actors/protocol.hpp"
+#include "actors/verdict_record.hpp"
 #include "backends/transport/ucx_transport.hpp"
 
 namespace troupe {
@@ -257,9 +258,15 @@ caf::behavior running(NodeSelf* self) {
           ++s.foreign;
           return;
         }
-        spdlog::error("node {}: verdict coordinator_loss: node 0 — no answer to this node's heartbeats for {} ms "
-                      "(health.miss_limit {} x health.heartbeat_ms {}); stopping",
-                      s.rank, m.silent_ms, s.job.health.miss_limit, s.job.health.heartbeat_ms);
+        // Every survivor records what it judged (in the log and the metrics; the
+        // trace's merger was node 0); `reported_by` tells the records apart.
+        Verdict v{"coordinator_loss", 0, -1,
+                  "no answer to this node's heartbeats for " + std::to_string(m.silent_ms) + " ms (health.miss_limit " +
+                      std::to_string(s.job.health.miss_limit) + " x health.heartbeat_ms " +
+                      std::to_string(s.job.health.heartbeat_ms) + ")",
+                  s.rank};
+        VerdictRecord("node " + std::to_string(s.rank) + ": ", s.files.metrics, "").record(v);
+        spdlog::error("node {}: stopping", s.rank);
         fail_all_transfers(s);
         stop(self, 1);
       },

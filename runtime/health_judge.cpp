@@ -26,8 +26,9 @@ std::string Verdict::line() const {
 }
 
 std::string Verdict::metrics_line(std::int64_t at_ms) const {
-  return nlohmann::json{{"fault", {{"kind", kind}, {"node", node}, {"actor", actor}, {"evidence", evidence}, {"at_ms", at_ms}}}}
-      .dump();
+  nlohmann::json fault{{"kind", kind}, {"node", node}, {"actor", actor}, {"evidence", evidence}, {"at_ms", at_ms}};
+  if (reported_by >= 0) fault["reported_by"] = reported_by;
+  return nlohmann::json{{"fault", std::move(fault)}}.dump();
 }
 
 HealthJudge::HealthJudge(int nodes, HealthLimits limits, Clock::time_point start)

@@ -62,9 +62,10 @@ struct Verdict {
   int node = -1;
   int actor = -1;     ///< -1: the whole node
   std::string evidence;
+  int reported_by = -1;  ///< the node that judged it, where that is not the coordinator (coordinator_loss)
   /// "hung_process: node 1 — no heartbeat for 812 ms (...)".
   std::string line() const;
-  /// The metrics line: {"fault": {kind, node, actor, evidence, at_ms}}.
+  /// The metrics line: {"fault": {kind, node, actor, evidence, at_ms[, reported_by]}}.
   std::string metrics_line(std::int64_t at_ms) const;
 };
 

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <cstdio>
 #include <sstream>
 
@@ -243,6 +244,14 @@ TEST_CASE("R-3: members behind a relay notice the coordinator's loss within the 
     REQUIRE(noticed >= 0);
     CHECK(noticed - stopped <= 4 * 200 + 200 + 200);  // + one beat for the relay's word to reach a member
   }
+  // Each survivor's verdict is a fault object too, naming node 0 and who judged it.
+  std::set<int> reporters;
+  for (const auto& f : job.faults()) {
+    CHECK(f["kind"] == "coordinator_loss");
+    CHECK(f["node"] == 0);
+    reporters.insert(f["reported_by"].get<int>());
+  }
+  CHECK(reporters == std::set<int>{1, 2, 3});
   CHECK(processes_with(job.dir.path().string()).empty());
 }
 
