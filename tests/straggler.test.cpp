@@ -49,9 +49,9 @@ void skip_under_sanitizers() {
 
 TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no other", "[health][straggler]") {
   // On this noisy 2-core VM (four processes) a x1.5 slowdown costs the step
-  // 10-30% from step to step, and its third slow step named it in 4 of 8 runs
-  // (troupe bench health reports the recall by factor): at x1.5 only "never
-  // another actor" is asserted; at x2 it must be named too.
+  // 11-18% from step to step (replayed in CPU time, G-4): it was named at its
+  // 3rd, 3rd, 4th and 6th slow step in four runs (troupe bench health reports
+  // the recall by factor). Asserted: named while slow, and never another actor.
   skip_under_sanitizers();
   for (const double factor : {1.5, 2.0}) {
     INFO("factor " << factor);
@@ -67,7 +67,6 @@ TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no
       CHECK(step >= 15);  // (a noisy step just before the drill may start its streak)
       CHECK(step <= 15 + 25 + 1);
     }
-    if (factor < 2) continue;
     REQUIRE_FALSE(named.empty());
     INFO("first named at step " << named.front().first << " (slow from step 15)");
     CHECK(r.err.find("straggler at step " + std::to_string(named.front().first) +

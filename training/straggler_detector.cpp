@@ -65,13 +65,21 @@ double StragglerDetector::slowdown(int rank, const StepTable& t) const {
 
 std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
   const int dp = dims_.dp;
-  // Replica d's pipeline replayed with its actors' own costs, `slowed` (if >= 0) divided by `by`.
-  auto replica_time = [&](int d, int slowed, double by) {
+  // Replica d's pipeline replayed with its actors' paced costs (G-4), or
+  // their wall times; `slowed` (if >= 0) divided by `by`.
+  auto replica_time = [&](int d, int slowed, double by, bool paced = true) {
     auto sim = schedules::simulate(t.schedule(), [&](int st, std::size_t pc, const schedules::Instruction&) {
       const int rank = rank_of(dims_, Coord{d, st, 0});
-      return t.actor_instruction_us(rank, pc) / (rank == slowed ? by : 1.0);
+      const double cost = paced ? pace_us(t, rank, pc) : t.actor_instruction_us(rank, pc);
+      return cost / (rank == slowed ? by : 1.0);
     });
     return sim ? sim->step_time : 0.0;
+  };
+  // The step's length in wall time, to put a share into milliseconds.
+  auto wall_step = [&] {
+    double longest = 0;
+    for (int d = 0; d < dp; ++d) longest = std::max(longest, replica_time(d, -1, 1, false));
+    return longest;
   };
   std::vector<double> replica(static_cast<std::size_t>(dp));
   for (int d = 0; d < dp; ++d) replica[static_cast<std::size_t>(d)] = replica_time(d, -1, 1);
@@ -89,7 +97,8 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
         if (d != me.dp) without = std::max(without, replica[static_cast<std::size_t>(d)]);
       cost = std::max(0.0, step - without);
     }
-    const bool over = step > 0 && cost / step > limits_.threshold;
+    const double share = step > 0 ? cost / step : 0;
+    const bool over = share > limits_.threshold;
     streak_[r] = over ? streak_[r] + 1 : 0;
     if (!over)  // G-3
       for (std::size_t pc : compute_pcs_[static_cast<std::size_t>(me.pp)]) {
@@ -98,7 +107,7 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
         if (static_cast<int>(h.size()) > limits_.window) h.pop_front();
       }
     if (streak_[r] >= limits_.steps)
-      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, cost / 1e3, cost / step, streak_[r]});
+      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, share * wall_step() / 1e3, share, streak_[r]});
   }
   return out;
 }

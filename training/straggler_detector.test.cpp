@@ -1,6 +1,7 @@
 // StragglerDetector: a slow actor is named after `steps` slow steps (and only
 // it: G-1), a slowdown everyone shares names nobody (G-2), a slow replica is
-// named against its peers, and a straggler's baseline stays its normal (G-3).
+// named against its peers, a straggler's baseline stays its normal (G-3), and
+// its cost is replayed in CPU time (G-4).
 #include "training/straggler_detector.hpp"
 
 #include <catch2/catch.hpp>
@@ -40,6 +41,25 @@ struct Job {
     }
     return total;
   }
+
+  // Compute taking `cpu[r]` times its normal CPU time and `wall[r]` times its normal wall time.
+  StepTable paced_step(const std::vector<double>& cpu, const std::vector<double>& wall) const {
+    StepTable total(dims, sched);
+    for (int r = 0; r < dims.world(); ++r) {
+      const int st = coord_of(dims, r).pp;
+      ActorStepFigures f;
+      for (const auto& in : sched.programs[static_cast<std::size_t>(st)]) {
+        const double us = in.op == Op::forward ? 1000.0 : in.op == Op::backward ? 2000.0 : 0.0;
+        f.instruction_us.push_back(us * wall[static_cast<std::size_t>(r)]);
+        f.instruction_cpu_us.push_back(us * cpu[static_cast<std::size_t>(r)]);
+        f.busy_us += us * wall[static_cast<std::size_t>(r)];
+      }
+      StepTable mine(dims, sched);
+      mine.add(r, f);
+      for (std::size_t i = 0; i < total.size(); ++i) total.data()[i] += mine.data()[i];
+    }
+    return total;
+  }
 };
 
 TEST_CASE("G-1: a slow stage is named after straggler_steps slow steps, and no actor waiting on it", "[straggler]") {
@@ -64,6 +84,24 @@ TEST_CASE("G-1: a slow stage is named after straggler_steps slow steps, and no a
     CHECK(again[0].rank == 1);
   }
   CHECK(detector.observe(job.step({1, 1, 1, 1})).empty());  // back to normal
+}
+
+TEST_CASE("G-4: what a slow actor costs is replayed in CPU time, not in wall time stretched by shared cores", "[straggler]") {
+  // Four actors on two cores: stage 0 burning 1.5x its CPU time stretches
+  // every actor's wall time (they wait for a core); only stage 0 is slow, and
+  // with a core each its return to normal would shorten the step by ~18%.
+  Job job(4);
+  StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) CHECK(detector.observe(job.paced_step({1, 1, 1, 1}, {1, 1, 1, 1})).empty());
+  std::vector<Straggler> named;
+  for (int i = 0; i < 3; ++i) named = detector.observe(job.paced_step({1.5, 1, 1, 1}, {1.5, 1.5, 1.5, 1.5}));
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].rank == 0);
+  CHECK(named[0].step_share > 0.15);  // 0.185 here; replayed in wall time, under the threshold
+  // An actor whose wall time alone grew (preempted, its CPU time its normal) is not slow.
+  StragglerDetector fresh(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) fresh.observe(job.paced_step({1, 1, 1, 1}, {1, 1, 1, 1}));
+  for (int i = 0; i < 10; ++i) CHECK(fresh.observe(job.paced_step({1, 1, 1, 1}, {1, 2, 1, 1})).empty());
 }
 
 TEST_CASE("G-2: a slowdown every actor shares names nobody", "[straggler]") {

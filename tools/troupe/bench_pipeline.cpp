@@ -45,6 +45,7 @@ Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, st
   const auto blocked = col("blocked_beyond_prediction");
   const auto buckets = col("grad_buckets"), hidden = col("grad_buckets_hidden");
   return nlohmann::json{
+      {"bench", "pipeline"},
       {"config", config},
       {"nodes", nodes},
       {"overrides", overrides},

@@ -1,0 +1,119 @@
+// Every `troupe bench` command in a smoke mode: tiny sizes, a few seconds each.
+// Each test checks the JSON's fields and that the figures are figures (finite,
+// positive, in their units), so that a benchmark that breaks or silently
+// changes meaning fails here. (bench schedules and rendezvous: schedule_cli;
+// checkpoint: checkpoint; health: health.)
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "tests/test_support.hpp"
+
+namespace troupe::testing {
+namespace {
+
+nlohmann::json bench(const std::string& args) {
+  const auto r = run("timeout 300 " + troupe_bin() + " bench " + args);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  return j;
+}
+
+// A positive, finite number.
+bool figure(const nlohmann::json& x) { return x.is_number() && std::isfinite(x.get<double>()) && x.get<double>() > 0; }
+
+std::string config(const char* name) { return source_dir() + "/examples/configs/" + name; }
+
+}  // namespace
+
+TEST_CASE("bench transport: latency and bandwidth per size, beside ucx_perftest", "[bench][transport]") {
+  const auto j = bench("transport --sizes 8 --sizes 65536");
+  CHECK(j["bench"] == "transport");
+  REQUIRE(j["results"].size() == 2);
+  CHECK(j["results"][0]["bytes"] == 8);
+  CHECK(j["results"][1]["bytes"] == 65536);
+  for (const auto& row : j["results"]) {
+    CHECK(figure(row["latency_us"]));
+    CHECK(figure(row["bandwidth_MBps"]));
+    CHECK(row["latency_us"].get<double>() < 1e6);  // microseconds, not seconds
+    REQUIRE(row.contains("ucx_perftest"));
+    for (const char* test : {"tag_lat", "tag_bw"}) {
+      const auto& peer = row["ucx_perftest"][test];
+      INFO(test << ": " << peer.dump());
+      CHECK((peer.contains("error") || (figure(peer["latency_us"]) && figure(peer["bandwidth_MBps"]))));
+    }
+  }
+}
+
+TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per size", "[bench][collectives]") {
+  const auto j = bench("collectives --nodes 2 --sizes 1024 --sizes 262144 --no-gloo");
+  CHECK(j["bench"] == "collectives");
+  CHECK(j["nodes"] == 2);
+  REQUIRE(j["results"].size() == 2);
+  CHECK(j["results"][0]["bytes"] == 1024);
+  for (const auto& row : j["results"])
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+      INFO(op);
+      CHECK(figure(row[op]["time_us"]));
+      CHECK(figure(row[op]["busbw_GBps"]));
+    }
+  CHECK_FALSE(j.contains("gloo"));  // --no-gloo
+}
+
+TEST_CASE("bench step: step time, throughput, MFU and memory of one process", "[bench][step]") {
+  const auto j = bench("step " + config("tiny.toml") + " --steps 2 --warmup 1");
+  CHECK(j["bench"] == "step");
+  CHECK(j["measured_steps"] == 2);
+  CHECK(figure(j["step_ms"]));
+  CHECK(figure(j["tokens_per_s"]));
+  CHECK(figure(j["mfu"]));
+  CHECK(j["mfu"].get<double>() < 1);
+  CHECK(figure(j["model"]["parameters"]));
+  CHECK(figure(j["memory_mib"]["peak_rss"]));
+}
+
+TEST_CASE("bench ops: forward and backward time of each op", "[bench][ops]") {
+  const auto j = bench("ops --threads 1 --reps 1");
+  CHECK(j["bench"] == "ops");
+  CHECK(j["threads"] == 1);
+  CHECK(figure(j["sgemm_peak_gflops"]));
+  REQUIRE(j["results"].size() == 2);  // the tiny and the small model's shapes
+  for (const auto& shapes : j["results"]) {
+    REQUIRE(shapes["ops"].size() >= 6);
+    for (const auto& op : shapes["ops"]) {
+      INFO(op.dump());
+      CHECK(op["op"].is_string());
+      for (const char* key : {"forward_ms", "backward_ms", "forward_rate", "backward_rate"}) CHECK(figure(op[key]));
+      CHECK((op["unit"] == "GFLOP/s" || op["unit"] == "GB/s"));
+    }
+  }
+}
+
+TEST_CASE("bench pipeline: bubble beside the simulator, blocked time and hidden gradient buckets", "[bench][pipeline]") {
+  ScratchDir dir("bench_pipeline");
+  write_file(dir / "corpus.txt", synthetic_text(30000));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code ==
+          0);
+  const auto j = bench("pipeline " + config("tiny_pipeline.toml") +
+                       " --nodes 2 --warmup 1 --set train.steps=4 --set train.eval_every=0 --set data.train=" +
+                       (dir / "train.bin") + " --set data.val=" + (dir / "val.bin"));
+  INFO(j.dump());
+  CHECK(j["bench"] == "pipeline");
+  CHECK(j["nodes"] == 2);
+  CHECK(j["measured_steps"] == 2);  // 4 steps - 1 warm-up - the last (it evaluates the model)
+  CHECK(figure(j["step_ms"]));
+  CHECK(figure(j["tokens_per_s"]));
+  const auto& bubble = j["bubble"];
+  INFO(bubble.dump());
+  CHECK(bubble["ours"].get<double>() >= 0);
+  CHECK(bubble["ours"].get<double>() < 1);
+  CHECK(bubble["simulator"].get<double>() > 0);
+  CHECK(bubble["simulator"].get<double>() < 1);
+  CHECK(j["blocked_beyond_prediction"]["median_fraction_of_step"].get<double>() >= 0);
+  CHECK(j["grad_sync"]["buckets_per_step"].get<double>() > 0);
+  CHECK(j["grad_sync"]["buckets_hidden_by_backward"].get<double>() >= 0);
+}
+
+}  // namespace troupe::testing
