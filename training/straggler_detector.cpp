@@ -75,11 +75,15 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
     });
     return sim ? sim->step_time : 0.0;
   };
-  // The step's length in wall time, to put a share into milliseconds.
-  auto wall_step = [&] {
-    double longest = 0;
-    for (int d = 0; d < dp; ++d) longest = std::max(longest, replica_time(d, -1, 1, false));
-    return longest;
+  // The step's length in wall time, to put a share into milliseconds:
+  // replayed once, the first time a straggler is named in this step.
+  double wall_step = -1;
+  auto wall_step_us = [&] {
+    if (wall_step < 0) {
+      wall_step = 0;
+      for (int d = 0; d < dp; ++d) wall_step = std::max(wall_step, replica_time(d, -1, 1, false));
+    }
+    return wall_step;
   };
   std::vector<double> replica(static_cast<std::size_t>(dp));
   for (int d = 0; d < dp; ++d) replica[static_cast<std::size_t>(d)] = replica_time(d, -1, 1);
@@ -107,7 +111,7 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
         if (static_cast<int>(h.size()) > limits_.window) h.pop_front();
       }
     if (streak_[r] >= limits_.steps)
-      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, share * wall_step() / 1e3, share, streak_[r]});
+      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, share * wall_step_us() / 1e3, share, streak_[r]});
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <random>
+#include <utility>
 
 namespace troupe {
 namespace {
@@ -23,36 +24,37 @@ struct Job {
 
   // `spike`: actor spike_rank's compute instruction number spike_at takes this much longer (a preemption).
   StepTable step(const std::vector<double>& factor, int spike_rank = -1, int spike_at = 0, double spike = 1) const {
+    return table([&](int r, int compute, double us) {
+      us *= factor[static_cast<std::size_t>(r)];
+      if (r == spike_rank && compute == spike_at) us *= spike;
+      return std::pair{us, 0.0};  // no CPU time measured
+    });
+  }
+
+  // Compute taking `cpu[r]` times its normal CPU time and `wall[r]` times its normal wall time.
+  StepTable paced_step(const std::vector<double>& cpu, const std::vector<double>& wall) const {
+    return table([&](int r, int, double us) {
+      return std::pair{us * wall[static_cast<std::size_t>(r)], us * cpu[static_cast<std::size_t>(r)]};
+    });
+  }
+
+ private:
+  // The summed table of a step whose every compute instruction (forward 1 ms,
+  // backward 2 ms; the actor's `compute`-th) takes cost(rank, compute, us) =
+  // {wall, cpu} microseconds (cpu 0: not measured).
+  template <class Cost>
+  StepTable table(Cost cost) const {
     StepTable total(dims, sched);
     for (int r = 0; r < dims.world(); ++r) {
       const int st = coord_of(dims, r).pp;
       ActorStepFigures f;
       int compute = 0;
       for (const auto& in : sched.programs[static_cast<std::size_t>(st)]) {
-        double us = (in.op == Op::forward ? 1000.0 : in.op == Op::backward ? 2000.0 : 0.0) *
-                    factor[static_cast<std::size_t>(r)];
-        if (us > 0 && r == spike_rank && compute++ == spike_at) us *= spike;
-        f.instruction_us.push_back(us);
-        f.busy_us += us;
-      }
-      StepTable mine(dims, sched);
-      mine.add(r, f);
-      for (std::size_t i = 0; i < total.size(); ++i) total.data()[i] += mine.data()[i];
-    }
-    return total;
-  }
-
-  // Compute taking `cpu[r]` times its normal CPU time and `wall[r]` times its normal wall time.
-  StepTable paced_step(const std::vector<double>& cpu, const std::vector<double>& wall) const {
-    StepTable total(dims, sched);
-    for (int r = 0; r < dims.world(); ++r) {
-      const int st = coord_of(dims, r).pp;
-      ActorStepFigures f;
-      for (const auto& in : sched.programs[static_cast<std::size_t>(st)]) {
         const double us = in.op == Op::forward ? 1000.0 : in.op == Op::backward ? 2000.0 : 0.0;
-        f.instruction_us.push_back(us * wall[static_cast<std::size_t>(r)]);
-        f.instruction_cpu_us.push_back(us * cpu[static_cast<std::size_t>(r)]);
-        f.busy_us += us * wall[static_cast<std::size_t>(r)];
+        const auto [wall, cpu] = us > 0 ? cost(r, compute++, us) : std::pair{0.0, 0.0};
+        f.instruction_us.push_back(wall);
+        f.instruction_cpu_us.push_back(cpu);
+        f.busy_us += wall;
       }
       StepTable mine(dims, sched);
       mine.add(r, f);
