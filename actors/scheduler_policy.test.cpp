@@ -13,6 +13,12 @@
 namespace troupe {
 namespace {
 
+// Takes an argument because CAF 0.17 dereferences a null argument tuple when a
+// function actor is spawned with none (UBSan: reference binding to null).
+caf::behavior listener(caf::event_based_actor*, int /*unused*/) {
+  return {[](int) {}};
+}
+
 long voluntary_switches() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
@@ -24,15 +30,15 @@ long voluntary_switches() {
 long switches_under_control_traffic(caf::actor_system_config& cfg) {
   cfg.set("scheduler.max-threads", std::size_t{4});
   caf::actor_system sys{cfg};
-  auto listener = sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
+  auto target = sys.spawn(listener, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the workers settle
   const long before = voluntary_switches();
   for (int i = 0; i < 20; ++i) {
-    caf::anon_send(listener, i);
+    caf::anon_send(target, i);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const long switches = voluntary_switches() - before;
-  caf::anon_send_exit(listener, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(target, caf::exit_reason::user_shutdown);
   return switches;
 }
 
