@@ -171,7 +171,7 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   if (!plan) return plan.error();
   const Coord me = coord_of(plan->dims, args.rank);
   // Transfers' and collectives' completions arrive in this actor's mailbox.
-  MailboxInbox inbox(self, args.job.health.wait_timeout_ms);
+  MailboxInbox inbox(self, args.job.health.wait_timeout_ms, args.transport);
   StageTrainerArgs ta;
   ta.plan = &*plan;
   ta.rank = args.rank;

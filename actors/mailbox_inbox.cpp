@@ -7,15 +7,16 @@
 
 namespace troupe {
 
-MailboxInbox::MailboxInbox(caf::blocking_actor* self, int wait_timeout_ms)
-    : self_(self), wait_timeout_ms_(wait_timeout_ms), handle_(caf::actor_cast<caf::actor>(self)) {}
+MailboxInbox::MailboxInbox(caf::blocking_actor* self, int wait_timeout_ms, Transport* drive)
+    : self_(self), wait_timeout_ms_(wait_timeout_ms), handle_(caf::actor_cast<caf::actor>(self)), drive_(drive) {}
 
 Completion MailboxInbox::expect(EventKey key) {
   Entry& e = entries_[key];
   e.done = false;
   e.armed_at = EventClock::now();
-  return [to = handle_, key](Status st) {
+  return [to = handle_, key, arrivals = arrivals_](Status st) {
     const auto at = EventClock::now().time_since_epoch().count();
+    arrivals->fetch_add(1, std::memory_order_release);
     caf::anon_send(to, msg::TransferDone{static_cast<std::int32_t>(key.event), key.chunk, key.index, st.ok(),
                                          st.ok() ? std::string() : st.error().message,
                                          !st.ok() && st.error().origin == Origin::peer, static_cast<std::int64_t>(at)});
@@ -53,6 +54,10 @@ const char* event_name(StageEvent e) {
 Status MailboxInbox::wait(EventKey key) {
   const auto deadline = EventClock::now() + std::chrono::milliseconds(wait_timeout_ms_);
   while (!entries_[key].done) {
+    if (drive_) {
+      const std::uint64_t seen = arrivals_->load(std::memory_order_acquire);
+      drive_->drive_until([&] { return arrivals_->load(std::memory_order_acquire) != seen; }, kDriveIdle);
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - EventClock::now()).count();
     if (left <= 0 || !receive_one(static_cast<int>(left))) {
       if (entries_[key].done) break;

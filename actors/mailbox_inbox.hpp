@@ -1,8 +1,13 @@
 // Events as messages in a blocking stage actor's mailbox: a completion, on
 // whatever thread the transport runs it, sends msg::TransferDone to the actor; waiting for an event is receiving
 // messages until it has come. Other messages (the data loader's answers) stay
-// in the mailbox for whoever asks for them.
+// in the mailbox for whoever asks for them. While it waits, the actor drives
+// its transport itself (Transport::drive_until), so a transfer that completes
+// meanwhile needs no hand-off from the progress thread.
 #pragma once
+
+#include <atomic>
+#include <memory>
 
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>
@@ -14,8 +19,9 @@ namespace troupe {
 class MailboxInbox final : public Inbox {
  public:
   /// Waits give up after `wait_timeout_ms` (health.wait_timeout_ms) with an
-  /// error naming the event.
-  explicit MailboxInbox(caf::blocking_actor* self, int wait_timeout_ms = 600000);
+  /// error naming the event. `drive`, if given, is the transport whose
+  /// completions this inbox expects; waits drive it.
+  explicit MailboxInbox(caf::blocking_actor* self, int wait_timeout_ms = 600000, Transport* drive = nullptr);
   Completion expect(EventKey key) override;
   Status wait(EventKey key) override;
   bool arrived(EventKey key) override;
@@ -32,6 +38,10 @@ class MailboxInbox final : public Inbox {
   caf::blocking_actor* self_;
   int wait_timeout_ms_;
   caf::actor handle_;
+  Transport* drive_;
+  // Completions count themselves here before they send, so that a driving
+  // wait knows when to look at the mailbox.
+  std::shared_ptr<std::atomic<std::uint64_t>> arrivals_ = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::map<EventKey, Entry> entries_;
 };
 

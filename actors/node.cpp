@@ -127,7 +127,9 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   std::vector<std::unique_ptr<UcxTransport>> transports;
   std::vector<std::string> my_addresses;
   for (int i = 0; i < k; ++i) {
-    auto t = UcxTransport::create(o.rank * k + i, o.world * k, {o.host, false, false});
+    UcxOptions options;
+    options.bind_address = o.host;
+    auto t = UcxTransport::create(o.rank * k + i, o.world * k, options);
     if (!t) return fail(t.error());
     my_addresses.push_back((*t)->address());
     transports.push_back(std::move(*t));

@@ -14,44 +14,72 @@ namespace troupe {
 
 namespace {
 
-Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const std::string& job, int rank, int ranks) {
-  auto t = UcxTransport::create(rank, ranks, {});
-  if (!t) return t.error();
+Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const std::string& job, int rank, int ranks,
+                                             const RankPlacement& placement) {
   auto redis = server.connect(std::chrono::milliseconds(5000));
   if (!redis) return redis.error();
+  if (placement.enter) TROUPE_TRY(placement.enter(rank));
+  auto t = UcxTransport::create(rank, ranks, placement.options ? placement.options(rank) : UcxOptions{});
+  if (!t) return t.error();
   auto m = rendezvous(*redis, {job, rank, ranks, "bench", kTroupeVersion, (*t)->address(), std::chrono::milliseconds(30000)});
   if (!m) return m.error();
   TROUPE_TRY((*t)->connect(m->endpoints));
   return t;
 }
 
+// Rank r in this process: joins, runs the body, returns its result.
+Expected<nlohmann::json> run_rank(const RedisServer& server, const std::string& job, int rank, int ranks,
+                                  const std::function<Expected<nlohmann::json>(UcxTransport&)>& body,
+                                  const RankPlacement& placement) {
+  auto t = join(server, job, rank, ranks, placement);
+  if (!t) return t.error();
+  return body(**t);
+}
+
+bool write_all(int fd, const std::string& text) {
+  for (std::size_t at = 0; at < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n <= 0) return false;
+    at += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 }  // namespace
 
-Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body) {
+Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body,
+                                   const RankPlacement& placement) {
   auto server = RedisServer::start();
   if (!server) return server.error();
   const std::string job = "bench-" + std::to_string(::getpid());
+  // Placed ranks change their network namespace: rank 0 too runs in a child,
+  // which hands its result back through a pipe.
+  const int first_child = placement.enter ? 0 : 1;
+  int result_pipe[2] = {-1, -1};
+  if (first_child == 0 && ::pipe(result_pipe) != 0) return make_error("run_ranks: pipe failed");
   std::vector<pid_t> children;
-  for (int r = 1; r < ranks; ++r) {
+  for (int r = first_child; r < ranks; ++r) {
     const pid_t pid = ::fork();
     if (pid == 0) {
-      auto t = join(*server, job, r, ranks);
-      if (!t) {
-        std::fprintf(stderr, "rank %d: %s\n", r, t.error().message.c_str());
-        ::_exit(1);
-      }
-      auto out = body(**t);
+      auto out = run_rank(*server, job, r, ranks, body, placement);
       if (!out) std::fprintf(stderr, "rank %d: %s\n", r, out.error().message.c_str());
-      t->reset();
+      if (r == 0 && out) (void)write_all(result_pipe[1], out->dump());
       ::_exit(out ? 0 : 1);
     }
     children.push_back(pid);
   }
   Expected<nlohmann::json> result = make_error("rank 0 did not run");
-  if (auto t = join(*server, job, 0, ranks); t) {
-    result = body(**t);
+  if (first_child == 0) {
+    ::close(result_pipe[1]);
+    std::string text;
+    char buf[65536];
+    for (ssize_t n; (n = ::read(result_pipe[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+    ::close(result_pipe[0]);
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    result = j.is_discarded() ? Expected<nlohmann::json>(make_error("rank 0 failed (see its message above)"))
+                              : Expected<nlohmann::json>(std::move(j));
   } else {
-    result = t.error();
+    result = run_rank(*server, job, 0, ranks, body, placement);
   }
   bool children_ok = true;
   for (pid_t c : children) {

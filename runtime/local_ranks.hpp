@@ -13,9 +13,20 @@
 
 namespace troupe {
 
-/// Runs body(transport) in `ranks` processes (this one is rank 0) and returns
-/// what rank 0's body returned; other ranks' bodies return values are ignored.
-/// A failing rank makes the whole run fail with its error.
-Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body);
+/// Where each rank runs: by default every rank on this machine's loopback.
+struct RankPlacement {
+  /// Called in rank r's process once it has reached Redis and before its
+  /// transport exists (e.g. VethHosts::enter: the rank then runs "on another
+  /// host"). When set, rank 0 runs in a child process too.
+  std::function<Status(int rank)> enter;
+  /// Rank r's transport options (bind address, transports).
+  std::function<UcxOptions(int rank)> options;
+};
+
+/// Runs body(transport) in `ranks` processes (this one is rank 0, unless
+/// placed) and returns what rank 0's body returned; other ranks' bodies'
+/// return values are ignored. A failing rank makes the whole run fail with its error.
+Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body,
+                                   const RankPlacement& placement = {});
 
 }  // namespace troupe

@@ -28,38 +28,64 @@ std::string config(const char* name) { return source_dir() + "/examples/configs/
 
 }  // namespace
 
-TEST_CASE("bench transport: latency and bandwidth per size, beside ucx_perftest", "[bench][transport]") {
-  const auto j = bench("transport --sizes 8 --sizes 65536");
+TEST_CASE("bench transport: latency and bandwidth per size and link, repeated, beside ucx_perftest", "[bench][transport]") {
+  const auto j = bench("transport --sizes 8 --sizes 65536 --repetitions 2");
   CHECK(j["bench"] == "transport");
-  REQUIRE(j["results"].size() == 2);
-  CHECK(j["results"][0]["bytes"] == 8);
-  CHECK(j["results"][1]["bytes"] == 65536);
-  for (const auto& row : j["results"]) {
-    CHECK(figure(row["latency_us"]));
-    CHECK(figure(row["bandwidth_MBps"]));
-    CHECK(row["latency_us"].get<double>() < 1e6);  // microseconds, not seconds
-    REQUIRE(row.contains("ucx_perftest"));
-    for (const char* test : {"tag_lat", "tag_bw"}) {
-      const auto& peer = row["ucx_perftest"][test];
-      INFO(test << ": " << peer.dump());
-      CHECK((peer.contains("error") || (figure(peer["latency_us"]) && figure(peer["bandwidth_MBps"]))));
+  CHECK(j["repetitions"] == 2);
+  REQUIRE(j["links"].size() == 2);  // loopback, then across two network namespaces
+  CHECK(j["goals_met"].contains("latency_le_3x"));
+  for (const auto& link : j["links"]) {
+    INFO(link["link"]);
+    if (link.contains("skipped")) {  // no namespaces here: said why, never on loopback
+      CHECK(link != j["links"][0]);
+      CHECK_FALSE(link["skipped"].get<std::string>().empty());
+      continue;
+    }
+    REQUIRE(link["results"].size() == 2);
+    CHECK(link["results"][0]["bytes"] == 8);
+    CHECK(link["results"][1]["bytes"] == 65536);
+    for (const auto& row : link["results"]) {
+      INFO(row.dump());
+      for (const char* key : {"latency_us", "bandwidth_MBps"}) {
+        CHECK(row[key]["n"] == 2);
+        CHECK(figure(row[key]["min"]));
+        CHECK(row[key]["min"].get<double>() <= row[key]["median"].get<double>());
+        CHECK(row[key]["median"].get<double>() <= row[key]["max"].get<double>());
+      }
+      CHECK(row["latency_us"]["max"].get<double>() < 1e6);  // microseconds, not seconds
+      REQUIRE(row.contains("ucx_perftest"));
+      if (row["ucx_perftest"].contains("error")) continue;  // reported, not hidden
+      CHECK(figure(row["ucx_perftest"]["tag_lat"]["latency_us"]["median"]));
+      CHECK(figure(row["ucx_perftest"]["tag_bw"]["bandwidth_MBps"]["median"]));
+      CHECK(figure(row["latency_vs_perftest"]["median"]));
+      CHECK(row["bandwidth_vs_perftest"]["worst"].get<double>() <= row["bandwidth_vs_perftest"]["median"].get<double>());
     }
   }
 }
 
-TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per size", "[bench][collectives]") {
-  const auto j = bench("collectives --nodes 2 --sizes 1024 --sizes 262144 --no-gloo");
+TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per size, repeated", "[bench][collectives]") {
+  const auto j = bench("collectives --nodes 2 --sizes 1024 --sizes 262144 --repetitions 2 --no-gloo");
   CHECK(j["bench"] == "collectives");
-  CHECK(j["nodes"] == 2);
-  REQUIRE(j["results"].size() == 2);
-  CHECK(j["results"][0]["bytes"] == 1024);
-  for (const auto& row : j["results"])
+  CHECK(j["repetitions"] == 2);
+  REQUIRE(j["runs"].size() == 1);
+  const auto& run = j["runs"][0];
+  CHECK(run["nodes"] == 2);
+  REQUIRE(run["results"].size() == 2);
+  CHECK(run["results"][0]["bytes"] == 1024);
+  for (const auto& row : run["results"]) {
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
       INFO(op);
-      CHECK(figure(row[op]["time_us"]));
-      CHECK(figure(row[op]["busbw_GBps"]));
+      CHECK(row[op]["busbw_GBps"]["n"] == 2);
+      CHECK(figure(row[op]["busbw_GBps"]["min"]));
+      CHECK(row[op]["busbw_GBps"]["min"].get<double>() <= row[op]["busbw_GBps"]["max"].get<double>());
+      CHECK(figure(row[op]["time_us"]["median"]));
+      CHECK(row[op]["max_over_min"].get<double>() >= 1);
     }
-  CHECK_FALSE(j.contains("gloo"));  // --no-gloo
+    CHECK(figure(row["reduce_scatter_vs_all_gather"]["median"]));
+    CHECK_FALSE(row.contains("gloo"));  // --no-gloo
+  }
+  CHECK(j["goals_met"].contains("max_over_min_le_1.5"));
+  CHECK_FALSE(j["goals_met"].contains("all_reduce_ge_2x_gloo"));
 }
 
 TEST_CASE("bench step: step time, throughput, MFU and memory of one process", "[bench][step]") {
@@ -69,7 +95,9 @@ TEST_CASE("bench step: step time, throughput, MFU and memory of one process", "[
   CHECK(figure(j["step_ms"]));
   CHECK(figure(j["tokens_per_s"]));
   CHECK(figure(j["mfu"]));
-  CHECK(j["mfu"].get<double>() < 1);
+  // Against the best of its sgemm repetitions; on shared cores even that can
+  // fall short of a step that ran in a quiet moment, but not by half.
+  CHECK(j["mfu"].get<double>() < 1.5);
   CHECK(figure(j["model"]["parameters"]));
   CHECK(figure(j["memory_mib"]["peak_rss"]));
 }

@@ -25,7 +25,7 @@ void sgemm_serial(bool trans_a, bool trans_b, int M, int N, int K, float alpha, 
 
 namespace troupe {
 
-/// The machine's sgemm rate through sgemm() on `pool`, in GFLOP/s: the median
+/// The machine's sgemm rate through sgemm() on `pool`, in GFLOP/s: the best
 /// of `reps` square products of size n (the MFU denominator of benchmarks).
 double measure_sgemm_peak(ThreadPool& pool, int n = 1536, int reps = 5);
 

@@ -2,8 +2,10 @@
 //   reduce-scatter step k: member i sends chunk (i-k-1) to the next member and
 //   adds chunk (i-k-2) received from the previous one; after n-1 steps it holds
 //   the sum of chunk i. all-gather step k: send chunk (i-k), receive (i-k-1).
+//   Chunks move in segments (CL-1), sums off the completion thread (RW-1).
 #include "backends/transport/collectives.hpp"
 
+#include "backends/transport/reduce_worker.hpp"
 #include "common/hash.hpp"
 
 #include <algorithm>
@@ -14,7 +16,16 @@
 namespace troupe {
 namespace {
 
+// Below the op number a collective's tag holds its step (10 bits: both
+// phases of a ring of up to kMaxRing members) and the segment (6 bits).
 constexpr int kStepBits = 16;
+constexpr int kSegmentBits = 6;
+constexpr int kMaxSegments = 1 << kSegmentBits;
+constexpr int kMaxRing = (1 << (kStepBits - kSegmentBits)) / 2;
+// Segments of at least 256 KiB (more than kMaxSegments would make them larger).
+constexpr std::size_t kSegmentFloats = std::size_t{1} << 16;
+// Sums of up to 64 KiB are done on the completion thread (RW-1).
+constexpr std::size_t kInlineAddFloats = std::size_t{1} << 14;
 
 int index_in(const std::vector<int>& group, int rank) {
   return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
@@ -22,73 +33,191 @@ int index_in(const std::vector<int>& group, int rank) {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+}  // namespace
+
+// What a Collectives' operations share: the thread that adds, and scratch
+// buffers kept between operations (a fresh buffer costs a page fault per 4 KiB).
+struct CollectiveShared {
+  ReduceWorker reducer;
+  std::mutex mu;
+  std::vector<std::vector<float>> spare;
+
+  std::vector<float> take(std::size_t floats) {
+    std::vector<float> v;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!spare.empty()) {
+        v = std::move(spare.back());
+        spare.pop_back();
+      }
+    }
+    if (v.size() < floats) v.resize(floats);
+    return v;
+  }
+  void give_back(std::vector<float> v) {
+    if (v.empty()) return;
+    std::lock_guard<std::mutex> lock(mu);
+    if (spare.size() < 4) spare.push_back(std::move(v));
+  }
+};
+
+namespace {
+
+// The ring's data moves in segments (CL-1): each chunk is cut into `segs`
+// slices, and slice j of ring step k+1 leaves as soon as slice j of step k has
+// arrived (and, in reduce-scatter, been added), so sending, receiving and
+// adding overlap along the ring instead of taking turns per whole chunk.
+// Per element the sums happen in the same order as without segments (bit for
+// bit the same result for any segment size).
 struct RingOp : std::enable_shared_from_this<RingOp> {
-  enum class Phase { reduce_scatter, all_gather, done };
   Transport* t;
-  std::vector<int> group;
+  std::shared_ptr<CollectiveShared> shared;
   float* data;
   std::size_t count;
   int n, me, next, prev;
+  int segs = 1;
+  std::size_t slot = 0;  // scratch floats per segment (reduce-scatter)
   Tag tag_base;
-  Phase phase;
-  bool gather_after_reduce;
-  int step = 0;
+  bool reduce_phase, gather_phase;
   std::vector<float> scratch;
   Completion done;
   std::mutex mu;
-  int pending = 0;
+  int left = 0;      // transfers and sums the current phase still waits for
+  int reducing = 0;  // sums queued or running: they write into data
+  bool reported = false;
   Status error;
 
+  ~RingOp() { shared->give_back(std::move(scratch)); }
+
   std::pair<std::size_t, std::size_t> chunk(int i) const { return Collectives::chunk(count, n, mod(i, n)); }
+  std::pair<std::size_t, std::size_t> segment(int c, int j) const {
+    const auto [b, e] = chunk(c);
+    const std::size_t len = e - b, uj = static_cast<std::size_t>(j), us = static_cast<std::size_t>(segs);
+    return {b + len * uj / us, b + len * (uj + 1) / us};
+  }
+  Tag tag(int phase_step, int j) const {
+    return tag_base | (static_cast<Tag>(phase_step) << kSegmentBits) | static_cast<Tag>(j);
+  }
 
   void start() {
-    if (n == 1 || count == 0) return finish(Status::success());
-    run_step();
+    if (n == 1 || count == 0) return report(Status::success());
+    if (reduce_phase) start_reduce_scatter();
+    else start_all_gather();
   }
 
-  void finish(Status st) {
-    phase = Phase::done;
-    Completion d = std::move(done);
-    d(st);
+  // Reduce-scatter step k: send chunk me-k-1, receive chunk me-k-2 and add it.
+  void start_reduce_scatter() {
+    left = 2 * (n - 1) * segs;
+    for (int j = 0; j < segs; ++j) post_reduce_step(0, j);
   }
-
-  void run_step() {
-    const int k = step;
-    int send_chunk, recv_chunk;
-    if (phase == Phase::reduce_scatter) {
-      send_chunk = me - k - 1;
-      recv_chunk = me - k - 2;
-    } else {
-      send_chunk = me - k;
-      recv_chunk = me - k - 1;
-    }
-    const auto [sb, se] = chunk(send_chunk);
-    const auto [rb, re] = chunk(recv_chunk);
-    const Tag tag = tag_base | static_cast<Tag>((phase == Phase::all_gather ? n : 0) + k);
-    float* recv_into = phase == Phase::reduce_scatter ? scratch.data() : data + rb;
-    pending = 2;
+  void post_reduce_step(int k, int j) {
     auto self = shared_from_this();
-    auto on_done = [self, rb = rb, re = re](Status st) { self->part_done(std::move(st), rb, re); };
-    t->recv(prev, tag, recv_into, (re - rb) * sizeof(float), on_done);
-    t->send(next, tag, data + sb, (se - sb) * sizeof(float), on_done);
+    const auto [sb, se] = segment(me - k - 1, j);
+    const auto [rb, re] = segment(me - k - 2, j);
+    float* into = scratch.data() + static_cast<std::size_t>(j) * slot;
+    t->recv(prev, tag(k, j), into, (re - rb) * sizeof(float),
+            [self, k, j, rb = rb, re = re, into](Status st) { self->received_addend(std::move(st), k, j, rb, re, into); });
+    t->send(next, tag(k, j), data + sb, (se - sb) * sizeof(float), [self](Status st) { self->transfer_done(std::move(st)); });
+  }
+  void received_addend(Status st, int k, int j, std::size_t rb, std::size_t re, const float* addend) {
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!st && error.ok()) error = std::move(st);
+      if (!error.ok()) return report_if_quiet(lock);
+      ++reducing;
+    }
+    auto self = shared_from_this();
+    auto add = [self, k, j, rb, re, addend] {
+      add_into(self->data + rb, addend, re - rb);
+      self->added(k, j);
+    };
+    // RW-1: large sums leave the completion thread; small ones cost less than the hand-off.
+    if (re - rb <= kInlineAddFloats) add();
+    else shared->reducer.run(std::move(add));
+  }
+  void added(int k, int j) {
+    bool more = false, phase_over = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      --reducing;
+      if (!error.ok()) return report_if_quiet(lock);
+      more = k + 1 < n - 1;
+      phase_over = --left == 0;
+    }
+    if (more) post_reduce_step(k + 1, j);
+    if (phase_over) end_phase();
+  }
+  void transfer_done(Status st) {
+    bool phase_over = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!st && error.ok()) error = std::move(st);
+      if (!error.ok()) return report_if_quiet(lock);
+      phase_over = --left == 0;
+    }
+    if (phase_over) end_phase();
+  }
+  void end_phase() {
+    if (reduce_phase && gather_phase) {
+      reduce_phase = false;
+      return start_all_gather();
+    }
+    report(Status::success());
   }
 
-  void part_done(Status st, std::size_t rb, std::size_t re) {
+  // All-gather step k: send chunk me-k, receive chunk me-k-1 in place. Every
+  // receive is posted at once (no receive lands where a send still reads:
+  // chunk me-k-1 is sent only at step k+1, after it arrived); the send of
+  // slice j at step k+1 follows the arrival of slice j at step k.
+  void start_all_gather() {
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (!st && error.ok()) error = st;
-      if (--pending > 0) return;
+      left = 2 * (n - 1) * segs;
     }
-    if (!error.ok()) return finish(error);
-    if (phase == Phase::reduce_scatter)
-      for (std::size_t i = rb; i < re; ++i) data[i] += scratch[i - rb];
-    if (++step < n - 1) return run_step();
-    if (phase == Phase::reduce_scatter && gather_after_reduce) {
-      phase = Phase::all_gather;
-      step = 0;
-      return run_step();
+    auto self = shared_from_this();
+    for (int k = 0; k < n - 1; ++k)
+      for (int j = 0; j < segs; ++j) {
+        const auto [rb, re] = segment(me - k - 1, j);
+        t->recv(prev, tag(n - 1 + k, j), data + rb, (re - rb) * sizeof(float),
+                [self, k, j](Status st) { self->gathered(std::move(st), k, j); });
+      }
+    for (int j = 0; j < segs; ++j) post_gather_send(0, j);
+  }
+  void post_gather_send(int k, int j) {
+    auto self = shared_from_this();
+    const auto [sb, se] = segment(me - k, j);
+    t->send(next, tag(n - 1 + k, j), data + sb, (se - sb) * sizeof(float),
+            [self](Status st) { self->transfer_done(std::move(st)); });
+  }
+  void gathered(Status st, int k, int j) {
+    bool more = false, phase_over = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!st && error.ok()) error = std::move(st);
+      if (!error.ok()) return report_if_quiet(lock);
+      more = k + 1 < n - 1;
+      phase_over = --left == 0;
     }
-    finish(Status::success());
+    if (more) post_gather_send(k + 1, j);
+    if (phase_over) end_phase();
+  }
+
+  // An error is reported once no sum is still writing into data (transfers
+  // still in flight are the caller's to abort: Transport::abort_all).
+  void report_if_quiet(std::unique_lock<std::mutex>& lock) {
+    if (reported || reducing > 0) return;
+    reported = true;
+    Status st = error;
+    lock.unlock();
+    std::exchange(done, nullptr)(st);
+  }
+  void report(Status st) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (reported) return;
+      reported = true;
+    }
+    std::exchange(done, nullptr)(st);
   }
 };
 
@@ -142,6 +271,10 @@ struct ChainBroadcast : std::enable_shared_from_this<ChainBroadcast> {
 
 }  // namespace
 
+Collectives::Collectives(Transport& transport) : t_(transport), shared_(std::make_shared<CollectiveShared>()) {}
+
+Collectives::~Collectives() { shared_->reducer.stop(); }
+
 std::pair<std::size_t, std::size_t> Collectives::chunk(std::size_t count, int n, int i) {
   const auto un = static_cast<std::size_t>(n), ui = static_cast<std::size_t>(i);
   return {count * ui / un, count * (ui + 1) / un};
@@ -165,30 +298,29 @@ Tag Collectives::next_tag_base(const std::vector<int>& group) {
 
 namespace {
 
-void start_ring(Transport& t, const std::vector<int>& group, float* data, std::size_t count, Tag tag_base,
-                RingOp::Phase phase, bool gather_after, Completion done) {
+void start_ring(Transport& t, const std::shared_ptr<CollectiveShared>& shared, const std::vector<int>& group,
+                float* data, std::size_t count, Tag tag_base, bool reduce, bool gather, Completion done) {
+  const int n = static_cast<int>(group.size());
+  const int me = index_in(group, t.rank());
+  if (me == n) return done(make_error("collective: rank ", std::to_string(t.rank()), " is not in the group"));
+  if (n > kMaxRing)
+    return done(make_error("collective: a ring of ", std::to_string(n), " members (at most ", std::to_string(kMaxRing), ")"));
   auto op = std::make_shared<RingOp>();
   op->t = &t;
-  op->group = group;
+  op->shared = shared;
   op->data = data;
   op->count = count;
-  op->n = static_cast<int>(group.size());
-  op->me = index_in(group, t.rank());
-  if (op->me == op->n) {
-    done(make_error("collective: rank ", std::to_string(t.rank()), " is not in the group"));
-    return;
-  }
-  op->next = group[static_cast<std::size_t>(mod(op->me + 1, op->n))];
-  op->prev = group[static_cast<std::size_t>(mod(op->me - 1, op->n))];
+  op->n = n;
+  op->me = me;
+  op->next = group[static_cast<std::size_t>(mod(me + 1, n))];
+  op->prev = group[static_cast<std::size_t>(mod(me - 1, n))];
   op->tag_base = tag_base;
-  op->phase = phase;
-  op->gather_after_reduce = gather_after;
-  std::size_t largest = 0;
-  for (int i = 0; i < op->n; ++i) {
-    auto [b, e] = Collectives::chunk(count, op->n, i);
-    largest = std::max(largest, e - b);
-  }
-  if (phase == RingOp::Phase::reduce_scatter) op->scratch.resize(largest);
+  op->reduce_phase = reduce;
+  op->gather_phase = gather;
+  const std::size_t largest = (count + static_cast<std::size_t>(n) - 1) / static_cast<std::size_t>(n);
+  op->segs = static_cast<int>(std::clamp<std::size_t>((largest + kSegmentFloats - 1) / kSegmentFloats, 1, kMaxSegments));
+  op->slot = (largest + static_cast<std::size_t>(op->segs) - 1) / static_cast<std::size_t>(op->segs);
+  if (reduce) op->scratch = shared->take(op->slot * static_cast<std::size_t>(op->segs));
   op->done = std::move(done);
   op->start();
 }
@@ -196,15 +328,15 @@ void start_ring(Transport& t, const std::vector<int>& group, float* data, std::s
 }  // namespace
 
 void Collectives::all_reduce(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, group, data, count, next_tag_base(group), RingOp::Phase::reduce_scatter, true, std::move(done));
+  start_ring(t_, shared_, group, data, count, next_tag_base(group), true, true, std::move(done));
 }
 
 void Collectives::reduce_scatter(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, group, data, count, next_tag_base(group), RingOp::Phase::reduce_scatter, false, std::move(done));
+  start_ring(t_, shared_, group, data, count, next_tag_base(group), true, false, std::move(done));
 }
 
 void Collectives::all_gather(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, group, data, count, next_tag_base(group), RingOp::Phase::all_gather, false, std::move(done));
+  start_ring(t_, shared_, group, data, count, next_tag_base(group), false, true, std::move(done));
 }
 
 void Collectives::broadcast(const std::vector<int>& group, int root, float* data, std::size_t count, Completion done) {

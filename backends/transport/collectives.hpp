@@ -1,15 +1,17 @@
 // Ring collectives over any Transport (nccl-tests' definitions): all-reduce,
 // reduce-scatter, all-gather and broadcast of f32 sums, for any group of ranks
 // and any element count. Non-blocking: a call returns at once and `done` runs
-// (on the transport's completion thread) when this rank's part is finished.
+// (on the transport's completion thread, or the thread that adds large
+// segments) when this rank's part is finished.
 // Several may be in flight; every member of a group must issue that group's
 // collectives in the same order (tags come from a per-group sequence number,
 // so collectives on other groups may interleave freely).
 #pragma once
 
-#include <map>
-#include <mutex>
 #include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -21,9 +23,15 @@ namespace troupe {
 /// transport must use tags below it.
 inline constexpr Tag kCollectiveTagBit = Tag{1} << 39;
 
+struct CollectiveShared;
+
 class Collectives {
  public:
-  explicit Collectives(Transport& transport) : t_(transport) {}
+  explicit Collectives(Transport& transport);
+  /// Operations still in flight must have been aborted (Transport::abort_all).
+  ~Collectives();
+  Collectives(const Collectives&) = delete;
+  Collectives& operator=(const Collectives&) = delete;
 
   /// Element range [begin, end) of chunk i when `count` is split over n ranks.
   static std::pair<std::size_t, std::size_t> chunk(std::size_t count, int n, int i);
@@ -44,6 +52,7 @@ class Collectives {
  private:
   Tag next_tag_base(const std::vector<int>& group);
   Transport& t_;
+  std::shared_ptr<CollectiveShared> shared_;
   std::mutex mu_;
   std::map<std::vector<int>, std::uint64_t> next_op_;  // per group
 };

@@ -7,22 +7,13 @@
 #include <numeric>
 
 #include "backends/transport/collectives.hpp"
+#include "backends/transport/local_world.test.hpp"
 #include "backends/transport/wait.hpp"
 
 namespace troupe {
 namespace {
 
-struct World {
-  std::shared_ptr<LocalFabric> fabric;
-  std::vector<std::unique_ptr<Transport>> ts;
-  std::vector<std::unique_ptr<Collectives>> cs;
-  explicit World(int n) : fabric(LocalFabric::create(n)) {
-    for (int r = 0; r < n; ++r) {
-      ts.push_back(fabric->endpoint(r));
-      cs.push_back(std::make_unique<Collectives>(*ts.back()));
-    }
-  }
-};
+using World = LocalWorld;
 
 float value(int rank, std::size_t i) { return static_cast<float>(rank + 1) * 0.5f + static_cast<float>(i % 13); }
 

@@ -6,6 +6,7 @@
 // synchronously with heavy work).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,6 +39,15 @@ class Transport {
   /// operations fail at once. For an owner about to free its buffers after an
   /// error (a timed-out wait, a failed step): no transfer outlives them.
   virtual void abort_all() = 0;
+  /// Lets the calling thread, about to wait for `done()`, make progress on
+  /// this endpoint's transfers itself (no hand-off to the progress thread and
+  /// back) until `done()` or until `idle` passes without any transfer event;
+  /// then the progress thread carries on and the caller sleeps. Returns
+  /// done(). Transports without a worker to drive return at once.
+  virtual bool drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) {
+    (void)idle;
+    return done();
+  }
 };
 
 }  // namespace troupe

@@ -1,5 +1,14 @@
 // UcxTransport: context/worker/endpoint handles in RAII wrappers, a queue of
-// operations posted by the progress thread, callbacks into completions.
+// operations posted by whichever thread drives the worker (the progress
+// thread, or a caller waiting in drive_until), callbacks into completions.
+//
+// UX-1  The worker (and every structure the progress thread owned: inflight,
+//       posting, failing) is touched only under worker_mu, by one thread at a
+//       time (UCS_THREAD_MODE_SERIALIZED).
+// UX-2  An operation queued while a driver is active is posted by that driver
+//       (send/recv skip waking the progress thread); a driver that stops with
+//       operations queued or in flight wakes the progress thread, so that
+//       nothing queued or posted is ever left without a thread to progress it.
 #include "backends/transport/ucx_transport.hpp"
 
 #include <arpa/inet.h>
@@ -81,6 +90,8 @@ struct UcxTransport::Impl {
   std::mutex mu;
   std::atomic<int> queued{0};  // ops or failures waiting in queue / to_fail
   std::atomic<bool> sleeping{false};
+  std::mutex worker_mu;            // UX-1
+  std::atomic<int> drivers{0};     // threads in drive_until (UX-2)
   std::deque<Op> queue;
   std::deque<int> to_fail;
   std::vector<std::promise<void>> to_abort;  // abort_all() callers waiting for the progress thread
@@ -92,9 +103,14 @@ struct UcxTransport::Impl {
     return make_peer_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
   }
 
-  // Called after queued was incremented; wakes the progress thread only if it sleeps.
+  // Called after queued was incremented; wakes the progress thread only if it
+  // sleeps and no driver will post the operation (UX-2: seq_cst against the
+  // driver's leaving, which looks at `queued` after lowering `drivers`).
   void notify() {
-    if (!sleeping.load()) return;
+    if (drivers.load() > 0 || !sleeping.load()) return;
+    wake_progress_thread();
+  }
+  void wake_progress_thread() {
     const std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(wake.fd, &one, sizeof one);
   }
@@ -211,28 +227,68 @@ struct UcxTransport::Impl {
   // to 100 µs while operations are in flight (about 1% of a core), and until
   // woken when none are.
   // Either way an idle transport costs no CPU.
+  // One round of the worker's work (UX-1: the caller holds worker_mu): posts
+  // what is queued, then progresses until nothing happens. True if anything did.
+  bool work() {
+    bool busy = queued.load(std::memory_order_acquire) != 0;
+    if (busy) drain();
+    while (ucp_worker_progress(worker.get()) != 0) busy = true;
+    return busy;
+  }
+
+  // While a caller drives the worker (UX-2) this thread stays out of its way,
+  // sleeping a backoff at a time.
   void loop() {
     using Clock = std::chrono::steady_clock;
     constexpr auto kSpin = std::chrono::microseconds(20);
     auto last_activity = Clock::now();
     long backoff_us = 20;
     while (!stop.load(std::memory_order_acquire)) {
-      bool busy = queued.load(std::memory_order_acquire) != 0;
-      if (busy) drain();
-      while (ucp_worker_progress(worker.get()) != 0) busy = true;
-      const auto now = Clock::now();
-      if (busy) {
-        last_activity = now;
-        backoff_us = 20;
+      bool busy = false, pending = false, armed = true;
+      if (drivers.load() == 0) {
+        std::lock_guard<std::mutex> lock(worker_mu);
+        busy = work();
+        pending = !inflight.empty();
+        const auto now = Clock::now();
+        if (busy) {
+          last_activity = now;
+          backoff_us = 20;
+        }
+        if (busy || now - last_activity < kSpin) continue;
+        armed = !event_mode || ucp_worker_arm(worker.get()) != UCS_ERR_BUSY;
+      } else {
+        pending = true;
       }
-      if (busy || now - last_activity < kSpin) continue;
-      if (event_mode && ucp_worker_arm(worker.get()) == UCS_ERR_BUSY) continue;
+      if (!armed) continue;
       // Dekker with notify(): publish "sleeping", then look at the queue once more.
       sleeping.store(true);
-      if (queued.load() == 0) sleep_once(inflight.empty() ? -1 : backoff_us);
+      if (queued.load() == 0) sleep_once(pending ? backoff_us : -1);
       sleeping.store(false);
-      if (!event_mode && !inflight.empty()) backoff_us = std::min(backoff_us * 2, 100L);
+      if (!event_mode && pending) backoff_us = std::min(backoff_us * 2, 100L);
     }
+  }
+
+  // drive_until's loop (UX-1, UX-2).
+  bool drive(const std::function<bool()>& done, std::chrono::microseconds idle) {
+    using Clock = std::chrono::steady_clock;
+    drivers.fetch_add(1);
+    auto last_activity = Clock::now();
+    bool pending = false;
+    while (!done()) {
+      if (worker_mu.try_lock()) {
+        const bool busy = work();
+        pending = !inflight.empty();
+        worker_mu.unlock();
+        if (busy) {
+          last_activity = Clock::now();
+          continue;
+        }
+      }
+      if (Clock::now() - last_activity > idle) break;
+    }
+    drivers.fetch_sub(1);
+    if (queued.load() != 0 || pending) wake_progress_thread();
+    return done();
   }
 
   void sleep_once(long backoff_us) {
@@ -323,6 +379,7 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
     return device.error();
   }
   ucp_config_modify(config, "NET_DEVICES", device->c_str());
+  if (!options.transports.empty()) ucp_config_modify(config, "TLS", options.transports.c_str());
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | (options.event_fd ? UCP_FEATURE_WAKEUP : 0);
@@ -335,7 +392,7 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
   impl->context.reset(ctx);
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // UX-1: one thread at a time, not always the same
   ucp_worker_h worker = nullptr;
   if (auto st = ucp_worker_create(ctx, &wp, &worker); st != UCS_OK) return ucx_error("ucp_worker_create", rank, st);
   impl->worker.reset(worker);
@@ -395,6 +452,11 @@ void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Comple
     impl_->queued.fetch_add(1);
   }
   impl_->notify();
+}
+
+bool UcxTransport::drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) {
+  if (!impl_->progress.joinable()) return done();  // never connected: nothing to drive
+  return impl_->drive(done, idle);
 }
 
 bool UcxTransport::peer_failed(int peer) const { return impl_->failed[static_cast<std::size_t>(peer)]; }

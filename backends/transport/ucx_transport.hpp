@@ -1,8 +1,9 @@
 // UCX (ucp tag API) transport between processes: shared memory / cma inside a
 // host, tcp across hosts. One worker per transport, driven by a progress thread
 // that spins only while there is traffic and otherwise sleeps (a spinning thread
-// would take a core from compute). All UCX calls happen on that thread;
-// send/recv only enqueue.
+// would take a core from compute), or by a caller waiting for a transfer
+// (drive_until: no hand-off between threads for a small message). UCX calls
+// happen on whichever of them holds the worker; send/recv only enqueue.
 #pragma once
 
 #include <memory>
@@ -27,6 +28,9 @@ struct UcxOptions {
   /// peer death is reported by the supervisor (CAF down message) through
   /// mark_failed() instead, which fails the peer's pending operations at once.
   bool peer_error_detection = false;
+  /// UCX's transports (its UCX_TLS), e.g. "tcp" to cross a link even between
+  /// processes of one machine; empty: UCX's choice (shared memory inside a host).
+  std::string transports;
 };
 
 class UcxTransport final : public Transport {
@@ -48,6 +52,7 @@ class UcxTransport final : public Transport {
   void recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) override;
   bool peer_failed(int peer) const override;
   void abort_all() override;
+  bool drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) override;
   /// Declares `peer` dead (e.g. on a supervisor's notice): its pending
   /// operations complete with an error and new ones fail at once.
   void mark_failed(int peer);

@@ -15,8 +15,14 @@
 
 namespace troupe {
 
-/// Calls start(completion) and sleeps until the completion has run.
-inline Status wait_for(const std::function<void(Completion)>& start) {
+/// How long a waiting thread drives the transport with nothing happening
+/// before it sleeps (a transfer in progress keeps it driving).
+inline constexpr std::chrono::microseconds kDriveIdle{100};
+
+/// Calls start(completion) and sleeps until the completion has run; with
+/// `drive`, drives that transport meanwhile (Transport::drive_until: a small
+/// message completes without a thread hand-off).
+inline Status wait_for(const std::function<void(Completion)>& start, Transport* drive = nullptr) {
   struct Slot {
     std::atomic<int> ready{0};
     Status status;
@@ -27,8 +33,14 @@ inline Status wait_for(const std::function<void(Completion)>& start) {
     slot->ready.store(1, std::memory_order_release);
     slot->ready.notify_one();
   });
+  if (drive) drive->drive_until([&] { return slot->ready.load(std::memory_order_acquire) != 0; }, kDriveIdle);
   slot->ready.wait(0, std::memory_order_acquire);
   return slot->status;
+}
+
+/// The same, driving `transport`.
+inline Status wait_for(Transport& transport, const std::function<void(Completion)>& start) {
+  return wait_for(start, &transport);
 }
 
 /// The same, bounded: if the completion has not run within `timeout`, every
@@ -49,6 +61,12 @@ inline Status wait_for(const std::function<void(Completion)>& start, std::chrono
     slot->ready = true;
     slot->cv.notify_one();
   });
+  transport.drive_until(
+      [&] {
+        std::lock_guard<std::mutex> lock(slot->mu);
+        return slot->ready;
+      },
+      kDriveIdle);
   std::unique_lock<std::mutex> lock(slot->mu);
   if (slot->cv.wait_for(lock, timeout, [&] { return slot->ready; })) return slot->status;
   lock.unlock();

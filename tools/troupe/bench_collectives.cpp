@@ -1,14 +1,17 @@
-// troupe bench collectives --nodes K: ring all-reduce, reduce-scatter and
+// troupe bench collectives --nodes K...: ring all-reduce, reduce-scatter and
 // all-gather between K node processes over UCX, bus bandwidth as nccl-tests
-// defines it, beside gloo (bench/gloo_collectives.py) on the same sizes.
+// defines it, repeated (min, median, max), beside gloo
+// (bench/gloo_collectives.py) on the same sizes, as many times.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <map>
 #include <numeric>
 
 #include "backends/transport/collectives.hpp"
 #include "runtime/local_ranks.hpp"
+#include "tools/troupe/bench_figures.hpp"
 
 #ifndef TROUPE_SOURCE_DIR
 #define TROUPE_SOURCE_DIR "."
@@ -17,12 +20,21 @@
 namespace troupe::cli {
 namespace {
 
+constexpr const char* kOps[] = {"all_reduce", "reduce_scatter", "all_gather"};
+
 int iterations_for(std::size_t bytes) {
   return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1) / 4, 5, 200));
 }
 
-Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes) {
-  Collectives coll(t);
+struct OpDef {
+  const char* name;
+  double factor;  // nccl-tests' bus bandwidth factor
+  std::function<void(Completion)> run;
+};
+
+// One pass over every size: each op's median time over its iterations.
+// Returns rows [{bytes, op: {time_us, busbw_GBps}}].
+Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const std::vector<std::size_t>& sizes) {
   std::vector<int> group(static_cast<std::size_t>(t.size()));
   std::iota(group.begin(), group.end(), 0);
   const int n = t.size();
@@ -30,11 +42,6 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
   for (std::size_t bytes : sizes) {
     std::vector<float> buf(std::max<std::size_t>(1, bytes / sizeof(float)), 1.0f);
     nlohmann::json row = {{"bytes", bytes}};
-    struct OpDef {
-      const char* name;
-      double factor;
-      std::function<void(Completion)> run;
-    };
     const std::vector<OpDef> ops = {
         {"all_reduce", Collectives::all_reduce_bus_factor(n),
          [&](Completion c) { coll.all_reduce(group, buf.data(), buf.size(), std::move(c)); }},
@@ -44,18 +51,32 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
          [&](Completion c) { coll.all_gather(group, buf.data(), buf.size(), std::move(c)); }},
     };
     for (const auto& op : ops) {
-      TROUPE_TRY(wait_for(op.run));  // warm-up
+      // As a waiting actor would: the caller drives the transport (UX-1).
+      TROUPE_TRY(wait_for(t, op.run));  // warm-up
       std::vector<double> times;
       for (int i = 0; i < iterations_for(bytes); ++i) {
         const auto t0 = std::chrono::steady_clock::now();
-        TROUPE_TRY(wait_for(op.run));
+        TROUPE_TRY(wait_for(t, op.run));
         times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
-      std::sort(times.begin(), times.end());
-      const double secs = times[times.size() / 2];
+      const double secs = median(times);
       row[op.name] = {{"time_us", secs * 1e6}, {"busbw_GBps", static_cast<double>(bytes) / secs * op.factor / 1e9}};
     }
     rows.push_back(row);
+  }
+  return rows;
+}
+
+// Repetitions passes in one set of processes: rows [{bytes, op: [{time_us, busbw_GBps}, ...]}].
+Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions) {
+  Collectives coll(t);
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t bytes : sizes) rows.push_back({{"bytes", bytes}});
+  for (int r = 0; r < repetitions; ++r) {
+    auto pass = measure_pass(t, coll, sizes);
+    if (!pass) return pass.error();
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      for (const char* op : kOps) rows[i][op].push_back((*pass)[i][op]);
   }
   return rows;
 }
@@ -80,26 +101,105 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
 
 }  // namespace
 
-Expected<nlohmann::json> bench_collectives(int nodes, const std::vector<std::size_t>& sizes, bool with_gloo) {
-  if (nodes < 2) return make_error("--nodes must be >= 2");
-  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes); });
+namespace {
+
+std::vector<double> column(const nlohmann::json& runs, const char* key) {
+  std::vector<double> v;
+  for (const auto& r : runs)
+    if (r.is_object() && r.contains(key) && r[key].is_number()) v.push_back(r[key].get<double>());
+  return v;
+}
+
+double lowest(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+double highest(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
+// One node count: ours (repetitions passes) beside gloo's (its own passes),
+// with the three checks per size.
+Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& sizes, int repetitions, bool with_gloo,
+                                   nlohmann::json& goals_met) {
+  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions); });
   if (!ours) return ours.error();
-  nlohmann::json out = {{"bench", "collectives"}, {"nodes", nodes}, {"algorithm", "ring over UCX"},
-                        {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
-                        {"results", *ours}};
-  if (with_gloo) {
-    auto gloo = run_gloo(nodes, sizes);
-    out["gloo"] = gloo;
-    if (gloo.contains("results"))
-      for (std::size_t i = 0; i < sizes.size() && i < gloo["results"].size(); ++i) {
-        auto& row = out["results"][i];
-        const auto& g = gloo["results"][i];
-        for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"})
-          if (g.contains(op) && g[op].contains("busbw_GBps"))
-            row[std::string(op) + "_vs_gloo"] = row[op]["busbw_GBps"].get<double>() / g[op]["busbw_GBps"].get<double>();
+  std::vector<nlohmann::json> gloo_runs;
+  if (with_gloo)
+    for (int r = 0; r < repetitions; ++r) gloo_runs.push_back(run_gloo(nodes, sizes));
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const auto& raw = (*ours)[i];
+    nlohmann::json row = {{"bytes", sizes[i]}};
+    std::map<std::string, std::vector<double>> bw;
+    for (const char* op : kOps) {
+      bw[op] = column(raw[op], "busbw_GBps");
+      row[op] = {{"busbw_GBps", spread(bw[op])}, {"time_us", spread(column(raw[op], "time_us"))}};
+      row[op]["max_over_min"] = highest(bw[op]) / lowest(bw[op]);
+    }
+    // Reduce-scatter against all-gather, repetition by repetition (same moment, same load).
+    std::vector<double> rs_ag;
+    for (std::size_t r = 0; r < bw["reduce_scatter"].size() && r < bw["all_gather"].size(); ++r)
+      rs_ag.push_back(bw["reduce_scatter"][r] / bw["all_gather"][r]);
+    row["reduce_scatter_vs_all_gather"] = spread(rs_ag);
+    const bool large = sizes[i] >= (std::size_t{1} << 20);
+    if (large) {
+      for (const char* op : kOps)
+        if (row[op]["max_over_min"].get<double>() > 1.5) goals_met["max_over_min_le_1.5"] = false;
+      if (lowest(rs_ag) < 0.8) goals_met["reduce_scatter_ge_0.8_all_gather"] = false;
+    }
+    if (with_gloo) {
+      nlohmann::json peer;
+      for (const char* op : kOps) {
+        std::vector<double> g;
+        std::string error;
+        for (const auto& run : gloo_runs) {
+          if (!run.contains("results") || run["results"].size() <= i) {
+            error = run.value("error", "no result");
+            continue;
+          }
+          const auto& cell = run["results"][i][op];
+          if (cell.contains("busbw_GBps")) g.push_back(cell["busbw_GBps"].get<double>());
+          else error = cell.value("error", "no result");
+        }
+        if (g.empty()) {
+          peer[op] = {{"error", error}};
+          continue;
+        }
+        peer[op] = {{"busbw_GBps", spread(g)}};
+        row[std::string(op) + "_vs_gloo"] = {{"median", median(bw[op]) / median(g)},
+                                             {"worst", lowest(bw[op]) / median(g)}};
       }
+      row["gloo"] = peer;
+      if (row.contains("all_reduce_vs_gloo") && row["all_reduce_vs_gloo"]["worst"].get<double>() < 2)
+        goals_met["all_reduce_ge_2x_gloo"] = false;
+      if (!row.contains("all_reduce_vs_gloo")) goals_met["all_reduce_ge_2x_gloo"] = nullptr;
+    }
+    rows.push_back(row);
   }
-  return out;
+  return nlohmann::json{{"nodes", nodes}, {"results", rows}};
+}
+
+}  // namespace
+
+Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const std::vector<std::size_t>& sizes,
+                                           int repetitions, bool with_gloo) {
+  nlohmann::json goals_met = {{"max_over_min_le_1.5", true}, {"reduce_scatter_ge_0.8_all_gather", true}};
+  if (with_gloo) goals_met["all_reduce_ge_2x_gloo"] = true;
+  nlohmann::json runs = nlohmann::json::array();
+  for (int n : nodes) {
+    if (n < 2) return make_error("--nodes must be >= 2");
+    auto run = run_nodes(n, sizes, repetitions, with_gloo, goals_met);
+    if (!run) return run.error();
+    runs.push_back(*run);
+  }
+  return nlohmann::json{
+      {"bench", "collectives"},
+      {"algorithm", "ring over UCX, in segments of >= 256 KiB"},
+      {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
+      {"repetitions", repetitions},
+      {"figures", "busbw_GBps and time_us: min/median/max over repetitions, each the median of its iterations; "
+                  "*_vs_gloo: worst = our lowest over gloo's median"},
+      {"runs", runs},
+      {"goals", {{"all_reduce_vs_gloo", "worst >= 2 at every size"},
+                 {"reduce_scatter_vs_all_gather", ">= 0.8 at every size >= 1 MiB, every repetition"},
+                 {"max_over_min", "<= 1.5 at every size >= 1 MiB, every op"}}},
+      {"goals_met", goals_met}};
 }
 
 }  // namespace troupe::cli

@@ -13,8 +13,9 @@
 namespace troupe::cli {
 nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
-Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes);
-Expected<nlohmann::json> bench_collectives(int nodes, const std::vector<std::size_t>& sizes, bool with_gloo);
+Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts);
+Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const std::vector<std::size_t>& sizes,
+                                           int repetitions, bool with_gloo);
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
                                         int warmup);
 }
@@ -147,9 +148,13 @@ void register_bench(CLI::App& app, Action& action) {
       8, 64, 512, 4096, 32768, 262144, 1 << 20, 8 << 20, 64 << 20});
   auto* tr = bench->add_subcommand("transport", "Latency and bandwidth between two node processes, beside ucx_perftest");
   tr->add_option("--sizes", *tsizes, "Message sizes in bytes");
-  tr->callback([tsizes, &action] {
-    action = [tsizes] {
-      auto out = bench_transport(*tsizes);
+  auto treps = std::make_shared<int>(5);
+  tr->add_option("--repetitions", *treps, "Runs of every figure, ours and ucx_perftest's")->check(CLI::Range(1, 100));
+  auto tloop = std::make_shared<bool>(false);
+  tr->add_flag("--loopback-only", *tloop, "Skip the run across two network namespaces");
+  tr->callback([tsizes, treps, tloop, &action] {
+    action = [tsizes, treps, tloop] {
+      auto out = bench_transport(*tsizes, *treps, !*tloop);
       if (!out) return fail("bench transport", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;
@@ -157,18 +162,20 @@ void register_bench(CLI::App& app, Action& action) {
   });
 
   struct CollArgs {
-    int nodes = 2;
-    std::vector<std::size_t> sizes{1024, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20};
+    std::vector<int> nodes{2, 4};
+    std::vector<std::size_t> sizes{1024, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20};
+    int repetitions = 5;
     bool no_gloo = false;
   };
   auto ca = std::make_shared<CollArgs>();
   auto* co = bench->add_subcommand("collectives", "Ring collectives between node processes, beside gloo");
-  co->add_option("--nodes", ca->nodes, "Processes")->check(CLI::Range(2, 64));
+  co->add_option("--nodes", ca->nodes, "Process counts, each a run")->check(CLI::Range(2, 64));
+  co->add_option("--repetitions", ca->repetitions, "Passes over every size, ours and gloo's")->check(CLI::Range(1, 100));
   co->add_option("--sizes", ca->sizes, "Buffer sizes in bytes");
   co->add_flag("--no-gloo", ca->no_gloo, "Skip the gloo peer");
   co->callback([ca, &action] {
     action = [ca] {
-      auto out = bench_collectives(ca->nodes, ca->sizes, !ca->no_gloo);
+      auto out = bench_collectives(ca->nodes, ca->sizes, ca->repetitions, !ca->no_gloo);
       if (!out) return fail("bench collectives", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;

@@ -1,6 +1,7 @@
 // troupe bench transport: latency (ping-pong, half the round trip) and
 // bandwidth (windows of back-to-back sends, then an ack) between two node
-// processes over UCX, beside ucx_perftest's tag_lat and tag_bw on the same sizes.
+// processes over UCX, beside ucx_perftest's tag_lat and tag_bw on the same
+// sizes; every figure repeated (min, median, max), ours and the peer's.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -8,7 +9,9 @@
 #include <sstream>
 
 #include "runtime/redis_server.hpp"
+#include "tools/troupe/bench_figures.hpp"
 #include "runtime/local_ranks.hpp"
+#include "runtime/veth_hosts.hpp"
 
 namespace troupe::cli {
 namespace {
@@ -27,8 +30,9 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
   // is the transport's, not the memory system's on a 64 MiB working set.
   std::vector<char> buf(std::max<std::size_t>(bytes, 1));
   char ack = 0;
-  auto send = [&](char* p, std::size_t n) { return wait_for([&](Completion c) { t.send(peer, 1, p, n, std::move(c)); }); };
-  auto recv = [&](char* p, std::size_t n) { return wait_for([&](Completion c) { t.recv(peer, 1, p, n, std::move(c)); }); };
+  // As a waiting actor would: the caller drives the worker (UX-1).
+  auto send = [&](char* p, std::size_t n) { return wait_for(t, [&](Completion c) { t.send(peer, 1, p, n, std::move(c)); }); };
+  auto recv = [&](char* p, std::size_t n) { return wait_for(t, [&](Completion c) { t.recv(peer, 1, p, n, std::move(c)); }); };
   // Latency.
   const auto l0 = Clock::now();
   for (int i = 0; i < iters; ++i) {
@@ -56,6 +60,7 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
       if (t.rank() == 0) t.send(peer, 2, at, bytes, cb);
       else t.recv(peer, 2, at, bytes, cb);
     }
+    t.drive_until([&] { return remaining.load(std::memory_order_acquire) == 0; }, kDriveIdle);
     for (int left; (left = remaining.load(std::memory_order_acquire)) > 0;) remaining.wait(left);
     if (failed) return make_error("bench transport: a windowed transfer failed");
     if (t.rank() == 0) TROUPE_TRY(recv(&ack, 1));
@@ -66,14 +71,45 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
   return nlohmann::json{{"bytes", bytes}, {"latency_us", lat_us}, {"bandwidth_MBps", bw / 1e6}};
 }
 
-// The final row of ucx_perftest between two local processes (loopback only).
-nlohmann::json perftest(const char* test, std::size_t bytes, int iters) {
+// Where the two processes run: loopback on this machine, or two namespaces
+// joined by a veth pair with UCX over TCP (as between two hosts).
+struct Link {
+  std::string name;
+  RankPlacement placement;
+  std::string server_env, client_env;  // ucx_perftest's: "[ip netns exec NS] env UCX_...=..."
+  std::string server_address;
+};
+
+Link loopback() {
+  return {"loopback: shared memory between two processes", {}, "env UCX_NET_DEVICES=lo", "env UCX_NET_DEVICES=lo",
+          "127.0.0.1"};
+}
+
+Link across(const VethHosts& hosts) {
+  Link l;
+  l.name = "tcp over a veth pair between two network namespaces";
+  l.placement.enter = [&hosts](int rank) { return hosts.enter(rank); };
+  l.placement.options = [&hosts](int rank) {
+    UcxOptions o;
+    o.bind_address = hosts.address(rank);
+    o.transports = "tcp";
+    return o;
+  };
+  for (int h : {0, 1})
+    (h == 0 ? l.server_env : l.client_env) =
+        hosts.exec_prefix(h) + "env UCX_TLS=tcp UCX_NET_DEVICES=" + hosts.device(h);
+  l.server_address = hosts.address(0);
+  return l;
+}
+
+// The final row of ucx_perftest between two processes placed as `link` says.
+nlohmann::json perftest(const Link& link, const char* test, std::size_t bytes, int iters) {
   const int port = free_loopback_port();
-  const std::string env = "UCX_NET_DEVICES=lo ";
-  const std::string server = env + "ucx_perftest -p " + std::to_string(port) + " >/dev/null 2>&1 &";
+  const std::string server = link.server_env + " ucx_perftest -p " + std::to_string(port) + " >/dev/null 2>&1 &";
   if (std::system(server.c_str()) != 0) return {{"error", "cannot start ucx_perftest"}};
-  std::string client = env + "sleep 0.3; ucx_perftest 127.0.0.1 -p " + std::to_string(port) + " -t " + test + " -s " +
-                       std::to_string(bytes) + " -n " + std::to_string(iters) + " 2>/dev/null | grep Final:";
+  std::string client = "sleep 0.3; " + link.client_env + " ucx_perftest " + link.server_address + " -p " +
+                       std::to_string(port) + " -t " + test + " -s " + std::to_string(bytes) + " -n " +
+                       std::to_string(iters) + " 2>/dev/null | grep Final:";
   FILE* p = ::popen(client.c_str(), "r");
   if (!p) return {{"error", "cannot run ucx_perftest"}};
   char line[512] = {};
@@ -87,31 +123,91 @@ nlohmann::json perftest(const char* test, std::size_t bytes, int iters) {
   return {{"latency_us", lat_avg}, {"bandwidth_MBps", bw_all}};
 }
 
-}  // namespace
+std::vector<double> column(const nlohmann::json& reps, const char* key) {
+  std::vector<double> v;
+  for (const auto& r : reps)
+    if (r.contains(key)) v.push_back(r[key].get<double>());
+  return v;
+}
 
-Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes) {
-  auto ours = run_ranks(2, [&](UcxTransport& t) -> Expected<nlohmann::json> {
-    nlohmann::json rows = nlohmann::json::array();
-    for (std::size_t s : sizes) {
-      auto r = measure(t, s);
-      if (!r) return r.error();
-      rows.push_back(*r);
-    }
-    return rows;
-  });
+double lowest(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double highest(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+// Ours and ucx_perftest's over one link, every size `repetitions` times.
+Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::size_t>& sizes, int repetitions,
+                                    nlohmann::json& goals_met) {
+  auto ours = run_ranks(
+      2,
+      [&](UcxTransport& t) -> Expected<nlohmann::json> {
+        nlohmann::json rows = nlohmann::json::array();
+        for (std::size_t s : sizes) {
+          nlohmann::json reps = nlohmann::json::array();
+          for (int r = 0; r < repetitions; ++r) {
+            auto m = measure(t, s);
+            if (!m) return m.error();
+            reps.push_back(*m);
+          }
+          rows.push_back(reps);
+        }
+        return rows;
+      },
+      link.placement);
   if (!ours) return ours.error();
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const int iters = iterations_for(sizes[i]);
-    nlohmann::json row = (*ours)[i];
-    row["ucx_perftest"] = {{"tag_lat", perftest("tag_lat", sizes[i], iters)}, {"tag_bw", perftest("tag_bw", sizes[i], iters)}};
-    const auto& peer_bw = row["ucx_perftest"]["tag_bw"];
-    if (peer_bw.contains("bandwidth_MBps"))
-      row["bandwidth_vs_perftest"] = row["bandwidth_MBps"].get<double>() / peer_bw["bandwidth_MBps"].get<double>();
+    nlohmann::json lat_runs = nlohmann::json::array(), bw_runs = nlohmann::json::array();
+    for (int r = 0; r < repetitions; ++r) {
+      lat_runs.push_back(perftest(link, "tag_lat", sizes[i], iters));
+      bw_runs.push_back(perftest(link, "tag_bw", sizes[i], iters));
+    }
+    const auto lat = column((*ours)[i], "latency_us"), bw = column((*ours)[i], "bandwidth_MBps");
+    const auto peer_lat = column(lat_runs, "latency_us"), peer_bw = column(bw_runs, "bandwidth_MBps");
+    nlohmann::json row = {{"bytes", sizes[i]}, {"latency_us", spread(lat)}, {"bandwidth_MBps", spread(bw)}};
+    row["ucx_perftest"] = {{"tag_lat", {{"latency_us", spread(peer_lat)}}}, {"tag_bw", {{"bandwidth_MBps", spread(peer_bw)}}}};
+    if (peer_lat.size() < static_cast<std::size_t>(repetitions) || peer_bw.size() < static_cast<std::size_t>(repetitions))
+      row["ucx_perftest"]["error"] = lat_runs.back().value("error", bw_runs.back().value("error", "some runs printed no result"));
+    if (!peer_lat.empty() && !peer_bw.empty()) {
+      // Medians side by side, and our worst repetition against the peer's median.
+      const double lat_worst = highest(lat) / median(peer_lat), bw_worst = lowest(bw) / median(peer_bw);
+      row["latency_vs_perftest"] = {{"median", median(lat) / median(peer_lat)}, {"worst", lat_worst}};
+      row["bandwidth_vs_perftest"] = {{"median", median(bw) / median(peer_bw)}, {"worst", bw_worst}};
+      if (sizes[i] >= 8 && sizes[i] <= 4096 && lat_worst > 3) goals_met["latency_le_3x"] = false;
+      if (sizes[i] >= (64 << 10) && sizes[i] <= (64 << 20) && bw_worst < 0.9) goals_met["bandwidth_ge_0.9"] = false;
+    }
     rows.push_back(row);
   }
-  return nlohmann::json{{"bench", "transport"}, {"transport", "ucx tag API, two processes, loopback"},
-                        {"results", rows}, {"target", "bandwidth >= 90% of ucx_perftest at 1 MiB and 64 MiB"}};
+  return nlohmann::json{{"link", link.name}, {"results", rows}};
+}
+
+}  // namespace
+
+Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts) {
+  nlohmann::json goals_met = {{"latency_le_3x", true}, {"bandwidth_ge_0.9", true}};
+  nlohmann::json links = nlohmann::json::array();
+  auto first = bench_link(loopback(), sizes, repetitions, goals_met);
+  if (!first) return first.error();
+  links.push_back(*first);
+  if (across_hosts) {
+    auto hosts = VethHosts::create("bench");
+    if (!hosts) {
+      links.push_back({{"link", "tcp over a veth pair between two network namespaces"},
+                       {"skipped", hosts.error().message}});
+    } else {
+      auto second = bench_link(across(**hosts), sizes, repetitions, goals_met);
+      if (!second) return second.error();
+      links.push_back(*second);
+    }
+  }
+  return nlohmann::json{{"bench", "transport"},
+                        {"transport", "ucx tag API, two processes"},
+                        {"repetitions", repetitions},
+                        {"figures", "min/median/max over repetitions; *_vs_perftest: median = ours over the peer's "
+                                    "median, worst = our worst repetition over the peer's median"},
+                        {"links", links},
+                        {"goals", {{"latency_vs_perftest", "worst <= 3 from 8 B to 4 KiB"},
+                                   {"bandwidth_vs_perftest", "worst >= 0.9 from 64 KiB to 64 MiB"}}},
+                        {"goals_met", goals_met}};
 }
 
 }  // namespace troupe::cli
