@@ -42,12 +42,17 @@ class Transport {
   /// Lets the calling thread, about to wait for `done()`, make progress on
   /// this endpoint's transfers itself (no hand-off to the progress thread and
   /// back) until `done()` or until `idle` passes without any transfer event;
-  /// then the progress thread carries on and the caller sleeps. Returns
-  /// done(). Transports without a worker to drive return at once.
-  virtual bool drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) {
+  /// then the progress thread carries on and the caller sleeps. `start`, if
+  /// given, runs first, already as the driver: the operations it posts wake
+  /// no other thread. Returns done(). Transports without a worker to drive
+  /// just run `start`.
+  virtual bool drive(const std::function<void()>& start, const std::function<bool()>& done,
+                     std::chrono::microseconds idle) {
     (void)idle;
+    if (start) start();
     return done();
   }
+  bool drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) { return drive({}, done, idle); }
 };
 
 }  // namespace troupe

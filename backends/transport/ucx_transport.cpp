@@ -1,6 +1,6 @@
 // UcxTransport: context/worker/endpoint handles in RAII wrappers, a queue of
 // operations posted by whichever thread drives the worker (the progress
-// thread, or a caller waiting in drive_until), callbacks into completions.
+// thread, or a caller waiting in drive), callbacks into completions.
 //
 // UX-1  The worker (and every structure the progress thread owned: inflight,
 //       posting, failing) is touched only under worker_mu, by one thread at a
@@ -91,7 +91,7 @@ struct UcxTransport::Impl {
   std::atomic<int> queued{0};  // ops or failures waiting in queue / to_fail
   std::atomic<bool> sleeping{false};
   std::mutex worker_mu;            // UX-1
-  std::atomic<int> drivers{0};     // threads in drive_until (UX-2)
+  std::atomic<int> drivers{0};     // threads in drive (UX-2)
   std::deque<Op> queue;
   std::deque<int> to_fail;
   std::vector<std::promise<void>> to_abort;  // abort_all() callers waiting for the progress thread
@@ -268,10 +268,11 @@ struct UcxTransport::Impl {
     }
   }
 
-  // drive_until's loop (UX-1, UX-2).
-  bool drive(const std::function<bool()>& done, std::chrono::microseconds idle) {
+  // drive's loop (UX-1, UX-2).
+  bool drive(const std::function<void()>& start, const std::function<bool()>& done, std::chrono::microseconds idle) {
     using Clock = std::chrono::steady_clock;
     drivers.fetch_add(1);
+    if (start) start();  // UX-2: what it posts is this driver's to post
     auto last_activity = Clock::now();
     bool pending = false;
     while (!done()) {
@@ -454,9 +455,10 @@ void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Comple
   impl_->notify();
 }
 
-bool UcxTransport::drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) {
-  if (!impl_->progress.joinable()) return done();  // never connected: nothing to drive
-  return impl_->drive(done, idle);
+bool UcxTransport::drive(const std::function<void()>& start, const std::function<bool()>& done,
+                         std::chrono::microseconds idle) {
+  if (!impl_->progress.joinable()) return Transport::drive(start, done, idle);  // never connected
+  return impl_->drive(start, done, idle);
 }
 
 bool UcxTransport::peer_failed(int peer) const { return impl_->failed[static_cast<std::size_t>(peer)]; }

@@ -2,7 +2,7 @@
 // host, tcp across hosts. One worker per transport, driven by a progress thread
 // that spins only while there is traffic and otherwise sleeps (a spinning thread
 // would take a core from compute), or by a caller waiting for a transfer
-// (drive_until: no hand-off between threads for a small message). UCX calls
+// (drive: no hand-off between threads for a small message). UCX calls
 // happen on whichever of them holds the worker; send/recv only enqueue.
 #pragma once
 
@@ -52,7 +52,8 @@ class UcxTransport final : public Transport {
   void recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) override;
   bool peer_failed(int peer) const override;
   void abort_all() override;
-  bool drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) override;
+  bool drive(const std::function<void()>& start, const std::function<bool()>& done,
+             std::chrono::microseconds idle) override;
   /// Declares `peer` dead (e.g. on a supervisor's notice): its pending
   /// operations complete with an error and new ones fail at once.
   void mark_failed(int peer);

@@ -20,7 +20,7 @@ namespace troupe {
 inline constexpr std::chrono::microseconds kDriveIdle{100};
 
 /// Calls start(completion) and sleeps until the completion has run; with
-/// `drive`, drives that transport meanwhile (Transport::drive_until: a small
+/// `drive`, drives that transport meanwhile (Transport::drive: a small
 /// message completes without a thread hand-off).
 inline Status wait_for(const std::function<void(Completion)>& start, Transport* drive = nullptr) {
   struct Slot {
@@ -28,12 +28,15 @@ inline Status wait_for(const std::function<void(Completion)>& start, Transport* 
     Status status;
   };
   auto slot = std::make_shared<Slot>();
-  start([slot](Status st) {
-    slot->status = std::move(st);
-    slot->ready.store(1, std::memory_order_release);
-    slot->ready.notify_one();
-  });
-  if (drive) drive->drive_until([&] { return slot->ready.load(std::memory_order_acquire) != 0; }, kDriveIdle);
+  auto begin = [&] {
+    start([slot](Status st) {
+      slot->status = std::move(st);
+      slot->ready.store(1, std::memory_order_release);
+      slot->ready.notify_one();
+    });
+  };
+  if (drive) drive->drive(begin, [&] { return slot->ready.load(std::memory_order_acquire) != 0; }, kDriveIdle);
+  else begin();
   slot->ready.wait(0, std::memory_order_acquire);
   return slot->status;
 }
