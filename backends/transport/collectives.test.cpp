@@ -1,6 +1,5 @@
 // CL-1: ring collectives in segments give, bit for bit, the ring's own order
-// of sums, at sizes with many segments, uneven chunks and sums on the reduce
-// worker (RW-1); RW-1's worker runs tasks in order, off the caller's thread.
+// of sums, at sizes with many segments and uneven chunks; a failure reports once.
 #include "backends/transport/collectives.hpp"
 
 #include <array>
@@ -11,7 +10,6 @@
 #include <thread>
 
 #include "backends/transport/local_transport.hpp"
-#include "backends/transport/reduce_worker.hpp"
 #include "backends/transport/local_world.test.hpp"
 #include "backends/transport/wait.hpp"
 
@@ -40,12 +38,14 @@ using World = LocalWorld;
 }  // namespace
 
 TEST_CASE("CL-1: segmented ring collectives sum in the ring's order, bit for bit", "[transport][collectives]") {
-  // 1 to 64 segments per chunk, chunks of unequal length, sums inline and on the worker.
+  // Segments of 1000 floats, at most 8 per chunk: 1 segment, several, and
+  // more than 8 (then larger segments); chunks of unequal length; and the
+  // default 1 MiB segments at a size with several.
   for (int n : {2, 3, 4}) {
     const auto un = static_cast<std::size_t>(n);
-    for (std::size_t count : {std::size_t{5}, std::size_t{3 * 65536 + 1}, un * 5 * 65536 + 7, un * 70 * 65536 + 3}) {
+    for (std::size_t count : {std::size_t{5}, un * 999, un * 3500 + 1, un * 20000 + 3, un * 3 * 262144 + 7}) {
       INFO(n << " members, " << count << " floats");
-      World w(n);
+      World w(n, count < 262144 ? CollectiveOptions{1000, 8} : CollectiveOptions{});
       std::vector<int> group(static_cast<std::size_t>(n));
       std::iota(group.begin(), group.end(), 0);
       std::vector<std::vector<float>> ar(static_cast<std::size_t>(n)), rs;
@@ -82,8 +82,8 @@ TEST_CASE("CL-1: segmented ring collectives sum in the ring's order, bit for bit
 }
 
 TEST_CASE("CL-1: a rank failing mid-collective fails its peers' segmented collectives, once each", "[transport][collectives]") {
-  World w(3);
-  const std::size_t count = 3 * 8 * 65536;  // 8 segments per chunk, summed on the worker
+  World w(3, CollectiveOptions{1000, 8});
+  const std::size_t count = 3 * 8 * 1000;  // 8 segments per chunk
   std::vector<std::vector<float>> bufs(3, std::vector<float>(count, 1.0f));
   std::array<std::atomic<int>, 2> calls{};
   std::array<std::promise<Status>, 2> results;
@@ -102,25 +102,6 @@ TEST_CASE("CL-1: a rank failing mid-collective fails its peers' segmented collec
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // any second report would have come by now
   CHECK(calls[0] == 1);
   CHECK(calls[1] == 1);
-}
-
-TEST_CASE("RW-1: the reduce worker runs tasks in order on its own thread, and inline once stopped", "[transport]") {
-  ReduceWorker worker;
-  std::vector<int> order;
-  std::promise<std::thread::id> ran_on;
-  for (int i = 0; i < 100; ++i) worker.run([&order, i] { order.push_back(i); });
-  worker.run([&] { ran_on.set_value(std::this_thread::get_id()); });
-  CHECK(ran_on.get_future().get() != std::this_thread::get_id());
-  worker.stop();
-  std::vector<int> want(100);
-  std::iota(want.begin(), want.end(), 0);
-  CHECK(order == want);
-  bool inline_ran = false;
-  worker.run([&] { inline_ran = true; });
-  CHECK(inline_ran);
-  std::vector<float> a{1, 2, 3, 4, 5}, b{10, 20, 30, 40, 50};
-  add_into(a.data(), b.data(), a.size());
-  CHECK(a == std::vector<float>{11, 22, 33, 44, 55});
 }
 
 }  // namespace troupe

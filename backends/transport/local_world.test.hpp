@@ -14,10 +14,10 @@ struct LocalWorld {
   std::shared_ptr<LocalFabric> fabric;
   std::vector<std::unique_ptr<Transport>> ts;
   std::vector<std::unique_ptr<Collectives>> cs;
-  explicit LocalWorld(int n) : fabric(LocalFabric::create(n)) {
+  explicit LocalWorld(int n, CollectiveOptions options = {}) : fabric(LocalFabric::create(n)) {
     for (int r = 0; r < n; ++r) {
       ts.push_back(fabric->endpoint(r));
-      cs.push_back(std::make_unique<Collectives>(*ts.back()));
+      cs.push_back(std::make_unique<Collectives>(*ts.back(), options));
     }
   }
 };

@@ -9,12 +9,15 @@
 //       (send/recv skip waking the progress thread); a driver that stops with
 //       operations queued or in flight wakes the progress thread, so that
 //       nothing queued or posted is ever left without a thread to progress it.
+// UX-3  A driver that has polled kPoliteAfter without an event yields its core
+//       between polls (more processes than cores must not starve each other).
 #include "backends/transport/ucx_transport.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -33,6 +36,8 @@ namespace troupe {
 namespace {
 
 constexpr int kTagBits = 40;
+// How long a driver polls flat out before it yields its core between polls (UX-3).
+constexpr std::chrono::microseconds kPoliteAfter{5};
 
 Error ucx_error(const char* call, int rank, ucs_status_t st) {
   char host[256] = {};
@@ -285,7 +290,12 @@ struct UcxTransport::Impl {
           continue;
         }
       }
-      if (Clock::now() - last_activity > idle) break;
+      const auto quiet = Clock::now() - last_activity;
+      if (quiet > idle) break;
+      // UX-3: past a few microseconds of quiet, let whatever else wants this
+      // core run between polls: with more processes than cores the peer we
+      // wait for may be waiting for this very core.
+      if (quiet > kPoliteAfter) ::sched_yield();
     }
     drivers.fetch_sub(1);
     if (queued.load() != 0 || pending) wake_progress_thread();
