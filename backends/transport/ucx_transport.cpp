@@ -226,12 +226,6 @@ struct UcxTransport::Impl {
     return false;
   }
 
-  // Polls while there is traffic. After kSpin (20 µs) of quiet it sleeps: on the
-  // worker's event fd in event mode; otherwise (shared memory transports offer
-  // no events in UCX 1.13) on the wake fd alone, for a backoff of 20 µs growing
-  // to 100 µs while operations are in flight (about 1% of a core), and until
-  // woken when none are.
-  // Either way an idle transport costs no CPU.
   // One round of the worker's work (UX-1: the caller holds worker_mu): posts
   // what is queued, then progresses until nothing happens. True if anything did.
   bool work() {
@@ -241,33 +235,47 @@ struct UcxTransport::Impl {
     return busy;
   }
 
-  // While a caller drives the worker (UX-2) this thread stays out of its way,
-  // sleeping a backoff at a time.
+  // Polls while there is traffic. After kSpin (20 µs) of quiet it sleeps: on the
+  // worker's event fd in event mode; otherwise (shared memory transports offer
+  // no events in UCX 1.13) on the wake fd alone, for a backoff of 20 µs growing
+  // to 100 µs while operations are in flight (about 1% of a core), and until
+  // woken when none are.
+  // Either way an idle transport costs no CPU.
+  // While a caller drives the worker (UX-2) it stays out of its way.
   void loop() {
     using Clock = std::chrono::steady_clock;
     constexpr auto kSpin = std::chrono::microseconds(20);
     auto last_activity = Clock::now();
     long backoff_us = 20;
     while (!stop.load(std::memory_order_acquire)) {
-      bool busy = false, pending = false, armed = true;
-      if (drivers.load() == 0) {
+      if (drivers.load() > 0) {
+        // UX-2: a driver has the worker, and wakes this thread when it leaves
+        // anything behind; until then sleep on the wake fd alone.
+        sleeping.store(true);
+        if (drivers.load() > 0) sleep_once(-1, false);
+        sleeping.store(false);
+        continue;
+      }
+      bool busy = false, pending = false;
+      {
         std::lock_guard<std::mutex> lock(worker_mu);
         busy = work();
         pending = !inflight.empty();
-        const auto now = Clock::now();
-        if (busy) {
-          last_activity = now;
-          backoff_us = 20;
-        }
-        if (busy || now - last_activity < kSpin) continue;
-        armed = !event_mode || ucp_worker_arm(worker.get()) != UCS_ERR_BUSY;
-      } else {
-        pending = true;
       }
-      if (!armed) continue;
-      // Dekker with notify(): publish "sleeping", then look at the queue once more.
+      const auto now = Clock::now();
+      if (busy) {
+        last_activity = now;
+        backoff_us = 20;
+      }
+      if (busy || now - last_activity < kSpin) continue;
+      if (event_mode) {
+        std::lock_guard<std::mutex> lock(worker_mu);
+        if (ucp_worker_arm(worker.get()) == UCS_ERR_BUSY) continue;
+      }
+      // Dekker with notify(): publish "sleeping", then look at the queue (and
+      // for drivers) once more.
       sleeping.store(true);
-      if (queued.load() == 0) sleep_once(pending ? backoff_us : -1);
+      if (queued.load() == 0 && drivers.load() == 0) sleep_once(pending ? backoff_us : -1, true);
       sleeping.store(false);
       if (!event_mode && pending) backoff_us = std::min(backoff_us * 2, 100L);
     }
@@ -302,9 +310,11 @@ struct UcxTransport::Impl {
     return done();
   }
 
-  void sleep_once(long backoff_us) {
+  // Sleeps until woken through the wake fd, or (with `worker_events`) an
+  // event of the worker in event mode, or the backoff (-1: none) in poll mode.
+  void sleep_once(long backoff_us, bool worker_events) {
     pollfd fds[2] = {{wake.fd, POLLIN, 0}, {worker_fd, POLLIN, 0}};
-    if (event_mode) {
+    if (event_mode && worker_events) {
       ::poll(fds, 2, 100);
     } else {
       const timespec ts{0, backoff_us * 1000};
@@ -319,8 +329,7 @@ struct UcxTransport::Impl {
   void shutdown() {
     if (progress.joinable()) {
       stop = true;
-      sleeping = true;  // force the wake-up write
-      notify();
+      wake_progress_thread();
       progress.join();
     }
     // Fail whatever is still queued or in flight, then close the endpoints

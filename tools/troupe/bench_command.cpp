@@ -147,7 +147,7 @@ void register_bench(CLI::App& app, Action& action) {
   auto tsizes = std::make_shared<std::vector<std::size_t>>(std::vector<std::size_t>{
       8, 64, 512, 4096, 32768, 262144, 1 << 20, 8 << 20, 64 << 20});
   auto* tr = bench->add_subcommand("transport", "Latency and bandwidth between two node processes, beside ucx_perftest");
-  tr->add_option("--sizes", *tsizes, "Message sizes in bytes");
+  tr->add_option("--sizes", *tsizes, "Message sizes in bytes")->check(CLI::PositiveNumber);
   auto treps = std::make_shared<int>(5);
   tr->add_option("--repetitions", *treps, "Runs of every figure, ours and ucx_perftest's")->check(CLI::Range(1, 100));
   auto tloop = std::make_shared<bool>(false);
@@ -171,7 +171,7 @@ void register_bench(CLI::App& app, Action& action) {
   auto* co = bench->add_subcommand("collectives", "Ring collectives between node processes, beside gloo");
   co->add_option("--nodes", ca->nodes, "Process counts, each a run")->check(CLI::Range(2, 64));
   co->add_option("--repetitions", ca->repetitions, "Passes over every size, ours and gloo's")->check(CLI::Range(1, 100));
-  co->add_option("--sizes", ca->sizes, "Buffer sizes in bytes");
+  co->add_option("--sizes", ca->sizes, "Buffer sizes in bytes")->check(CLI::PositiveNumber);
   co->add_flag("--no-gloo", ca->no_gloo, "Skip the gloo peer");
   co->callback([ca, &action] {
     action = [ca] {
