@@ -56,7 +56,7 @@ Status MailboxInbox::wait(EventKey key) {
   while (!entries_[key].done) {
     if (drive_) {
       const std::uint64_t seen = arrivals_->load(std::memory_order_acquire);
-      drive_->drive_until([&] { return arrivals_->load(std::memory_order_acquire) != seen; }, kDriveIdle);
+      drive_->drive_until([&] { return arrivals_->load(std::memory_order_acquire) != seen; }, kDriveIdleAnyEvent);
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - EventClock::now()).count();
     if (left <= 0 || !receive_one(static_cast<int>(left))) {

@@ -15,9 +15,14 @@
 
 namespace troupe {
 
-/// How long a waiting thread drives the transport with nothing happening
-/// before it sleeps (a transfer in progress keeps it driving).
-inline constexpr std::chrono::microseconds kDriveIdle{100};
+/// How long a thread waiting for one transfer drives the transport with
+/// nothing happening before it sleeps. A rendezvous can be quiet for hundreds
+/// of microseconds (TCP: 256 KiB took 169 us instead of 72 with 100 us here);
+/// past the first 5 the driver yields its core between polls (UX-3).
+inline constexpr std::chrono::microseconds kDriveIdle{2000};
+/// The same for an actor that waits for any of its events (its peers may
+/// compute for milliseconds first).
+inline constexpr std::chrono::microseconds kDriveIdleAnyEvent{100};
 
 /// Calls start(completion) and sleeps until the completion has run; with
 /// `drive`, drives that transport meanwhile (Transport::drive: a small

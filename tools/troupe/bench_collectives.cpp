@@ -70,6 +70,22 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const 
 // Repetitions passes in one set of processes: rows [{bytes, op: [{time_us, busbw_GBps}, ...]}].
 Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions) {
   Collectives coll(t);
+  // Untimed: 1 MiB all-reduces for at least 200 ms (right after connecting,
+  // transfers ran several times slower for about the first 100 ms; see bench
+  // transport). Rank 0 decides when to stop: the sum of the first element
+  // tells every rank.
+  {
+    std::vector<int> group(static_cast<std::size_t>(t.size()));
+    std::iota(group.begin(), group.end(), 0);
+    std::vector<float> buf(std::size_t{1} << 18);
+    const auto w0 = std::chrono::steady_clock::now();
+    for (bool more = true; more;) {
+      std::fill(buf.begin(), buf.end(), 0.0f);
+      if (t.rank() == 0 && std::chrono::steady_clock::now() - w0 > std::chrono::milliseconds(200)) buf[0] = 1;
+      TROUPE_TRY(wait_for(t, [&](Completion c) { coll.all_reduce(group, buf.data(), buf.size(), std::move(c)); }));
+      more = buf[0] == 0;
+    }
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) rows.push_back({{"bytes", bytes}});
   for (int r = 0; r < repetitions; ++r) {

@@ -145,7 +145,7 @@ void register_bench(CLI::App& app, Action& action) {
   });
 
   auto tsizes = std::make_shared<std::vector<std::size_t>>(std::vector<std::size_t>{
-      8, 64, 512, 4096, 32768, 262144, 1 << 20, 8 << 20, 64 << 20});
+      8, 64, 512, 4096, 32768, 65536, 262144, 1 << 20, 8 << 20, 64 << 20});
   auto* tr = bench->add_subcommand("transport", "Latency and bandwidth between two node processes, beside ucx_perftest");
   tr->add_option("--sizes", *tsizes, "Message sizes in bytes")->check(CLI::PositiveNumber);
   auto treps = std::make_shared<int>(5);
