@@ -35,9 +35,9 @@ void add_into(float* __restrict dst, const float* __restrict src, std::size_t n)
 
 }  // namespace
 
-// What a Collectives' operations share: scratch buffers kept between
-// operations (a fresh buffer costs a page fault per 4 KiB).
-struct CollectiveShared {
+// Scratch buffers kept between a Collectives' operations (a fresh buffer costs
+// a page fault per 4 KiB); shared with the operations, which may outlive it.
+struct ScratchPool {
   std::mutex mu;
   std::vector<std::vector<float>> spare;
 
@@ -70,7 +70,7 @@ namespace {
 // bit the same result for any segment size).
 struct RingOp : std::enable_shared_from_this<RingOp> {
   Transport* t;
-  std::shared_ptr<CollectiveShared> shared;
+  std::shared_ptr<ScratchPool> pool;  // scratch comes from and returns to it
   float* data;
   std::size_t count;
   int n, me, next, prev;
@@ -86,7 +86,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   bool reported = false;
   Status error;
 
-  ~RingOp() { shared->give_back(std::move(scratch)); }
+  ~RingOp() { pool->give_back(std::move(scratch)); }
 
   std::pair<std::size_t, std::size_t> chunk(int i) const { return Collectives::chunk(count, n, mod(i, n)); }
   std::pair<std::size_t, std::size_t> segment(int c, int j) const {
@@ -269,7 +269,7 @@ struct ChainBroadcast : std::enable_shared_from_this<ChainBroadcast> {
 }  // namespace
 
 Collectives::Collectives(Transport& transport, CollectiveOptions options)
-    : t_(transport), options_(options), shared_(std::make_shared<CollectiveShared>()) {
+    : t_(transport), options_(options), scratch_(std::make_shared<ScratchPool>()) {
   options_.max_segments = std::clamp(options_.max_segments, 1, 1 << kSegmentBits);
 }
 
@@ -298,7 +298,7 @@ Tag Collectives::next_tag_base(const std::vector<int>& group) {
 
 namespace {
 
-void start_ring(Transport& t, const CollectiveOptions& options, const std::shared_ptr<CollectiveShared>& shared,
+void start_ring(Transport& t, const CollectiveOptions& options, const std::shared_ptr<ScratchPool>& pool,
                 const std::vector<int>& group, float* data, std::size_t count, Tag tag_base, bool reduce, bool gather,
                 Completion done) {
   const int n = static_cast<int>(group.size());
@@ -308,7 +308,7 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
     return done(make_error("collective: a ring of ", std::to_string(n), " members (at most ", std::to_string(kMaxRing), ")"));
   auto op = std::make_shared<RingOp>();
   op->t = &t;
-  op->shared = shared;
+  op->pool = pool;
   op->data = data;
   op->count = count;
   op->n = n;
@@ -322,7 +322,7 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
   const std::size_t seg = std::max<std::size_t>(1, options.segment_floats);
   op->segs = static_cast<int>(std::clamp<std::size_t>((largest + seg - 1) / seg, 1, static_cast<std::size_t>(options.max_segments)));
   op->slot = (largest + static_cast<std::size_t>(op->segs) - 1) / static_cast<std::size_t>(op->segs);
-  if (reduce) op->scratch = shared->take(op->slot * static_cast<std::size_t>(op->segs));
+  if (reduce) op->scratch = pool->take(op->slot * static_cast<std::size_t>(op->segs));
   op->done = std::move(done);
   op->start();
 }
@@ -330,15 +330,15 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
 }  // namespace
 
 void Collectives::all_reduce(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, shared_, group, data, count, next_tag_base(group), true, true, std::move(done));
+  start_ring(t_, options_, scratch_, group, data, count, next_tag_base(group), true, true, std::move(done));
 }
 
 void Collectives::reduce_scatter(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, shared_, group, data, count, next_tag_base(group), true, false, std::move(done));
+  start_ring(t_, options_, scratch_, group, data, count, next_tag_base(group), true, false, std::move(done));
 }
 
 void Collectives::all_gather(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, shared_, group, data, count, next_tag_base(group), false, true, std::move(done));
+  start_ring(t_, options_, scratch_, group, data, count, next_tag_base(group), false, true, std::move(done));
 }
 
 void Collectives::broadcast(const std::vector<int>& group, int root, float* data, std::size_t count, Completion done) {

@@ -23,7 +23,7 @@ namespace troupe {
 /// transport must use tags below it.
 inline constexpr Tag kCollectiveTagBit = Tag{1} << 39;
 
-struct CollectiveShared;
+struct ScratchPool;
 
 /// How a ring moves its chunks: in segments of `segment_floats` (fewer if
 /// that would make more than `max_segments`, at most 64), so that sending,
@@ -65,7 +65,7 @@ class Collectives {
   Tag next_tag_base(const std::vector<int>& group);
   Transport& t_;
   CollectiveOptions options_;
-  std::shared_ptr<CollectiveShared> shared_;
+  std::shared_ptr<ScratchPool> scratch_;
   std::mutex mu_;
   std::map<std::vector<int>, std::uint64_t> next_op_;  // per group
 };

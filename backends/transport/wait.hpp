@@ -59,22 +59,23 @@ inline Status wait_for(const std::function<void(Completion)>& start, std::chrono
   struct Slot {
     std::mutex mu;
     std::condition_variable cv;
-    bool ready = false;
+    bool ready = false;               // under mu, for the sleeping wait
+    std::atomic<bool> arrived{false};  // the same, for the driving wait's polls
     Status status;
   };
   auto slot = std::make_shared<Slot>();
-  start([slot](Status st) {
-    std::lock_guard<std::mutex> lock(slot->mu);
-    slot->status = std::move(st);
-    slot->ready = true;
-    slot->cv.notify_one();
-  });
-  transport.drive_until(
+  // Posted as the driver (no wake-up of the progress thread), then driven.
+  transport.drive(
       [&] {
-        std::lock_guard<std::mutex> lock(slot->mu);
-        return slot->ready;
+        start([slot](Status st) {
+          std::lock_guard<std::mutex> lock(slot->mu);
+          slot->status = std::move(st);
+          slot->ready = true;
+          slot->arrived.store(true, std::memory_order_release);
+          slot->cv.notify_one();
+        });
       },
-      kDriveIdle);
+      [&] { return slot->arrived.load(std::memory_order_acquire); }, kDriveIdle);
   std::unique_lock<std::mutex> lock(slot->mu);
   if (slot->cv.wait_for(lock, timeout, [&] { return slot->ready; })) return slot->status;
   lock.unlock();

@@ -115,20 +115,6 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
   return j;
 }
 
-}  // namespace
-
-namespace {
-
-std::vector<double> column(const nlohmann::json& runs, const char* key) {
-  std::vector<double> v;
-  for (const auto& r : runs)
-    if (r.is_object() && r.contains(key) && r[key].is_number()) v.push_back(r[key].get<double>());
-  return v;
-}
-
-double lowest(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
-double highest(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
-
 // One node count: ours (repetitions passes) beside gloo's (its own passes),
 // with the three checks per size.
 Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& sizes, int repetitions, bool with_gloo,

@@ -27,6 +27,18 @@ inline nlohmann::json spread(const std::vector<double>& v) {
           {"n", v.size()}};
 }
 
+/// The numbers under `key` in each object of `runs` (objects without it skipped).
+inline std::vector<double> column(const nlohmann::json& runs, const char* key) {
+  std::vector<double> v;
+  for (const auto& r : runs)
+    if (r.is_object() && r.contains(key) && r[key].is_number()) v.push_back(r[key].get<double>());
+  return v;
+}
+
+/// The smallest and largest of `v` (0 when empty).
+inline double lowest(const std::vector<double>& v) { return v.empty() ? 0 : *std::min_element(v.begin(), v.end()); }
+inline double highest(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+
 /// A benchmark's working directory: the one asked for (kept), or a fresh
 /// temporary one named after `tag` and the process (removed with this object).
 class BenchDirectory {

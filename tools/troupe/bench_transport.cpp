@@ -135,16 +135,6 @@ nlohmann::json perftest(const Link& link, const char* test, std::size_t bytes, i
   return {{"latency_us", lat_avg}, {"bandwidth_MBps", bw_all}};
 }
 
-std::vector<double> column(const nlohmann::json& reps, const char* key) {
-  std::vector<double> v;
-  for (const auto& r : reps)
-    if (r.contains(key)) v.push_back(r[key].get<double>());
-  return v;
-}
-
-double lowest(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
-double highest(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
-
 // Ours and ucx_perftest's over one link, every size `repetitions` times.
 Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::size_t>& sizes, int repetitions,
                                     nlohmann::json& goals_met) {
