@@ -53,7 +53,8 @@ int fail(const Error& e) {
 // actor system, the middleman's connections, the transports) has been seen
 // to block, rarely, after a job that finished; the job's outcome is already
 // known then, so the process logs where it is stuck, removes its ring and
-// ends with that outcome instead of hanging its launcher.
+// ends with that outcome instead of hanging its launcher. (N-5, below: a
+// failed node skips that teardown altogether.)
 constexpr int kShutdownGraceMs = 10000;
 
 class ShutdownWatchdog {
@@ -243,6 +244,19 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     }
     sys.await_all_actors_done();
     result = exit_code->load();
+    if (result != 0) {
+      // N-5: a failed node does not tear its actor system down. With a peer
+      // stopped (SIGSTOP) CAF 0.17's teardown has been seen to wait forever for
+      // a detached actor whose last reference it never drops; every actor has
+      // ended, so the transports, the ring and the job's keys go, and the
+      // process ends with the job's outcome.
+      transports.clear();
+      if (!ring_path->empty()) ::unlink(ring_path->c_str());
+      if (o.rank == 0) (void)forget_job(*redis, o.job_id);
+      spdlog::default_logger()->flush();
+      std::fflush(nullptr);
+      std::_Exit(result);
+    }
   }
   if (o.rank == 0) (void)forget_job(*redis, o.job_id);  // the job is over: its keys go
   return result;

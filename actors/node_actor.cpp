@@ -13,6 +13,9 @@
 //  N-4  A node that stopped exits within kShutdownGraceMs (node.cpp): its
 //       shutdown is bounded like every wait; a persist still in flight when a
 //       failed job stops it may be cut (no manifest: never chosen).
+//  N-5  A failed node, once its actors have ended, closes its transports,
+//       removes its ring and exits without tearing its actor system down
+//       (node.cpp: that teardown can block on a stopped peer).
 
 #include "actors/node_actor.hpp"
 

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <set>
 #include <sstream>
 
@@ -65,6 +66,12 @@ int wait_exit(pid_t pid, std::chrono::milliseconds limit) {
     if (::waitpid(pid, &status, WNOHANG) == pid) return status;
     std::this_thread::sleep_for(10ms);
   }
+  // Where it is stuck, for the failure's report (gdb is on the test machines).
+  if (::access("/usr/bin/gdb", X_OK) == 0)
+    std::cerr << "pid " << pid << " did not exit within " << limit.count() << " ms; its threads:\n"
+              << run("/usr/bin/gdb -p " + std::to_string(pid) +
+                     " -batch -ex 'thread apply all bt 12' 2>&1 | grep -E '^(Thread|#)' | head -150")
+                     .out;
   ::kill(pid, SIGKILL);
   ::waitpid(pid, &status, 0);
   return -1;

@@ -11,6 +11,9 @@
 //       nothing queued or posted is ever left without a thread to progress it.
 // UX-3  A driver that has polled kPoliteAfter without an event yields its core
 //       between polls (more processes than cores must not starve each other).
+// UX-4  Every tag carries the membership generation's low 8 bits: after
+//       begin_generation a message sent in an older generation never matches
+//       a receive (it is dropped and counted instead).
 #include "backends/transport/ucx_transport.hpp"
 
 #include <arpa/inet.h>
@@ -35,7 +38,11 @@
 namespace troupe {
 namespace {
 
+// A UCX tag: the sender's rank (16 bits), the generation (8 bits, UX-4), the user's tag (40).
 constexpr int kTagBits = 40;
+constexpr int kGenerationBits = 8;
+constexpr int kRankShift = kTagBits + kGenerationBits;
+constexpr Tag kGenerationMask = ((Tag{1} << kGenerationBits) - 1) << kTagBits;
 // How long a driver polls flat out before it yields its core between polls (UX-3).
 constexpr std::chrono::microseconds kPoliteAfter{5};
 
@@ -100,6 +107,9 @@ struct UcxTransport::Impl {
   std::deque<Op> queue;
   std::deque<int> to_fail;
   std::vector<std::promise<void>> to_abort;  // abort_all() callers waiting for the progress thread
+  std::vector<std::pair<std::uint64_t, std::promise<std::uint64_t>>> to_renew;  // begin_generation() callers
+  Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (worker_mu)
+  std::vector<char> trash;  // where stale messages are received to be dropped
   std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
 
   explicit Impl(int n) : failed(static_cast<std::size_t>(n)) {}
@@ -162,11 +172,11 @@ struct UcxTransport::Impl {
     if (r->op.kind == Kind::send) {
       p.cb.send = &on_send;
       sp = ucp_tag_send_nbx(eps[static_cast<std::size_t>(r->op.peer)], r->op.data, r->op.bytes,
-                            (static_cast<Tag>(rank) << kTagBits) | r->op.tag, &p);
+                            (static_cast<Tag>(rank) << kRankShift) | generation_bits | r->op.tag, &p);
     } else {
       p.cb.recv = &on_recv;
       sp = ucp_tag_recv_nbx(worker.get(), r->op.data, r->op.bytes,
-                            (static_cast<Tag>(r->op.peer) << kTagBits) | r->op.tag, ~Tag{0}, &p);
+                            (static_cast<Tag>(r->op.peer) << kRankShift) | generation_bits | r->op.tag, ~Tag{0}, &p);
     }
     if (UCS_PTR_IS_ERR(sp)) {
       finish(r, nullptr, UCS_PTR_STATUS(sp), 0);
@@ -199,18 +209,48 @@ struct UcxTransport::Impl {
     std::deque<Op> ops;
     std::deque<int> fails;
     std::vector<std::promise<void>> aborts;
+    std::vector<std::pair<std::uint64_t, std::promise<std::uint64_t>>> renewals;
     {
       std::lock_guard<std::mutex> lock(mu);
       ops.swap(queue);
       fails.swap(to_fail);
       aborts.swap(to_abort);
+      renewals.swap(to_renew);
       queued.store(0, std::memory_order_release);
     }
     for (int peer : fails) fail_peer(peer);
+    for (auto& [generation, promise] : renewals) promise.set_value(renew(generation));
     for (auto& op : ops) post(std::move(op));
     if (aborts.empty()) return;
     fail_everything();
     for (auto& a : aborts) a.set_value();
+  }
+
+  // UX-4: everything of the old generation fails, every peer is alive again,
+  // and tags carry the new generation's bits; the old generations' messages
+  // that arrived unasked are received into `trash` and counted.
+  std::uint64_t renew(std::uint64_t generation) {
+    fail_everything();
+    for (auto& f : failed) f = false;
+    generation_bits = (generation << kTagBits) & kGenerationMask;
+    std::uint64_t dropped = 0;
+    for (Tag g = 0; g < (Tag{1} << kGenerationBits); ++g) {
+      const Tag bits = g << kTagBits;
+      if (bits == generation_bits) continue;
+      ucp_tag_recv_info_t info{};
+      while (ucp_tag_message_h m = ucp_tag_probe_nb(worker.get(), bits, kGenerationMask, 1, &info)) {
+        trash.resize(std::max(trash.size(), info.length));
+        ucp_request_param_t p{};
+        ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(worker.get(), trash.data(), info.length, m, &p);
+        if (UCS_PTR_IS_PTR(req)) {
+          for (int i = 0; i < 100000 && ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
+            ucp_worker_progress(worker.get());
+          ucp_request_free(req);
+        }
+        ++dropped;
+      }
+    }
+    return dropped;
   }
 
   // Every peer failed: receives cancelled (UCX completes them inside
@@ -388,6 +428,8 @@ Expected<std::string> device_of(const std::string& address) {
 
 Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size, UcxOptions options) {
   if (size < 1 || rank < 0 || rank >= size) return make_error("ucx transport: rank ", std::to_string(rank), " of ", std::to_string(size));
+  if (size > (1 << (64 - kRankShift)))
+    return make_error("ucx transport: ", std::to_string(size), " ranks; a tag holds at most ", std::to_string(1 << (64 - kRankShift)));
   auto impl = std::make_unique<Impl>(size);
   impl->rank = rank;
   impl->size = size;
@@ -496,6 +538,19 @@ void UcxTransport::abort_all() {
   }
   impl_->notify();
   done.wait();
+}
+
+std::uint64_t UcxTransport::begin_generation(std::uint64_t generation) {
+  if (!impl_->progress.joinable()) return 0;  // never connected: nothing old can arrive
+  std::future<std::uint64_t> done;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->to_renew.emplace_back(generation, std::promise<std::uint64_t>{});
+    done = impl_->to_renew.back().second.get_future();
+    impl_->queued.fetch_add(1);
+  }
+  impl_->notify();
+  return done.get();
 }
 
 void UcxTransport::mark_failed(int peer) {

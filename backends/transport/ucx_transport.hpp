@@ -57,6 +57,13 @@ class UcxTransport final : public Transport {
   /// Declares `peer` dead (e.g. on a supervisor's notice): its pending
   /// operations complete with an error and new ones fail at once.
   void mark_failed(int peer);
+  /// UX-4: starts membership generation `generation` (a recovery): every
+  /// operation still queued or in flight fails, every peer counts as alive
+  /// again, and from now on only messages sent in this generation match (its
+  /// low 8 bits travel in the tag). Messages of older generations that arrived
+  /// unasked are dropped; returns how many. Call it while no owner of this
+  /// endpoint is posting (the stage actors wait for the recovery).
+  std::uint64_t begin_generation(std::uint64_t generation);
 
   struct Impl;
 

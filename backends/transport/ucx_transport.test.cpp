@@ -257,4 +257,45 @@ TEST_CASE("UX-2: operations queued while another thread drives, or left in fligh
   CHECK(msg_sent.get().ok());
 }
 
+TEST_CASE("UX-4: after begin_generation old messages never match; failed peers are alive again", "[ucx]") {
+  auto ts = connected(2);
+  // Generation 0: rank 0 sends twice on tag 5 (eager and rendezvous sizes);
+  // rank 1 never receives them. Rank 0 then sees rank 1 fail.
+  std::vector<int> stale_small(4, 111), stale_big(100000, 222);
+  Waiter s1, s2;
+  ts[0]->send(1, 5, stale_small.data(), stale_small.size() * sizeof(int), s1.cb());
+  ts[0]->send(1, 5, stale_big.data(), stale_big.size() * sizeof(int), s2.cb());
+  ts[0]->mark_failed(1);
+  std::vector<int> blocked(4);
+  Waiter refused;
+  ts[0]->recv(1, 6, blocked.data(), blocked.size() * sizeof(int), refused.cb());
+  REQUIRE_FALSE(refused.get().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both stale messages reach rank 1
+
+  // Generation 1 on both: the stale messages are dropped (counted on the
+  // receiver), and tag 5 carries only the new generation's message.
+  std::uint64_t dropped = 0;
+  auto renew1 = std::async(std::launch::async, [&] { dropped = ts[1]->begin_generation(1); });
+  CHECK(ts[0]->begin_generation(1) == 0);
+  renew1.get();
+  CHECK(dropped == 2);
+  (void)s1.get();
+  (void)s2.get();
+  std::vector<int> fresh(4, 7), in(4, -1);
+  Waiter r, s;
+  ts[1]->recv(0, 5, in.data(), in.size() * sizeof(int), r.cb());
+  ts[0]->send(1, 5, fresh.data(), fresh.size() * sizeof(int), s.cb());
+  REQUIRE(r.get().ok());
+  REQUIRE(s.get().ok());
+  CHECK(in == fresh);
+  CHECK_FALSE(ts[0]->peer_failed(1));
+
+  // A message of generation 1 sent before the receiver renewed to 2 is dropped too.
+  Waiter s3;
+  ts[0]->send(1, 5, fresh.data(), fresh.size() * sizeof(int), s3.cb());
+  REQUIRE(s3.get().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(ts[1]->begin_generation(2) == 1);
+}
+
 }  // namespace troupe
