@@ -3,6 +3,7 @@
 // passed to whoever spawns, not a global.
 #pragma once
 
+#include <atomic>
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>
 #include <functional>
@@ -35,6 +36,8 @@ struct JobFiles {
 /// transport endpoint, the job generation, the actor to report to (its node:
 /// msg::ActorDone or msg::ActorFailed, see report_outcome), the parsed and
 /// validated job config, and the node's data loader if it has one.
+class RecoverySnapshots;
+
 struct ActorArgs {
   int rank = 0;   ///< among the job's actors (one per node unless the type places more)
   int world = 1;  ///< actors in the job
@@ -50,6 +53,12 @@ struct ActorArgs {
   caf::actor checkpoint_writer;              ///< the node's, if the job takes checkpoints
   std::shared_ptr<SnapshotPool> snapshots;   ///< its host buffers
   std::shared_ptr<ProgressBoard> progress;   ///< where the node's health monitor reads its actors (optional)
+  /// Hot replacement (recovery.max_failures_per_hour > 0): the node's
+  /// host-memory rollback points, and for a replacement the step to start from.
+  std::shared_ptr<RecoverySnapshots> recovery;
+  int restore_step = -1;
+  /// The generation the actor now works in (a recovery bumps it; its reports carry it).
+  std::shared_ptr<std::atomic<std::uint64_t>> live_generation;
 };
 
 /// How many actors of a type a job places on each node, and what the node

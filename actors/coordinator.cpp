@@ -13,6 +13,9 @@
 #include "actors/verdict_record.hpp"
 #include "common/cpu_time.hpp"
 #include "runtime/health_relay.hpp"
+#include "runtime/metrics_writer.hpp"
+#include "training/recovery_snapshots.hpp"
+#include <nlohmann/json.hpp>
 #include "runtime/redis_client.hpp"
 #include "runtime/rendezvous.hpp"
 
@@ -31,6 +34,17 @@ struct CoordinatorState {
   std::uint64_t heartbeats = 0;
   std::int64_t health_cpu_ns = 0;  ///< spent on heartbeats and health checks (for bench health)
   bool finished = false;
+  // SV-8: the recovery in progress, and when the past ones began (the budget).
+  struct Recovery {
+    Verdict verdict;
+    HealthJudge::Clock::time_point began, aborted_at;
+    std::vector<bool> aborted, rewired;
+    std::vector<std::vector<int>> steps;  ///< every actor's rollback points
+    int step = -1;
+    std::uint64_t dropped = 0;
+  };
+  std::optional<Recovery> recovery;
+  std::vector<HealthJudge::Clock::time_point> recoveries;
   static inline const char* name = "troupe.coordinator";
 };
 
@@ -63,6 +77,82 @@ void lose_node(Self* self, int node, const std::string& why) {
   spdlog::error("coordinator: node {} lost; generation is now {}", node, st.cfg.generation);
   for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r)
     if (st.alive[r]) self->send(st.cfg.nodes[r], msg::PeerLost{st.cfg.generation, node, why});
+}
+
+// SV-2: the generation, bumped in Redis first (monotonic even if Redis is unreachable or was reset).
+std::uint64_t bump(CoordinatorState& st) {
+  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
+  auto gen = redis ? bump_generation(*redis, st.cfg.job_id) : Expected<std::uint64_t>(redis.error());
+  st.cfg.generation = std::max(gen ? *gen : 0, st.cfg.generation + 1);
+  return st.cfg.generation;
+}
+
+double ms_between(HealthJudge::Clock::time_point a, HealthJudge::Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// SV-8: a stage actor failed in a process that lives; within the budget it is
+// replaced: abort (Recover), rewire, restore and redo (Redo).
+bool recoverable(Self* self, const Verdict& v) {
+  auto& st = self->state;
+  if (st.cfg.max_failures_per_hour <= 0 || v.actor < 0 || st.recovery) return false;
+  const auto now = HealthJudge::Clock::now();
+  std::erase_if(st.recoveries, [&](auto t) { return now - t > std::chrono::hours(1); });
+  return static_cast<int>(st.recoveries.size()) < st.cfg.max_failures_per_hour;
+}
+
+void begin_recovery(Self* self, const Verdict& v) {
+  auto& st = self->state;
+  st.verdicts->record(v);
+  const auto n = st.cfg.nodes.size();
+  const auto now = HealthJudge::Clock::now();
+  st.recoveries.push_back(now);
+  st.recovery = CoordinatorState::Recovery{v, now, {}, std::vector<bool>(n, false), std::vector<bool>(n, false), {}, -1, 0};
+  const std::uint64_t gen = bump(st);
+  spdlog::warn("coordinator: recovering from {}: generation {}", v.line(), gen);
+  for (auto& node : st.cfg.nodes) self->send(node, msg::Recover{gen, v.node, v.actor, v.line()});
+}
+
+void on_node_aborted(Self* self, const msg::NodeAborted& m) {
+  auto& st = self->state;
+  if (!st.recovery || st.recovery->aborted[static_cast<std::size_t>(m.node)]) return;
+  auto& r = *st.recovery;
+  r.aborted[static_cast<std::size_t>(m.node)] = true;
+  for (auto& steps : m.snapshot_steps) r.steps.emplace_back(steps.begin(), steps.end());
+  if (std::find(r.aborted.begin(), r.aborted.end(), false) != r.aborted.end()) return;
+  r.aborted_at = HealthJudge::Clock::now();
+  r.step = common_rollback_step(r.steps);
+  if (r.step < 0) return finish(self, false, "recovery from " + r.verdict.line() + ": no step every stage actor holds a snapshot of");
+  for (auto& node : st.cfg.nodes) self->send(node, msg::Rewire{st.cfg.generation});
+}
+
+void on_rewired(Self* self, const msg::Rewired& m) {
+  auto& st = self->state;
+  if (!st.recovery || st.recovery->rewired[static_cast<std::size_t>(m.node)]) return;
+  auto& r = *st.recovery;
+  r.rewired[static_cast<std::size_t>(m.node)] = true;
+  r.dropped += m.dropped;
+  if (std::find(r.rewired.begin(), r.rewired.end(), false) != r.rewired.end()) return;
+  for (auto& node : st.cfg.nodes) self->send(node, msg::Redo{st.cfg.generation, r.step});
+  const auto now = HealthJudge::Clock::now();
+  spdlog::warn("coordinator: recovered: stage actor {} (node {}, {}) replaced on node {} from its host-memory snapshot; "
+               "every actor rolls back to step {} and redoes it ({:.1f} ms: abort {:.1f}, rewire {:.1f}; generation {}, "
+               "{} stale messages dropped)",
+               r.verdict.actor, r.verdict.node, r.verdict.kind, r.verdict.node, r.step, ms_between(r.began, now),
+               ms_between(r.began, r.aborted_at), ms_between(r.aborted_at, now), st.cfg.generation, r.dropped);
+  if (!st.cfg.metrics_path.empty())
+    if (auto w = MetricsWriter::append(st.cfg.metrics_path); w)
+      (void)w->write(nlohmann::json{{"recovery",
+                                     {{"generation", st.cfg.generation},
+                                      {"failed", {{"node", r.verdict.node}, {"actor", r.verdict.actor}, {"kind", r.verdict.kind}}},
+                                      {"replaced_on", r.verdict.node},
+                                      {"source", "memory"},
+                                      {"rollback_step", r.step},
+                                      {"abort_ms", ms_between(r.began, r.aborted_at)},
+                                      {"rewire_ms", ms_between(r.aborted_at, now)},
+                                      {"stale_messages_dropped", r.dropped}}}}
+                         .dump());
+  st.recovery.reset();
 }
 
 // SV-7: every failure ends as one verdict — logged, added to the metrics as a
@@ -224,6 +314,8 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
       },
       [self](const msg::NodeFailed& m) {
         if (!accept_report(self, m.generation, m.node)) return;
+        if (!m.from_peer && recoverable(self, verdict_of(m))) return begin_recovery(self, verdict_of(m));
+        if (self->state.recovery) return;  // SV-8: a consequence of the failure being recovered
         if (!m.from_peer) return conclude(self, verdict_of(m));
         auto& held = self->state.from_peer_failure;
         if (held) return;
@@ -244,6 +336,12 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
         self->state.health_cpu_ns += thread_cpu_ns() - cpu0;
       },
       [self](const msg::MemberSilent& m) { on_member_silent(self, m); },
+      [self](const msg::NodeAborted& m) {
+        if (accept_report(self, m.generation, m.node)) on_node_aborted(self, m);
+      },
+      [self](const msg::Rewired& m) {
+        if (accept_report(self, m.generation, m.node)) on_rewired(self, m);
+      },
       [self](msg::HealthTick) {
         auto& st = self->state;
         if (self->current_sender() != self->ctrl() || st.finished) return;

@@ -48,6 +48,7 @@ struct CoordinatorConfig {
   int relay_group = 0;         ///< nodes per heartbeat relay (R-1; 0: every node beats the coordinator)
   std::string metrics_path;    ///< verdicts are added here as {"fault": ...} lines ("" = none)
   std::string trace_path;      ///< and to the job's trace (its verdicts' part, "" = none)
+  int max_failures_per_hour = 0;  ///< recovery.max_failures_per_hour: stage actor failures replaced (SV-8)
 };
 
 caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg);

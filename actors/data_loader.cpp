@@ -76,6 +76,14 @@ caf::behavior data_loader(LoaderSelf* self, std::shared_ptr<ShmRing> ring, DataL
         s.waiting[ask.step].emplace_back(promise, block);
         return promise;
       },
+      [self](const msg::LoaderRewind& r) {  // a recovery: the stages redo from r.step
+        auto& s = self->state;
+        if (self->current_sender() == nullptr || self->current_sender()->node() != self->node()) return;
+        s.next_fill = s.released_upto = std::clamp(static_cast<int>(r.step), 0, s.spec.steps);
+        s.releases.clear();
+        s.waiting.clear();
+        fill_ahead(self);
+      },
       [self](const msg::BatchRelease& r) {
         auto& s = self->state;
         const int step = r.step;

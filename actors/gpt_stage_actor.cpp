@@ -16,6 +16,7 @@
 #include "runtime/trace_writer.hpp"
 #include "ops/model/weights.hpp"
 #include "training/progress.hpp"
+#include "training/recovery_snapshots.hpp"
 #include "training/snapshot_pool.hpp"
 
 namespace troupe {
@@ -72,6 +73,7 @@ Expected<BatchSource> ring_batches(caf::blocking_actor* self, const ActorArgs& a
                       Tensor::borrow(state->device, targets, {B, T}, DType::i32)};
   };
   src.release = [self, loader](int step) { self->send(loader, msg::BatchRelease{step}); };
+  src.forget = [state] { state->step = -1; };
   return src;
 }
 
@@ -139,11 +141,12 @@ Expected<double> run_guarded(const std::function<Expected<double>()>& work) {
 }
 
 void report_outcome(caf::blocking_actor* self, const ActorArgs& args, const Expected<double>& outcome) {
+  const std::uint64_t generation = args.live_generation ? args.live_generation->load() : args.generation;
   if (outcome)
-    self->send(args.report_to, msg::ActorDone{args.generation, args.rank, *outcome});
+    self->send(args.report_to, msg::ActorDone{generation, args.rank, *outcome});
   else
     self->send(args.report_to,
-               msg::ActorFailed{args.generation, args.rank, outcome.error().message,
+               msg::ActorFailed{generation, args.rank, outcome.error().message,
                                 outcome.error().origin == Origin::peer,
                                 from_exception(outcome.error()) ? "actor_exception" : "actor_error"});
 }
@@ -196,6 +199,25 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
   if (args.snapshots && args.checkpoint_writer) ta.checkpoints = checkpoint_sink(self, args);
   ta.checkpoint_root = checkpoint_root_for(args.job, args.files.save);
   ta.hooks = hooks;
+  if (args.recovery && args.job.recovery.max_failures_per_hour > 0) {
+    ta.recovery.snapshots = args.recovery.get();
+    ta.recovery.snapshot_every = args.job.recovery.snapshot_every;
+    ta.recovery.restore_step = args.restore_step;
+    // Parked: the node answers with the step to roll back to once every
+    // transport was rewired, or with an error when the job ends instead.
+    ta.recovery.park = [self, &args](const Error& why) -> Expected<int> {
+      Expected<int> out = make_error("recovery: the node did not answer");
+      const std::uint64_t generation = args.live_generation ? args.live_generation->load() : args.generation;
+      self->request(args.report_to, caf::infinite, msg::ActorParked{generation, args.rank, why.message})
+          .receive(
+              [&](const msg::Redo& redo) {
+                if (args.live_generation) args.live_generation->store(redo.generation);
+                out = static_cast<int>(redo.step);
+              },
+              [&](caf::error& e) { out = make_error("the job ended during a recovery (", self->system().render(e), ")"); });
+      return out;
+    };
+  }
   return train_stage(ta);
 }
 

@@ -57,6 +57,7 @@ msg::Heartbeat beat(MonitorState& st) {
 
 void on_tick(Self* self) {
   auto& st = self->state;
+  if (st.cfg.live_generation) st.cfg.generation = st.cfg.live_generation->load();
   // Ticks at most kTickMs apart, so that a pending tick never keeps the
   // actor (and its process) alive for long after it is told to exit.
   self->delayed_send(self, std::chrono::milliseconds(std::min(st.cfg.limits.heartbeat_ms, kTickMs)), msg::HealthTick{});

@@ -14,6 +14,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/fwd.hpp>
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,8 @@ struct HealthMonitorConfig {
   caf::actor upstream;    ///< the coordinator, or this node's relay's node actor
   caf::actor node_actor;  ///< told when the coordinator falls silent
   std::uint64_t generation = 0;
+  /// The node's generation as recoveries bump it (optional; else `generation` for good).
+  std::shared_ptr<std::atomic<std::uint64_t>> live_generation;
   int node = 0;
   int first_rank = 0;  ///< the job rank of the node's local actor 0
   HealthLimits limits;

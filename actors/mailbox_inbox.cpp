@@ -14,23 +14,25 @@ Completion MailboxInbox::expect(EventKey key) {
   Entry& e = entries_[key];
   e.done = false;
   e.armed_at = EventClock::now();
-  return [to = handle_, key, arrivals = arrivals_](Status st) {
+  return [to = handle_, key, arrivals = arrivals_, epoch = epoch_](Status st) {
     const auto at = EventClock::now().time_since_epoch().count();
     arrivals->fetch_add(1, std::memory_order_release);
     caf::anon_send(to, msg::TransferDone{static_cast<std::int32_t>(key.event), key.chunk, key.index, st.ok(),
                                          st.ok() ? std::string() : st.error().message,
-                                         !st.ok() && st.error().origin == Origin::peer, static_cast<std::int64_t>(at)});
+                                         !st.ok() && st.error().origin == Origin::peer, static_cast<std::int64_t>(at),
+                                         epoch});
   };
 }
 
 bool MailboxInbox::receive_one(int timeout_ms) {
   bool got = false;
   auto on_arrival = [&](const msg::TransferDone& m) {
+    got = true;
+    if (m.epoch != epoch_) return;  // armed before an abort
     Entry& e = entries_[EventKey{static_cast<StageEvent>(m.event), m.chunk, m.index}];
     e.done = true;
     e.status = m.ok ? Status::success() : Status(Error{m.error, m.from_peer ? Origin::peer : Origin::here});
     e.done_at = EventClock::time_point(EventClock::duration(m.at_ns));
-    got = true;
   };
   if (timeout_ms < 0)
     self_->receive(on_arrival);
@@ -74,6 +76,11 @@ bool MailboxInbox::arrived(EventKey key) {
   while (!entries_[key].done && receive_one(0)) {
   }
   return entries_[key].done;
+}
+
+void MailboxInbox::forget_all() {
+  ++epoch_;
+  entries_.clear();
 }
 
 std::pair<EventClock::time_point, EventClock::time_point> MailboxInbox::times(EventKey key) {

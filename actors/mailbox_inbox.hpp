@@ -26,6 +26,7 @@ class MailboxInbox final : public Inbox {
   Status wait(EventKey key) override;
   bool arrived(EventKey key) override;
   std::pair<EventClock::time_point, EventClock::time_point> times(EventKey key) override;
+  void forget_all() override;
 
  private:
   struct Entry {
@@ -43,6 +44,7 @@ class MailboxInbox final : public Inbox {
   // wait knows when to look at the mailbox.
   std::shared_ptr<std::atomic<std::uint64_t>> arrivals_ = std::make_shared<std::atomic<std::uint64_t>>(0);
   std::map<EventKey, Entry> entries_;
+  std::uint64_t epoch_ = 0;  ///< bumped by forget_all: older deliveries are dropped
 };
 
 }  // namespace troupe

@@ -23,6 +23,7 @@
 #include "actors/gpt_stage_actor.hpp"
 #include "actors/node_actor.hpp"
 #include "training/progress.hpp"
+#include "training/recovery_snapshots.hpp"
 #include "actors/protocol.hpp"
 #include "actors/scheduler_policy.hpp"
 #include "backends/transport/ucx_transport.hpp"
@@ -168,6 +169,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     init.exit_code = exit_code;
     init.stopped = stopped;
     init.progress = std::make_shared<ProgressBoard>(k);
+    if (job->recovery.max_failures_per_hour > 0) init.recovery = std::make_shared<RecoverySnapshots>(k);
     if (loader_spec) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);
       init.ring_name = ring->name();
@@ -239,6 +241,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       cc.relay_group = job->health.relay_group;
       cc.metrics_path = files.metrics;
       cc.trace_path = files.trace;
+      cc.max_failures_per_hour = job->recovery.max_failures_per_hour;
       cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
       spawn_coordinator(sys, std::move(cc));
     }

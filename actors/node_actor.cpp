@@ -13,6 +13,11 @@
 //  N-4  A node that stopped exits within kShutdownGraceMs (node.cpp): its
 //       shutdown is bounded like every wait; a persist still in flight when a
 //       failed job stops it may be cut (no manifest: never chosen).
+//  N-6  Recovery (recovery.max_failures_per_hour > 0): on Recover every
+//       transfer fails and the node answers NodeAborted once each local
+//       actor parked or ended; on Rewire its transports start the new
+//       generation; on Redo the loader rewinds, parked actors roll back, and
+//       an ended one is replaced from its snapshot. Nothing else restarts.
 //  N-5  A failed node, once its actors have ended, closes its transports,
 //       removes its ring and exits without tearing its actor system down
 //       (node.cpp: that teardown can block on a stopped peer).
@@ -28,6 +33,7 @@
 #include "actors/protocol.hpp"
 #include "actors/verdict_record.hpp"
 #include "backends/transport/ucx_transport.hpp"
+#include "training/recovery_snapshots.hpp"
 
 namespace troupe {
 namespace {
@@ -44,6 +50,12 @@ struct NodeState : NodeActorConfig {
   float checksum = 0;
   bool failed = false;
   std::uint64_t stale = 0, foreign = 0;
+  // Recovery (N-6): the generation the work actors work in, each parked
+  // actor's pending answer, which local actor ended (to be replaced).
+  std::shared_ptr<std::atomic<std::uint64_t>> live_generation = std::make_shared<std::atomic<std::uint64_t>>(0);
+  std::vector<std::optional<caf::typed_response_promise<msg::Redo>>> parked;
+  std::vector<bool> ended;
+  bool recovering = false;
   static inline const char* name = "troupe.node";
 };
 
@@ -114,6 +126,8 @@ void stop(NodeSelf* self, int code) {
 // ones when the coordinator ends the job.
 void on_actor_failed(NodeSelf* self, int actor, const std::string& reason, bool from_peer, const std::string& kind) {
   auto& s = self->state;
+  if (const int i = actor - s.rank * local_actors(s); i >= 0 && i < static_cast<int>(s.ended.size()))
+    s.ended[static_cast<std::size_t>(i)] = true;
   spdlog::error("node {}: stage actor {}: {}", s.rank, actor, reason);
   s.failed = true;
   for (auto* t : s.transports) t->mark_failed(actor);
@@ -127,21 +141,44 @@ void on_actor_reported(NodeSelf* self, float checksum) {
   self->send(s.coordinator, msg::NodeDone{s.generation, s.rank, s.checksum});
 }
 
+// Local work actor `i`, in the node's generation; a replacement starts from
+// its snapshot taken before `restore_step`.
+void spawn_one(NodeSelf* self, int i, int restore_step) {
+  auto& s = self->state;
+  const int k = local_actors(s);
+  ActorArgs args{s.rank * k + i, s.nodes * k, s.generation, s.transports[static_cast<std::size_t>(i)],
+                 caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, s.nodes, s.loader, s.ring_name,
+                 s.checkpoint_writer, s.snapshots, s.progress, s.recovery, restore_step, s.live_generation};
+  auto work = s.registry->spawn(s.work_actor, self->system(), args);
+  if (!work) return on_actor_failed(self, args.rank, work.error().message, false, "actor_error");
+  self->monitor(*work);  // N-2
+  s.work[static_cast<std::size_t>(i)] = work->address();
+}
+
 void spawn_work(NodeSelf* self, int nodes) {
   auto& s = self->state;
   const int k = local_actors(s);
   s.reports = 0;
   s.work.assign(static_cast<std::size_t>(k), caf::actor_addr{});
   s.reported.assign(static_cast<std::size_t>(k), false);
-  for (int i = 0; i < k; ++i) {
-    ActorArgs args{s.rank * k + i, nodes * k, s.generation, s.transports[static_cast<std::size_t>(i)],
-                   caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, nodes, s.loader, s.ring_name,
-                   s.checkpoint_writer, s.snapshots, s.progress};
-    auto work = s.registry->spawn(s.work_actor, self->system(), args);
-    if (!work) return on_actor_failed(self, args.rank, work.error().message, false, "actor_error");
-    self->monitor(*work);  // N-2
-    s.work[static_cast<std::size_t>(i)] = work->address();
+  s.parked.assign(static_cast<std::size_t>(k), std::nullopt);
+  s.ended.assign(static_cast<std::size_t>(k), false);
+  (void)nodes;
+  for (int i = 0; i < k; ++i) spawn_one(self, i, -1);
+}
+
+// N-6: once every local actor parked or ended, the node has aborted.
+void report_if_aborted(NodeSelf* self) {
+  auto& s = self->state;
+  if (!s.recovering) return;
+  msg::NodeAborted out{s.generation, s.rank, {}};
+  for (std::size_t i = 0; i < s.work.size(); ++i) {
+    if (!s.parked[i] && !s.ended[i]) return;
+    std::vector<std::int32_t> steps;
+    for (int step : s.recovery->steps(static_cast<int>(i))) steps.push_back(step);
+    out.snapshot_steps.push_back(std::move(steps));
   }
+  self->send(s.coordinator, out);
 }
 
 void on_down(NodeSelf* self, const caf::down_msg& dm) {
@@ -194,11 +231,12 @@ caf::behavior running(NodeSelf* self) {
           return;
         }
         s.generation = m.generation;
+        s.live_generation->store(m.generation);
         s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(s.coordinator);
         if (s.progress) {
           HealthMonitorConfig hm{m.relay ? m.relay : s.coordinator, caf::actor_cast<caf::actor>(self), s.generation,
-                                 s.rank, s.rank * local_actors(s),
+                                 s.live_generation, s.rank, s.rank * local_actors(s),
                                  HealthLimits{s.job.health.heartbeat_ms, s.job.health.miss_limit,
                                               s.job.health.progress_timeout_ms},
                                  s.progress, m.members, {}};
@@ -221,6 +259,50 @@ caf::behavior running(NodeSelf* self) {
         if (i < 0 || !current(self, m.generation)) return;
         s.reported[static_cast<std::size_t>(i)] = true;
         on_actor_failed(self, m.actor, m.reason, m.from_peer, m.kind);
+      },
+      [self](const msg::ActorParked& m) -> caf::result<msg::Redo> {  // N-6
+        auto& s = self->state;
+        const int i = reporter(self, m.actor);
+        if (i < 0 || !s.recovery) return caf::sec::invalid_argument;
+        auto promise = self->make_response_promise<msg::Redo>();
+        s.parked[static_cast<std::size_t>(i)] = promise;
+        report_if_aborted(self);
+        return promise;
+      },
+      [self](const msg::Recover& m) {  // N-6: abort
+        auto& s = self->state;
+        if (!from_coordinator(self) || !current(self, m.generation) || !s.recovery) return;
+        s.generation = m.generation;
+        s.live_generation->store(m.generation);  // its beats count in the new generation
+        s.recovering = true;
+        spdlog::warn("node {}: recovering from stage actor {}'s failure (generation {})", s.rank, m.failed, m.generation);
+        fail_all_transfers(s);
+        report_if_aborted(self);
+      },
+      [self](const msg::Rewire& m) {  // N-6: every transport in the new generation
+        auto& s = self->state;
+        if (!from_coordinator(self) || m.generation != s.generation || !s.recovering) return;
+        std::uint64_t dropped = 0;
+        for (auto* t : s.transports) dropped += t->begin_generation(m.generation);
+        self->send(s.coordinator, msg::Rewired{s.generation, s.rank, dropped});
+      },
+      [self](const msg::Redo& m) {  // N-6: restore, replace, redo
+        auto& s = self->state;
+        if (!from_coordinator(self) || m.generation != s.generation || !s.recovering) return;
+        s.recovering = false;
+        s.failed = false;
+        s.live_generation->store(s.generation);
+        if (s.loader) self->send(s.loader, msg::LoaderRewind{m.step});
+        for (std::size_t i = 0; i < s.work.size(); ++i) {
+          if (s.parked[i]) {
+            s.parked[i]->deliver(msg::Redo{s.generation, m.step});
+            s.parked[i].reset();
+          } else if (s.ended[i]) {
+            s.ended[i] = false;
+            s.reported[i] = false;
+            spawn_one(self, static_cast<int>(i), m.step);
+          }
+        }
       },
       [self](const msg::PeerLost& m) {
         auto& s = self->state;

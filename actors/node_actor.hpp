@@ -17,6 +17,7 @@ namespace troupe {
 
 class UcxTransport;
 class SnapshotPool;
+class RecoverySnapshots;
 class ProgressBoard;
 
 struct NodeActorConfig {
@@ -34,6 +35,7 @@ struct NodeActorConfig {
   std::shared_ptr<ProgressBoard> progress;   ///< the work actors' progress, for the node's health monitor
   std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
   std::shared_ptr<std::atomic<bool>> stopped;   ///< set when the node stops (its shutdown is then bounded)
+  std::shared_ptr<RecoverySnapshots> recovery;  ///< rollback points, when the job recovers (recovery.*)
 };
 
 /// Spawns the node actor. It acts on nothing until told node 0's actor system

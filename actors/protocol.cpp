@@ -9,6 +9,12 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<msg::Plan>("troupe.Plan");
   cfg.add_message_type<msg::PeerLost>("troupe.PeerLost");
   cfg.add_message_type<msg::Finish>("troupe.Finish");
+  cfg.add_message_type<msg::Recover>("troupe.Recover");
+  cfg.add_message_type<msg::Rewire>("troupe.Rewire");
+  cfg.add_message_type<msg::Redo>("troupe.Redo");
+  cfg.add_message_type<msg::NodeAborted>("troupe.NodeAborted");
+  cfg.add_message_type<msg::Rewired>("troupe.Rewired");
+  cfg.add_message_type<msg::ActorParked>("troupe.ActorParked");
   cfg.add_message_type<msg::NodeDone>("troupe.NodeDone");
   cfg.add_message_type<msg::NodeFailed>("troupe.NodeFailed");
   cfg.add_message_type<msg::Heartbeat>("troupe.Heartbeat");

@@ -49,6 +49,28 @@ struct Finish {
   std::string reason;
 };
 
+/// Recovery, abort phase: a stage actor failed (`failed`, a job rank, on
+/// `node`); `generation` is the bumped one. Every transfer fails, every stage
+/// actor stops where it is and parks; the node answers NodeAborted.
+struct Recover {
+  std::uint64_t generation = 0;
+  std::int32_t node = 0;
+  std::int32_t failed = 0;
+  std::string reason;
+};
+/// Recovery, rewire phase: start `generation` on every transport (UX-4:
+/// older messages are dropped); the node answers Rewired.
+struct Rewire {
+  std::uint64_t generation = 0;
+};
+/// Recovery, restore and redo: every stage actor rolls back to the snapshot
+/// taken before `step` and carries on from there; the failed actor's node
+/// places its replacement, restored from that snapshot.
+struct Redo {
+  std::uint64_t generation = 0;
+  std::int32_t step = 0;
+};
+
 // --- node -> coordinator -------------------------------------------------
 
 /// Every work actor of `node` finished; `checksum` is the fabric check's result.
@@ -66,6 +88,21 @@ struct NodeFailed {
   std::string reason;
   bool from_peer = false;
   std::string kind;  ///< actor_exception | actor_error | actor_exit ("" = actor_error)
+};
+
+/// Every stage actor of `node` parked in `generation` (the failed one ended);
+/// `snapshot_steps` lists, per local actor, the steps its host-memory
+/// snapshots were taken before (the rollback points it can restore).
+struct NodeAborted {
+  std::uint64_t generation = 0;
+  std::int32_t node = 0;
+  std::vector<std::vector<std::int32_t>> snapshot_steps;
+};
+/// `node`'s transports run in `generation`; `dropped` stale messages went.
+struct Rewired {
+  std::uint64_t generation = 0;
+  std::int32_t node = 0;
+  std::uint64_t dropped = 0;
 };
 
 // --- health monitor -> coordinator -----------------------------------------
@@ -133,6 +170,15 @@ struct ActorFailed {
   std::string kind;  ///< actor_exception | actor_error ("" = actor_error)
 };
 
+/// Stage actor `actor` stopped its step after a peer's failure and waits for
+/// the recovery's word (asked as a request; answered with a Redo, or an error
+/// when the job ends instead).
+struct ActorParked {
+  std::uint64_t generation = 0;
+  std::int32_t actor = 0;
+  std::string reason;
+};
+
 // --- transport completion -> stage actor (same process) ---------------------
 
 /// A transfer or collective the stage started is done: which event (StageEvent),
@@ -145,6 +191,7 @@ struct TransferDone {
   std::string error;
   bool from_peer = false;  ///< the error is a peer's failure (Origin::peer)
   std::int64_t at_ns = 0;
+  std::uint64_t epoch = 0;  ///< the inbox's epoch when armed (a later one drops it)
 };
 
 // --- stage actor <-> data loader (same process) -----------------------------
@@ -161,6 +208,11 @@ struct BatchSlot {
 };
 /// The sender no longer reads `step`'s batches.
 struct BatchRelease {
+  std::int32_t step = 0;
+};
+/// From the node actor, during a recovery (no stage reads the ring): the
+/// next batches asked for are `step`'s and later ones. Local only.
+struct LoaderRewind {
   std::int32_t step = 0;
 };
 
@@ -202,6 +254,30 @@ struct FabricReduced {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Plan& x) {
   return f(caf::meta::type_name("troupe.Plan"), x.generation, x.nodes, x.relay, x.members, x.member_ranks);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Recover& x) {
+  return f(caf::meta::type_name("troupe.Recover"), x.generation, x.node, x.failed, x.reason);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Rewire& x) {
+  return f(caf::meta::type_name("troupe.Rewire"), x.generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Redo& x) {
+  return f(caf::meta::type_name("troupe.Redo"), x.generation, x.step);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, NodeAborted& x) {
+  return f(caf::meta::type_name("troupe.NodeAborted"), x.generation, x.node, x.snapshot_steps);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Rewired& x) {
+  return f(caf::meta::type_name("troupe.Rewired"), x.generation, x.node, x.dropped);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, ActorParked& x) {
+  return f(caf::meta::type_name("troupe.ActorParked"), x.generation, x.actor, x.reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PeerLost& x) {
@@ -251,7 +327,12 @@ typename Inspector::result_type inspect(Inspector& f, ActorFailed& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {
-  return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.from_peer, x.at_ns);
+  return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.from_peer, x.at_ns,
+           x.epoch);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, LoaderRewind& x) {
+  return f(caf::meta::type_name("troupe.LoaderRewind"), x.step);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BatchRequest& x) {

@@ -90,6 +90,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
   auto& d = c.data;
   auto& h = c.health;
   auto& k = c.checkpoint;
+  auto& rc = c.recovery;
   return {
       {"model.layers", integer(m.layers, 1, 4096)},
       {"model.heads", integer(m.heads, 1, 4096)},
@@ -140,6 +141,8 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"checkpoint.dir", string(k.dir)},
       {"checkpoint.every", integer(k.every, 0, kMaxInt / 2)},
       {"checkpoint.keep", integer(k.keep, 1, 1 << 20)},
+      {"recovery.max_failures_per_hour", integer(rc.max_failures_per_hour, 0, 1000000)},
+      {"recovery.snapshot_every", integer(rc.snapshot_every, 1, kMaxInt / 2)},
   };
 }
 

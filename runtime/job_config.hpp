@@ -85,6 +85,14 @@ struct CheckpointSection {
   int keep = 2;     ///< complete checkpoints kept; older ones go once a newer one is complete
 };
 
+/// Hot replacement (recovery): a failed stage actor is replaced while the job
+/// runs, and every actor rolls back to the newest step all of them hold a
+/// host-memory snapshot of, then redoes the steps since.
+struct RecoverySection {
+  int max_failures_per_hour = 0;  ///< recoveries allowed per hour of the job (0: a failure ends the job)
+  int snapshot_every = 1;         ///< steps between each actor's host-memory snapshot (the rollback points)
+};
+
 /// A fault drill: `[[faults]]` in the config or `--fault k=v,...` on the
 /// command line. kill and hang act on a whole node process (SIGKILL / SIGSTOP
 /// of itself); stall stops one actor's progress while its process lives;
@@ -106,6 +114,7 @@ struct JobConfig {
   DataSection data;
   HealthSection health;
   CheckpointSection checkpoint;
+  RecoverySection recovery;
   std::vector<FaultSpec> faults;
   std::string source;  ///< file it was read from (for messages)
 };

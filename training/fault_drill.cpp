@@ -5,15 +5,32 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
 namespace troupe {
+namespace {
+
+// D-3: the drills (indices into the job's [[faults]]) this process carried out.
+bool first_time(std::size_t index) {
+  static std::mutex mu;
+  static std::set<std::size_t> fired;
+  std::lock_guard<std::mutex> lock(mu);
+  return fired.insert(index).second;
+}
+
+}  // namespace
 
 FaultDrill::FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node, int local) : rank_(rank), node_(node) {
-  for (const FaultSpec& f : faults) {
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const FaultSpec& f = faults[i];
     const bool whole_node = f.kind == "kill" || f.kind == "hang";
-    if (f.actor == rank || (whole_node && f.actor < 0 && f.node == node && local == 0)) mine_.push_back(f);  // D-2
+    if (f.actor == rank || (whole_node && f.actor < 0 && f.node == node && local == 0)) {  // D-2
+      mine_.push_back(f);
+      index_.push_back(i);
+    }
   }
 }
 
@@ -30,8 +47,9 @@ bool FaultDrill::slows() const {
 }
 
 Status FaultDrill::before(int step, int pc, const Transport& transport) const {
-  for (const FaultSpec& f : mine_) {
-    if (f.kind == "slow" || f.step != step || f.instruction != pc) continue;
+  for (std::size_t i = 0; i < mine_.size(); ++i) {
+    const FaultSpec& f = mine_[i];
+    if (f.kind == "slow" || f.step != step || f.instruction != pc || !first_time(index_[i])) continue;
     const std::string where = "step " + std::to_string(step) + (pc >= 0 ? ", instruction " + std::to_string(pc) : "");
     if (f.kind == "kill") {
       spdlog::warn("fault drill: node {} kills itself (SIGKILL) at {} of stage actor {}", node_, where, rank_);

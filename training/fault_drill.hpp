@@ -8,6 +8,8 @@
 //       left empty, so a job without faults pays nothing.
 //  D-2  kill and hang aimed at a node are carried out by that node's first
 //       stage actor, so they happen once per process.
+//  D-3  A drill acts at most once per process: the step it hit, redone after
+//       a recovery (or by the replacement of the actor it hit), runs clean.
 #pragma once
 
 #include <string>
@@ -41,6 +43,7 @@ class FaultDrill {
 
  private:
   std::vector<FaultSpec> mine_;
+  std::vector<std::size_t> index_;  ///< each one's place in the job's [[faults]] (D-3)
   int rank_;
   int node_;
 };

@@ -49,6 +49,10 @@ class Inbox {
   virtual bool arrived(EventKey key) = 0;
   /// When `key` was last armed and delivered (for timelines).
   virtual std::pair<EventClock::time_point, EventClock::time_point> times(EventKey key) = 0;
+  /// After an abort (a recovery): forgets every armed event, and drops the
+  /// deliveries still to come of events armed before. Inboxes of jobs that
+  /// never recover need not support it.
+  virtual void forget_all() {}
 };
 
 /// Events as futex flags (CompletionFlag), for code that runs without an actor.

@@ -18,6 +18,7 @@ class ProgressInbox final : public Inbox {
   }
   bool arrived(EventKey key) override { return inner_.arrived(key); }
   std::pair<EventClock::time_point, EventClock::time_point> times(EventKey key) override { return inner_.times(key); }
+  void forget_all() override { inner_.forget_all(); }
 
  private:
   Inbox& inner_;

@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "training/job_model.hpp"
+#include "training/recovery_snapshots.hpp"
 
 namespace troupe {
 namespace {
@@ -140,6 +141,41 @@ TEST_CASE("a snapshot into the same object reuses its buffers", "[stage_state]")
   CHECK(snap.params[0].data() == params);
   CHECK(snap.exp_avg[0].data() == moments);
   CHECK(snap.next_step == 1);
+}
+
+TEST_CASE("RS-1 RS-2: recovery snapshots keep the two newest steps, and restore either bit for bit", "[stage_state][recovery]") {
+  Stage a(small_job("adamw"), 7);
+  RecoverySnapshots snaps(2);
+  CHECK(snaps.steps(0).empty());
+  REQUIRE(snaps.take(0, *a.state).ok());  // before step 0
+  a.train(1);
+  REQUIRE(snaps.take(0, *a.state).ok());  // before step 1
+  const StageSnapshot at_one = a.snapshot();
+  a.train(1);
+  REQUIRE(snaps.take(0, *a.state).ok());  // before step 2: overwrites step 0's (RS-1)
+  CHECK(snaps.steps(0) == std::vector<int>{1, 2});
+  CHECK(snaps.steps(1).empty());
+  CHECK(snaps.bytes(0) > 0);
+  a.train(2);
+  const StageSnapshot uninterrupted = a.snapshot();
+
+  // Rolled back to step 1 from the host copy, the stage redoes steps 1-3 bit for bit.
+  Stage b(small_job("adamw"), 99);
+  REQUIRE(snaps.restore(0, 1, *b.state).ok());
+  CHECK(same(b.snapshot(), at_one));
+  b.train(3);
+  CHECK(same(b.snapshot(), uninterrupted));
+  // RS-2: a step no longer held is refused, naming it.
+  auto st = snaps.restore(0, 0, *b.state);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message.find("step 0") != std::string::npos);
+}
+
+TEST_CASE("the rollback step is the newest one every actor holds", "[recovery]") {
+  CHECK(common_rollback_step({{4, 5}, {5, 6}, {4, 5}}) == 5);
+  CHECK(common_rollback_step({{4, 5}, {4, 5}, {3, 4}}) == 4);
+  CHECK(common_rollback_step({{4, 5}, {6, 7}}) == -1);
+  CHECK(common_rollback_step({}) == -1);
 }
 
 }  // namespace troupe

@@ -29,6 +29,7 @@
 #include "training/checkpoint_export.hpp"
 #include "training/checkpoint_store.hpp"
 #include "training/stage_checkpoints.hpp"
+#include "training/recovery_snapshots.hpp"
 #include "training/stage_state.hpp"
 #include "training/step_report.hpp"
 #include "training/straggler_detector.hpp"
@@ -93,27 +94,20 @@ class Trainer {
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
     AbortTransfersOnError abort_on_error(*a_.transport);  // destroyed before the buffers it protects
     if (!a_.resume_dir.empty()) TROUPE_TRY(resume());
+    if (a_.recovery.restore_step >= 0) TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, a_.recovery.restore_step, *state_));
     TROUPE_TRY(checkpoints_.prepare(*state_));
     TROUPE_TRY(start_together());
+    TROUPE_TRY(take_recovery_snapshot());
     double loss = 0;
     while (state_->next_step() < job_.train.steps) {
-      const int step = state_->next_step();
-      if (a_.progress) a_.progress->advanced(step, -1);
-      if (drill_.any()) TROUPE_TRY(drill_.before(step, -1, *a_.transport));
-      StepFigures f;
-      TROUPE_TRY(forward_backward(f));
-      TROUPE_TRY(sync_gradients(f));
-      TROUPE_TRY(update(f));
-      TROUPE_TRY(checkpoint_if_due(f));
-      auto report = report_step(f);
-      if (!report) return report.error();
-      loss = report->loss;
-      if (!std::isfinite(loss))
-        return make_error("training diverged at step ", std::to_string(step), " (loss ", std::to_string(loss), ")");
-      auto val_loss = evaluate_if_due(step);
-      if (!val_loss) return val_loss.error();
-      TROUPE_TRY(log_step(step, f, *report, *val_loss));
-      if (a_.hooks.after_step) a_.hooks.after_step(step, state_->model(0), loss);
+      auto step_loss = run_step();
+      if (step_loss) {
+        loss = *step_loss;
+        continue;
+      }
+      // A peer's failure, in a job that recovers: park, then roll back and redo.
+      if (!a_.recovery || step_loss.error().origin != Origin::peer) return step_loss.error();
+      TROUPE_TRY(recover(step_loss.error()));
     }
     if (a_.progress) a_.progress->finished();
     TROUPE_TRY(save_if_asked());
@@ -122,6 +116,58 @@ class Trainer {
     abort_on_error.dismiss();  // every transfer has completed
     if (trace_) TROUPE_TRY(trace_->write(a_.trace_path));
     return loss;
+  }
+
+  // One step, from its forward passes to its metrics; its loss.
+  Expected<double> run_step() {
+    const int step = state_->next_step();
+    if (a_.progress) a_.progress->advanced(step, -1);
+    if (drill_.any()) TROUPE_TRY(drill_.before(step, -1, *a_.transport));
+    StepFigures f;
+    TROUPE_TRY(forward_backward(f));
+    TROUPE_TRY(sync_gradients(f));
+    TROUPE_TRY(update(f));
+    TROUPE_TRY(checkpoint_if_due(f));
+    auto report = report_step(f);
+    if (!report) return report.error();
+    const double loss = report->loss;
+    if (!std::isfinite(loss))
+      return make_error("training diverged at step ", std::to_string(step), " (loss ", std::to_string(loss), ")");
+    auto val_loss = evaluate_if_due(step);
+    if (!val_loss) return val_loss.error();
+    TROUPE_TRY(log_step(step, f, *report, *val_loss));
+    if (a_.hooks.after_step) a_.hooks.after_step(step, state_->model(0), loss);
+    TROUPE_TRY(take_recovery_snapshot());
+    return loss;
+  }
+
+  // Every recovery.snapshot_every steps, the state into the node's host memory (a rollback point).
+  Status take_recovery_snapshot() {
+    if (!a_.recovery || state_->next_step() % a_.recovery.snapshot_every != 0) return Status::success();
+    return a_.recovery.snapshots->take(a_.local, *state_);
+  }
+
+  // The step in flight is abandoned: every transfer of it fails and its
+  // completions are forgotten; the actor parks until the recovery names the
+  // step everyone rolls back to, then rebuilds its state from its snapshot of
+  // it (the old state's buffers stay alive until the transports were rewired,
+  // which the recovery did before answering) and meets the others there.
+  Status recover(const Error& why) {
+    a_.transport->abort_all();
+    a_.inbox->forget_all();
+    coll_.restart_sequences();  // as the replacement's fresh ones
+    if (a_.batches.forget) a_.batches.forget();
+    Expected<int> step = 0;
+    {
+      WaitScope waiting(a_.progress);  // parked: waiting on the recovery, not stuck (H-1)
+      step = a_.recovery.park(why);
+    }
+    if (!step) return step.error();
+    state_.reset();
+    TROUPE_TRY(build_state());
+    TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, *step, *state_));
+    if (a_.progress) a_.progress->advanced(-1, -1);  // not judged until it runs again (H-3)
+    return start_together();
   }
 
   // On an error, aborts every transfer of the stage's transport before the
@@ -169,12 +215,16 @@ class Trainer {
           }
         });
       };
-    if (!a_.trace_path.empty()) {
+    if (!a_.trace_path.empty() && !trace_) {  // once: a rebuilt state (a recovery) writes on the same tracks
       trace_ = std::make_unique<TraceWriter>();
-      links.trace = trace_.get();
       const std::string name = "stage " + std::to_string(me_.pp) + " replica " + std::to_string(me_.dp);
-      links.trace_track = trace_->track(name);
-      links.transfer_track = trace_->track(name + " transfers");
+      links_.trace_track = trace_->track(name);
+      links_.transfer_track = trace_->track(name + " transfers");
+    }
+    if (trace_) {
+      links.trace = trace_.get();
+      links.trace_track = links_.trace_track;
+      links.transfer_track = links_.transfer_track;
     }
     auto st = StageState::build(StageStateArgs{&device_, &coll_, &plan_, a_.rank, links, a_.init_path});
     if (!st) return st.error();
@@ -226,7 +276,8 @@ class Trainer {
     const auto& h = job_.health;
     root_.emplace(RootDuties{{}, 0, StragglerDetector(plan_.dims, plan_.schedule, a_.actors_on_node,
                                                        {h.straggler_threshold, h.straggler_steps, h.straggler_window})});
-    auto m = MetricsWriter::open(a_.metrics_path);
+    // A replaced root carries on the metrics its predecessor began.
+    auto m = a_.recovery.restore_step >= 0 ? MetricsWriter::append(a_.metrics_path) : MetricsWriter::open(a_.metrics_path);
     if (!m) return m.error();
     root_->metrics.emplace(std::move(*m));
     // MFU's denominator: the root's measured peak per thread, times the threads

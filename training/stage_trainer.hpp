@@ -25,6 +25,22 @@ struct BatchSource {
   std::function<Expected<MicroBatch>(int step, int mb)> get;
   /// The step's batches are no longer read (optional).
   std::function<void(int step)> release;
+  /// A recovery rolled back: batches handed out before are no longer valid (optional).
+  std::function<void()> forget;
+};
+
+class RecoverySnapshots;
+
+/// Hot replacement: where a stage actor's rollback points live and how it
+/// waits for the recovery's word. Empty: a failure ends the actor's work.
+struct RecoveryLink {
+  RecoverySnapshots* snapshots = nullptr;  ///< the node's host-memory snapshots (this actor's: its local index)
+  int snapshot_every = 1;                  ///< recovery.snapshot_every
+  int restore_step = -1;  ///< a replacement: start from its snapshot taken before this step
+  /// After a peer's failure stopped the step: reports `why` and waits; the
+  /// step every actor rolls back to, or the error that ends the job.
+  std::function<Expected<int>(const Error& why)> park;
+  explicit operator bool() const { return snapshots && park; }
 };
 
 /// Points where a user's stage actor can add its own behaviour to the GPT stage.
@@ -55,6 +71,7 @@ struct StageTrainerArgs {
   int node = 0;   ///< the node this actor runs on
   int local = 0;  ///< its index among the node's stage actors (fault drills aimed at a node act on local 0)
   GptStageHooks hooks;
+  RecoveryLink recovery;
 };
 
 /// Trains for plan->job.train.steps steps (blocking); returns the final loss.

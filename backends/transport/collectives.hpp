@@ -39,6 +39,10 @@ struct CollectiveOptions {
 
 class Collectives {
  public:
+  /// A recovery restarted every member's collectives (a new transport
+  /// generation, a replacement with fresh counters): each group's sequence
+  /// starts over, as it does in a new Collectives.
+  void restart_sequences() { next_op_.clear(); }
   explicit Collectives(Transport& transport, CollectiveOptions options = {});
   /// Operations still in flight must have been aborted (Transport::abort_all).
   ~Collectives();
