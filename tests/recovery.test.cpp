@@ -13,10 +13,21 @@ using namespace troupe::testing;
 namespace {
 
 // pp = 2 x dp = 2 on two launched nodes, `steps` steps, weights saved to `save`.
-std::string launch(const ScratchDir& dir, const std::string& cfg, const std::string& save, const std::string& metrics,
+std::string launch(const std::string& cfg, const std::string& save, const std::string& metrics,
                    const std::string& extra) {
   return troupe_bin() + " launch " + cfg + " --nodes 2 --save " + save + " --metrics " + metrics + " " + extra +
          "";
+}
+
+// A tiny pp = 2 x dp = 2 job of 8 steps over a prepared synthetic corpus, with `extra` config; its path.
+std::string tiny_job(const ScratchDir& dir, const std::string& extra) {
+  write_file(dir / "corpus.txt", synthetic_text(40000));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  const std::string cfg = dir / "job.toml";
+  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 8\n"
+                  "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n" + extra +
+                  "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  return cfg;
 }
 
 // The per-step losses of a metrics file, in order.
@@ -34,13 +45,8 @@ std::vector<double> losses(const std::string& path) {
 
 TEST_CASE("a stage actor's exception is recovered in place: fault-free weights and losses, bit for bit", "[recovery]") {
   ScratchDir dir("recovery");
-  write_file(dir / "corpus.txt", synthetic_text(40000));
-  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
-  const std::string cfg = dir / "job.toml";
-  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 8\n"
-                  "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n[recovery]\nmax_failures_per_hour = 4\n"
-                  "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
-  auto clean = run(launch(dir, cfg, dir / "clean.safetensors", dir / "clean.jsonl", ""));
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n");
+  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", ""));
   INFO(clean.err);
   REQUIRE(clean.exit_code == 0);
   const auto expected = losses(dir / "clean.jsonl");
@@ -51,7 +57,7 @@ TEST_CASE("a stage actor's exception is recovered in place: fault-free weights a
     INFO(faults);
     const std::string save = dir / "fault.safetensors", metrics = dir / "fault.jsonl";
     std::filesystem::remove(metrics);
-    auto faulty = run(launch(dir, cfg, save, metrics, faults));
+    auto faulty = run(launch(cfg, save, metrics, faults));
     INFO(faulty.err);
     REQUIRE(faulty.exit_code == 0);
     CHECK(slurp(save) == slurp(dir / "clean.safetensors"));
@@ -66,13 +72,8 @@ TEST_CASE("a stage actor's exception is recovered in place: fault-free weights a
 
 TEST_CASE("without recovery.max_failures_per_hour an actor's exception still ends the job", "[recovery]") {
   ScratchDir dir("norecovery");
-  write_file(dir / "corpus.txt", synthetic_text(40000));
-  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
-  const std::string cfg = dir / "job.toml";
-  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 8\n"
-                  "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n"
-                  "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
-  auto r = run(launch(dir, cfg, dir / "w.safetensors", dir / "m.jsonl", "--fault kind=exception,actor=1,step=3"));
+  const std::string cfg = tiny_job(dir, "");
+  auto r = run(launch(cfg, dir / "w.safetensors", dir / "m.jsonl", "--fault kind=exception,actor=1,step=3"));
   INFO(r.err);
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("verdict actor_exception") != std::string::npos);
