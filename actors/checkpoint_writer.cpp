@@ -1,6 +1,7 @@
 // The checkpoint writer actor: SnapshotTaken -> (all local actors) -> a
 // persist thread -> PersistDone.
 #include "actors/checkpoint_writer.hpp"
+#include "training/checkpoint_store.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -70,6 +71,18 @@ caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
         if (std::find(st.ready.begin(), st.ready.end(), m.step) != st.ready.end()) return;
         st.ready.push_back(m.step);
         start_next(self);
+      },
+      [self](msg::CheckpointRollback) -> bool {  // B-4: from the node actor, during a recovery
+        auto& st = self->state;
+        if (!self->current_sender() || self->current_sender()->node() != self->node()) return false;
+        st.cancel->store(true);
+        if (st.persisting.joinable()) st.persisting.join();  // the cancelled persist frees its buffers
+        st.cancel = std::make_shared<std::atomic<bool>>(false);
+        st.persisting_step = -1;
+        st.ready.clear();
+        st.cfg.pool->abandon();
+        remove_partials(st.cfg.root);
+        return true;
       },
       [self](const msg::PersistDone& m) {
         auto& st = self->state;

@@ -17,7 +17,9 @@
 #include "training/recovery_snapshots.hpp"
 #include <nlohmann/json.hpp>
 #include "runtime/redis_client.hpp"
+#include "runtime/endpoint.hpp"
 #include "runtime/rendezvous.hpp"
+#include "training/checkpoint_store.hpp"
 
 namespace troupe {
 namespace {
@@ -38,10 +40,14 @@ struct CoordinatorState {
   struct Recovery {
     Verdict verdict;
     HealthJudge::Clock::time_point began, aborted_at;
+    double began_us = 0, aborted_us = 0;  ///< on the trace's clock
     std::vector<bool> aborted, rewired;
     std::vector<std::vector<int>> steps;  ///< every actor's rollback points
     int step = -1;
     std::uint64_t dropped = 0;
+    int awaiting = -1;                   ///< a node whose killed process must rejoin first
+    std::vector<std::string> addresses;  ///< its actors' new UCX addresses, once it did
+    std::string checkpoint;              ///< where everyone restores from ("" = host memory)
   };
   std::optional<Recovery> recovery;
   std::vector<HealthJudge::Clock::time_point> recoveries;
@@ -79,6 +85,9 @@ void lose_node(Self* self, int node, const std::string& why) {
     if (st.alive[r]) self->send(st.cfg.nodes[r], msg::PeerLost{st.cfg.generation, node, why});
 }
 
+bool recoverable(Self* self, const Verdict& v);
+void begin_recovery(Self* self, const Verdict& v, int deadline_ms = -1);
+
 // SV-2: the generation, bumped in Redis first (monotonic even if Redis is unreachable or was reset).
 std::uint64_t bump(CoordinatorState& st) {
   auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
@@ -95,22 +104,73 @@ double ms_between(HealthJudge::Clock::time_point a, HealthJudge::Clock::time_poi
 // replaced: abort (Recover), rewire, restore and redo (Redo).
 bool recoverable(Self* self, const Verdict& v) {
   auto& st = self->state;
-  if (st.cfg.max_failures_per_hour <= 0 || v.actor < 0 || st.recovery) return false;
+  if (st.cfg.max_failures_per_hour <= 0 || st.recovery) return false;
   const auto now = HealthJudge::Clock::now();
   std::erase_if(st.recoveries, [&](auto t) { return now - t > std::chrono::hours(1); });
-  return static_cast<int>(st.recoveries.size()) < st.cfg.max_failures_per_hour;
+  if (static_cast<int>(st.recoveries.size()) < st.cfg.max_failures_per_hour) return true;
+  spdlog::error("coordinator: no replacement for stage actor {}: {} failures recovered within the last hour "
+                "(recovery.max_failures_per_hour {})",
+                v.actor, st.recoveries.size(), st.cfg.max_failures_per_hour);
+  return false;
 }
 
-void begin_recovery(Self* self, const Verdict& v) {
+void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
   auto& st = self->state;
+  if (deadline_ms < 0) deadline_ms = st.cfg.health.progress_timeout_ms;
   st.verdicts->record(v);
   const auto n = st.cfg.nodes.size();
   const auto now = HealthJudge::Clock::now();
   st.recoveries.push_back(now);
-  st.recovery = CoordinatorState::Recovery{v, now, {}, std::vector<bool>(n, false), std::vector<bool>(n, false), {}, -1, 0};
+  st.recovery = CoordinatorState::Recovery{v, now, {}, st.verdicts->now_us(), 0, std::vector<bool>(n, false),
+                                           std::vector<bool>(n, false), {}, -1, 0};
   const std::uint64_t gen = bump(st);
+  st.judge->forget_actors();  // the failed actor's old beats name it no more
   spdlog::warn("coordinator: recovering from {}: generation {}", v.line(), gen);
   for (auto& node : st.cfg.nodes) self->send(node, msg::Recover{gen, v.node, v.actor, v.line()});
+  // SV-8: a recovery that cannot abort (an actor that never ends) ends the job instead of hanging it.
+  self->delayed_send(self, std::chrono::milliseconds(deadline_ms), msg::RecoveryDeadline{gen});
+}
+
+// SV-8: node `v.node`'s process died; the launcher restarts it (recovery.restarts).
+void begin_node_recovery(Self* self, const Verdict& v) {
+  auto& st = self->state;
+  --st.cfg.restarts;
+  st.judge->forget(v.node);
+  begin_recovery(self, v, st.cfg.rejoin_timeout_ms + st.cfg.health.progress_timeout_ms);
+  st.recovery->awaiting = v.node;
+}
+
+// A restarted node's Rejoin, delegated by node 0's node actor: from the
+// actor system whose endpoint the node published in Redis for its rank.
+void on_rejoin(Self* self, const msg::Rejoin& m) {
+  auto& st = self->state;
+  const auto& sender = self->current_sender();
+  if (!st.recovery || m.node != st.recovery->awaiting || !sender) {
+    ++st.foreign;
+    return;
+  }
+  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
+  auto published = redis ? redis->command({"HGET", "troupe:" + st.cfg.job_id + ":nodes", std::to_string(m.node)})
+                         : Expected<RedisValue>(redis.error());
+  auto ep = published && published->kind == RedisValue::Kind::string
+                ? decode_endpoint(published->str, "node " + std::to_string(m.node))
+                : Expected<NodeEndpoint>(make_error("no endpoint"));
+  if (!ep || ep->system_id != caf::to_string(sender->node())) {
+    ++st.foreign;  // P-2: not the process that took the rank back
+    return;
+  }
+  const auto r = static_cast<std::size_t>(m.node);
+  st.cfg.nodes[r] = caf::actor_cast<caf::actor>(sender);
+  st.alive[r] = true;
+  self->monitor(st.cfg.nodes[r]);
+  st.recovery->addresses = ep->ucx;
+  st.recovery->awaiting = -1;
+  st.judge->watch(m.node, HealthJudge::Clock::now());
+  spdlog::warn("coordinator: node {} rejoined (a new process); generation {}", m.node, st.cfg.generation);
+  const int n = static_cast<int>(st.cfg.nodes.size());
+  msg::Plan plan{st.cfg.generation, n, {}, {}, {}};
+  if (const int relay = relay_of(m.node, n, st.cfg.relay_group); relay >= 0) plan.relay = st.cfg.nodes[static_cast<std::size_t>(relay)];
+  self->send(st.cfg.nodes[r], plan);  // its actors wait for the Redo; it answers NodeAborted
 }
 
 void on_node_aborted(Self* self, const msg::NodeAborted& m) {
@@ -121,9 +181,22 @@ void on_node_aborted(Self* self, const msg::NodeAborted& m) {
   for (auto& steps : m.snapshot_steps) r.steps.emplace_back(steps.begin(), steps.end());
   if (std::find(r.aborted.begin(), r.aborted.end(), false) != r.aborted.end()) return;
   r.aborted_at = HealthJudge::Clock::now();
+  r.aborted_us = st.verdicts->now_us();
   r.step = common_rollback_step(r.steps);
-  if (r.step < 0) return finish(self, false, "recovery from " + r.verdict.line() + ": no step every stage actor holds a snapshot of");
-  for (auto& node : st.cfg.nodes) self->send(node, msg::Rewire{st.cfg.generation});
+  if (r.step < 0) {  // a restarted node holds no snapshot: everyone restores the newest checkpoint
+    auto dir = st.cfg.checkpoint_root.empty()
+                   ? Expected<std::string>(make_error("the job takes no checkpoints (checkpoint.dir, checkpoint.every)"))
+                   : resolve_resume("latest", st.cfg.checkpoint_root, [](const std::string& w) { spdlog::warn("coordinator: {}", w); });
+    auto step = dir ? resume_step(*dir) : Expected<int>(dir.error());
+    if (!step)
+      return finish(self, false, "recovery from " + r.verdict.line() + ": no host-memory snapshot every actor holds and no checkpoint to restore (" +
+                                     step.error().message + ")");
+    r.step = *step;
+    r.checkpoint = *dir;
+  }
+  st.verdicts->phase("abort", r.began_us, {{"failed_actor", r.verdict.actor}, {"node", r.verdict.node}, {"rollback_step", r.step}});
+  const int rejoined = r.addresses.empty() ? -1 : r.verdict.node;
+  for (auto& node : st.cfg.nodes) self->send(node, msg::Rewire{st.cfg.generation, rejoined, r.addresses});
 }
 
 void on_rewired(Self* self, const msg::Rewired& m) {
@@ -133,12 +206,15 @@ void on_rewired(Self* self, const msg::Rewired& m) {
   r.rewired[static_cast<std::size_t>(m.node)] = true;
   r.dropped += m.dropped;
   if (std::find(r.rewired.begin(), r.rewired.end(), false) != r.rewired.end()) return;
-  for (auto& node : st.cfg.nodes) self->send(node, msg::Redo{st.cfg.generation, r.step});
+  for (auto& node : st.cfg.nodes) self->send(node, msg::Redo{st.cfg.generation, r.step, r.checkpoint});
   const auto now = HealthJudge::Clock::now();
-  spdlog::warn("coordinator: recovered: stage actor {} (node {}, {}) replaced on node {} from its host-memory snapshot; "
-               "every actor rolls back to step {} and redoes it ({:.1f} ms: abort {:.1f}, rewire {:.1f}; generation {}, "
-               "{} stale messages dropped)",
-               r.verdict.actor, r.verdict.node, r.verdict.kind, r.verdict.node, r.step, ms_between(r.began, now),
+  st.verdicts->phase("rewire", r.aborted_us, {{"generation", st.cfg.generation}, {"stale_messages_dropped", r.dropped}});
+  const std::string what = r.verdict.actor >= 0 ? "stage actor " + std::to_string(r.verdict.actor) : "every stage actor";
+  const std::string where = r.verdict.actor >= 0 ? "" : " (a restarted process)";
+  const std::string from = r.checkpoint.empty() ? "its host-memory snapshot" : "checkpoint " + r.checkpoint;
+  spdlog::warn("coordinator: recovered: {} of node {} ({}) replaced on node {}{} from {}; every actor rolls back to "
+               "step {} and redoes it ({:.1f} ms: abort {:.1f}, rewire {:.1f}; generation {}, {} stale messages dropped)",
+               what, r.verdict.node, r.verdict.kind, r.verdict.node, where, from, r.step, ms_between(r.began, now),
                ms_between(r.began, r.aborted_at), ms_between(r.aborted_at, now), st.cfg.generation, r.dropped);
   if (!st.cfg.metrics_path.empty())
     if (auto w = MetricsWriter::append(st.cfg.metrics_path); w)
@@ -146,7 +222,8 @@ void on_rewired(Self* self, const msg::Rewired& m) {
                                      {{"generation", st.cfg.generation},
                                       {"failed", {{"node", r.verdict.node}, {"actor", r.verdict.actor}, {"kind", r.verdict.kind}}},
                                       {"replaced_on", r.verdict.node},
-                                      {"source", "memory"},
+                                      {"source", r.checkpoint.empty() ? "memory" : "disk"},
+                                      {"checkpoint", r.checkpoint},
                                       {"rollback_step", r.step},
                                       {"abort_ms", ms_between(r.began, r.aborted_at)},
                                       {"rewire_ms", ms_between(r.aborted_at, now)},
@@ -165,18 +242,30 @@ void conclude(Self* self, const Verdict& v) {
   finish(self, false, v.line());
 }
 
+void begin_node_recovery(Self* self, const Verdict& v);
+
 void on_node_lost(Self* self, int rank, const caf::error& reason) {
   auto& st = self->state;
   st.alive[static_cast<std::size_t>(rank)] = false;
   if (st.finished) return;
   const Verdict v{"process_death", rank, -1,
                   "its actor system went away (" + self->system().render(reason) + ")"};
+  // SV-8: a killed node process (not node 0's) that the launcher restarts.
+  if (rank != 0 && st.cfg.restarts > 0 && !st.done[static_cast<std::size_t>(rank)] && recoverable(self, v))
+    return begin_node_recovery(self, v);
+  if (st.cfg.max_failures_per_hour > 0)
+    spdlog::error("coordinator: no replacement for node {}: {}", rank,
+                  rank == 0 ? "node 0 hosts the coordinator" : "recovery.restarts used up (or none configured)");
   lose_node(self, rank, "node " + std::to_string(rank) + " lost (" + v.line() + ")");
   conclude(self, v);
 }
 
-// A verdict of the health judge: a hung node is also a lost one for the survivors.
+// A verdict of the health judge: a hung node is also a lost one for the
+// survivors; a stuck actor is replaced when the job recovers (SV-8).
 void on_judged(Self* self, const Verdict& v) {
+  // An actor of a recovery in progress is parked or being replaced: bounded by RecoveryDeadline instead.
+  if (v.actor >= 0 && self->state.recovery) return;
+  if (v.actor >= 0 && recoverable(self, v)) return begin_recovery(self, v);
   if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
   conclude(self, v);
 }
@@ -336,6 +425,18 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
         self->state.health_cpu_ns += thread_cpu_ns() - cpu0;
       },
       [self](const msg::MemberSilent& m) { on_member_silent(self, m); },
+      [self](const msg::RecoveryDeadline& m) {
+        auto& st = self->state;
+        if (self->current_sender() != self->ctrl() || !st.recovery || m.generation != st.cfg.generation) return;
+        std::string late;
+        for (std::size_t n = 0; n < st.recovery->aborted.size(); ++n)
+          if (!st.recovery->aborted[n]) late += (late.empty() ? "" : ", ") + std::to_string(n);
+        if (late.empty()) late = "none (the rewire did not end)";
+        finish(self, false, "recovery from " + st.recovery->verdict.line() +
+                                " did not complete in time (health.progress_timeout_ms; for a restarted node also "
+                                "health.rendezvous_timeout_ms); nodes that did not abort: " + late);
+      },
+      [self](const msg::Rejoin& m) { on_rejoin(self, m); },
       [self](const msg::NodeAborted& m) {
         if (accept_report(self, m.generation, m.node)) on_node_aborted(self, m);
       },
@@ -348,8 +449,8 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
         const std::int64_t cpu0 = thread_cpu_ns();
         auto verdict = st.judge->check(HealthJudge::Clock::now());
         st.health_cpu_ns += thread_cpu_ns() - cpu0;
-        if (verdict) return on_judged(self, *verdict);
-        self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
+        if (verdict) on_judged(self, *verdict);
+        if (!st.finished) self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
       },
   };
 }

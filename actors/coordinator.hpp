@@ -49,6 +49,9 @@ struct CoordinatorConfig {
   std::string metrics_path;    ///< verdicts are added here as {"fault": ...} lines ("" = none)
   std::string trace_path;      ///< and to the job's trace (its verdicts' part, "" = none)
   int max_failures_per_hour = 0;  ///< recovery.max_failures_per_hour: stage actor failures replaced (SV-8)
+  int restarts = 0;               ///< recovery.restarts: killed node processes the launcher brings back
+  std::string checkpoint_root;    ///< checkpoint.dir: where a restarted node's actors restore from
+  int rejoin_timeout_ms = 30000;  ///< how long a restarted node may take to rejoin
 };
 
 caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg);

@@ -205,14 +205,14 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
     ta.recovery.restore_step = args.restore_step;
     // Parked: the node answers with the step to roll back to once every
     // transport was rewired, or with an error when the job ends instead.
-    ta.recovery.park = [self, &args](const Error& why) -> Expected<int> {
-      Expected<int> out = make_error("recovery: the node did not answer");
+    ta.recovery.park = [self, &args](const Error& why) -> Expected<RollBack> {
+      Expected<RollBack> out = make_error("recovery: the node did not answer");
       const std::uint64_t generation = args.live_generation ? args.live_generation->load() : args.generation;
       self->request(args.report_to, caf::infinite, msg::ActorParked{generation, args.rank, why.message})
           .receive(
               [&](const msg::Redo& redo) {
                 if (args.live_generation) args.live_generation->store(redo.generation);
-                out = static_cast<int>(redo.step);
+                out = RollBack{redo.step, redo.checkpoint};
               },
               [&](caf::error& e) { out = make_error("the job ended during a recovery (", self->system().render(e), ")"); });
       return out;

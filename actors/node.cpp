@@ -22,6 +22,7 @@
 #include "actors/fabric_check.hpp"
 #include "actors/gpt_stage_actor.hpp"
 #include "actors/node_actor.hpp"
+#include "training/fault_drill.hpp"
 #include "training/progress.hpp"
 #include "training/recovery_snapshots.hpp"
 #include "actors/protocol.hpp"
@@ -104,6 +105,8 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   if (o.rank == -1) o.rank = env_int("SLURM_PROCID", "RANK");
   if (o.world == -1) o.world = env_int("SLURM_NTASKS", "WORLD_SIZE");
   if (o.world < 1) return fail(make_error("--nodes is required and must be >= 1 (or SLURM_NTASKS / WORLD_SIZE)"));
+  if (o.rejoin && o.rank == 0)
+    return fail(make_error("--rejoin: node 0 hosts the coordinator and cannot rejoin its job"));
   if (o.rank < 0 || o.rank >= o.world)
     return fail(make_error("--node-rank ", std::to_string(o.rank), " is out of range for ", std::to_string(o.world),
                            " nodes"));
@@ -121,6 +124,17 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   auto redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
   if (!redis) return fail(make_error("--redis: ", redis.error().message));
 
+  // D-3: drills are claimed job-wide, so a restarted process does not repeat
+  // the one that killed its predecessor (its own connection: the main thread keeps `redis`).
+  if (!job->faults.empty()) {
+    auto claims = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
+    if (!claims) return fail(make_error("--redis: ", claims.error().message));
+    auto shared = std::make_shared<RedisClient>(std::move(*claims));
+    set_drill_claim([shared, job_id = o.job_id](const std::string& drill) {
+      auto first = claim_drill(*shared, job_id, drill);
+      return !first || *first;  // Redis unreachable: the process's own record decides
+    });
+  }
   auto exit_code = std::make_shared<std::atomic<int>>(1);
   auto stopped = std::make_shared<std::atomic<bool>>(false);
   auto ring_path = std::make_shared<std::string>();
@@ -170,6 +184,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     init.stopped = stopped;
     init.progress = std::make_shared<ProgressBoard>(k);
     if (job->recovery.max_failures_per_hour > 0) init.recovery = std::make_shared<RecoverySnapshots>(k);
+    init.rejoining = o.rejoin;
     if (loader_spec) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);
       init.ring_name = ring->name();
@@ -196,7 +211,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     NodeEndpoint me{o.host, *port, caf::to_string(sys.node()), my_addresses};
     RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str()), kTroupeVersion, encode_endpoint(me),
                           std::chrono::milliseconds(job->health.rendezvous_timeout_ms)};
-    auto members = rendezvous(*redis, req);
+    auto members = o.rejoin ? rejoin(*redis, req) : rendezvous(*redis, req);
     if (!members) return abort(members.error());
     std::vector<NodeEndpoint> peers;
     std::vector<std::string> ucx;  // by actor rank
@@ -215,6 +230,13 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     // 0 connects out (to every node, below): connections opened from both ends
     // at once race in CAF 0.17's handshake.
     tell_members(sys, node, peers[0].system_id);
+    if (o.rejoin) {  // back in a running job: node 0 hands this node to the coordinator
+      auto node0 = sys.middleman().remote_actor(peers[0].host, peers[0].port);
+      if (!node0) return abort(make_error("--rejoin: cannot reach node 0: ", sys.render(node0.error())));
+      if (caf::to_string(node0->node()) != peers[0].system_id)
+        return abort(make_error("--rejoin: node 0's address answered as another actor system"));
+      announce_rejoin(sys, node, *node0);
+    }
     spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}, {} work actor{}", o.rank, o.world,
                  o.job_id, members->generation, o.host, *port, k, k > 1 ? "s" : "");
     if (o.rank == 0) {
@@ -242,6 +264,9 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       cc.metrics_path = files.metrics;
       cc.trace_path = files.trace;
       cc.max_failures_per_hour = job->recovery.max_failures_per_hour;
+      cc.restarts = job->recovery.restarts;
+      cc.checkpoint_root = job->checkpoint.dir;
+      cc.rejoin_timeout_ms = job->health.rendezvous_timeout_ms;
       cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
       spawn_coordinator(sys, std::move(cc));
     }

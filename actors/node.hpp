@@ -26,6 +26,7 @@ struct NodeOptions {
   std::string init_path;     ///< safetensors weights to start from; empty = initialise from the seed
   std::string save_path;     ///< safetensors weights written at the end (by actor 0); empty = none
   std::string resume;        ///< "latest" or a checkpoint directory to continue from; empty = step 0
+  bool rejoin = false;       ///< a restarted process of a running job: takes its rank back (recovery)
 };
 
 class ActorRegistry;

@@ -56,6 +56,7 @@ struct NodeState : NodeActorConfig {
   std::vector<std::optional<caf::typed_response_promise<msg::Redo>>> parked;
   std::vector<bool> ended;
   bool recovering = false;
+  bool aborting = false;  ///< waiting for the checkpoint writer's rollback (B-4)
   static inline const char* name = "troupe.node";
 };
 
@@ -69,6 +70,15 @@ struct KnownMembers {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, KnownMembers& x) {
   return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_system);
+}
+
+// run_node -> a restarted node's node actor (same process, never announced): node 0's node actor.
+struct RejoinVia {
+  caf::actor node0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RejoinVia& x) {
+  return f(caf::meta::type_name("troupe.RejoinVia"), x.node0);
 }
 
 int local_actors(const NodeState& s) { return static_cast<int>(s.transports.size()); }
@@ -117,10 +127,14 @@ void stop(NodeSelf* self, int code) {
   // written commits; one still waiting for a stopped node is abandoned).
   if (s.checkpoint_writer) self->send_exit(s.checkpoint_writer, caf::exit_reason::user_shutdown);
   if (s.health_monitor) self->send_exit(s.health_monitor, caf::exit_reason::user_shutdown);
+  for (auto& promise : s.parked)  // parked stage actors end with the job
+    if (promise) promise->deliver(caf::make_error(caf::sec::request_receiver_down));
   if (s.stale + s.foreign > 0)
     spdlog::warn("node {}: dropped {} stale and {} non-member control messages", s.rank, s.stale, s.foreign);
   self->quit();
 }
+
+void report_if_aborted(NodeSelf* self);
 
 // A local work actor failed: its local peers stop waiting on it now, remote
 // ones when the coordinator ends the job.
@@ -132,6 +146,7 @@ void on_actor_failed(NodeSelf* self, int actor, const std::string& reason, bool 
   s.failed = true;
   for (auto* t : s.transports) t->mark_failed(actor);
   if (s.coordinator) self->send(s.coordinator, msg::NodeFailed{s.generation, s.rank, actor, reason, from_peer, kind});
+  report_if_aborted(self);  // the failed actor of a recovery already under way (a stuck one) ended
 }
 
 void on_actor_reported(NodeSelf* self, float checksum) {
@@ -143,12 +158,13 @@ void on_actor_reported(NodeSelf* self, float checksum) {
 
 // Local work actor `i`, in the node's generation; a replacement starts from
 // its snapshot taken before `restore_step`.
-void spawn_one(NodeSelf* self, int i, int restore_step) {
+void spawn_one(NodeSelf* self, int i, int restore_step, const std::string& resume_dir = "") {
   auto& s = self->state;
   const int k = local_actors(s);
   ActorArgs args{s.rank * k + i, s.nodes * k, s.generation, s.transports[static_cast<std::size_t>(i)],
                  caf::actor_cast<caf::actor>(self), s.job, s.files, s.rank, s.nodes, s.loader, s.ring_name,
                  s.checkpoint_writer, s.snapshots, s.progress, s.recovery, restore_step, s.live_generation};
+  if (!resume_dir.empty()) args.files.resume = resume_dir;  // a restarted node's actors restore the checkpoint
   auto work = s.registry->spawn(s.work_actor, self->system(), args);
   if (!work) return on_actor_failed(self, args.rank, work.error().message, false, "actor_error");
   self->monitor(*work);  // N-2
@@ -164,21 +180,40 @@ void spawn_work(NodeSelf* self, int nodes) {
   s.parked.assign(static_cast<std::size_t>(k), std::nullopt);
   s.ended.assign(static_cast<std::size_t>(k), false);
   (void)nodes;
+  if (s.rejoining) {  // N-6: its actors start at the recovery's Redo, from disk
+    s.recovering = true;
+    s.ended.assign(static_cast<std::size_t>(k), true);
+    return report_if_aborted(self);
+  }
   for (int i = 0; i < k; ++i) spawn_one(self, i, -1);
 }
 
 // N-6: once every local actor parked or ended, the node has aborted.
 void report_if_aborted(NodeSelf* self) {
   auto& s = self->state;
-  if (!s.recovering) return;
+  if (!s.recovering || s.aborting) return;
   msg::NodeAborted out{s.generation, s.rank, {}};
   for (std::size_t i = 0; i < s.work.size(); ++i) {
     if (!s.parked[i] && !s.ended[i]) return;
     std::vector<std::int32_t> steps;
-    for (int step : s.recovery->steps(static_cast<int>(i))) steps.push_back(step);
+    if (s.recovery)
+      for (int step : s.recovery->steps(static_cast<int>(i))) steps.push_back(step);
     out.snapshot_steps.push_back(std::move(steps));
   }
-  self->send(s.coordinator, out);
+  if (!s.checkpoint_writer) return self->send(s.coordinator, out);
+  // B-4: the node's checkpoints roll back too before it counts as aborted.
+  s.aborting = true;
+  const auto limit = std::chrono::milliseconds(s.job.health.wait_timeout_ms);
+  self->request(s.checkpoint_writer, limit, msg::CheckpointRollback{})
+      .then([self, out](bool) {
+        self->state.aborting = false;
+        if (self->state.recovering && self->state.generation == out.generation) self->send(self->state.coordinator, out);
+      },
+      [self](caf::error& e) {
+        spdlog::error("node {}: the checkpoint writer did not roll back ({})", self->state.rank, self->system().render(e));
+        fail_all_transfers(self->state);
+        stop(self, 1);
+      });
 }
 
 void on_down(NodeSelf* self, const caf::down_msg& dm) {
@@ -275,7 +310,10 @@ caf::behavior running(NodeSelf* self) {
         s.generation = m.generation;
         s.live_generation->store(m.generation);  // its beats count in the new generation
         s.recovering = true;
-        spdlog::warn("node {}: recovering from stage actor {}'s failure (generation {})", s.rank, m.failed, m.generation);
+        spdlog::warn("node {}: recovering from {} (generation {})", s.rank,
+                     m.failed >= 0 ? "stage actor " + std::to_string(m.failed) + "'s failure"
+                                   : "the loss of node " + std::to_string(m.node) + "'s process",
+                     m.generation);
         fail_all_transfers(s);
         report_if_aborted(self);
       },
@@ -283,6 +321,20 @@ caf::behavior running(NodeSelf* self) {
         auto& s = self->state;
         if (!from_coordinator(self) || m.generation != s.generation || !s.recovering) return;
         std::uint64_t dropped = 0;
+        const int k = local_actors(s);
+        if (m.rejoined >= 0 && m.rejoined != s.rank) {  // a restarted process: new endpoints to its actors
+          if (m.rejoined >= s.nodes || static_cast<int>(m.addresses.size()) != k) {
+            ++s.foreign;  // P-3
+            return;
+          }
+          for (auto* t : s.transports)
+            for (int j = 0; j < k; ++j)
+              if (auto st = t->reconnect(m.rejoined * k + j, m.addresses[static_cast<std::size_t>(j)]); !st) {
+                spdlog::error("node {}: {}", s.rank, st.error().message);
+                fail_all_transfers(s);
+                return stop(self, 1);
+              }
+        }
         for (auto* t : s.transports) dropped += t->begin_generation(m.generation);
         self->send(s.coordinator, msg::Rewired{s.generation, s.rank, dropped});
       },
@@ -293,16 +345,31 @@ caf::behavior running(NodeSelf* self) {
         s.failed = false;
         s.live_generation->store(s.generation);
         if (s.loader) self->send(s.loader, msg::LoaderRewind{m.step});
+        s.rejoining = false;
         for (std::size_t i = 0; i < s.work.size(); ++i) {
           if (s.parked[i]) {
-            s.parked[i]->deliver(msg::Redo{s.generation, m.step});
+            s.parked[i]->deliver(msg::Redo{s.generation, m.step, m.checkpoint});
             s.parked[i].reset();
           } else if (s.ended[i]) {
             s.ended[i] = false;
             s.reported[i] = false;
-            spawn_one(self, static_cast<int>(i), m.step);
+            spawn_one(self, static_cast<int>(i), m.checkpoint.empty() ? m.step : -1, m.checkpoint);
           }
         }
+      },
+      [self](const RejoinVia& m) {  // run_node of a restarted node
+        auto& s = self->state;
+        const auto& sender = self->current_sender();
+        if (!sender || sender->node() != self->system().node() || !s.rejoining) return;
+        self->send(m.node0, msg::Rejoin{s.rank});
+      },
+      [self](const msg::Rejoin& m) {  // on node 0: for the coordinator, which checks it
+        auto& s = self->state;
+        if (!s.coordinator || s.rank != 0) {
+          ++s.foreign;
+          return;
+        }
+        self->delegate(s.coordinator, m);
       },
       [self](const msg::PeerLost& m) {
         auto& s = self->state;
@@ -375,6 +442,11 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config) {
 void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system) {
   caf::scoped_actor main_thread{sys};
   main_thread->send(node, KnownMembers{coordinator_system});
+}
+
+void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& node0) {
+  caf::scoped_actor main_thread{sys};
+  main_thread->send(node, RejoinVia{node0});
 }
 
 }  // namespace troupe

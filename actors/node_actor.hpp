@@ -36,6 +36,7 @@ struct NodeActorConfig {
   std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
   std::shared_ptr<std::atomic<bool>> stopped;   ///< set when the node stops (its shutdown is then bounded)
   std::shared_ptr<RecoverySnapshots> recovery;  ///< rollback points, when the job recovers (recovery.*)
+  bool rejoining = false;  ///< a restarted process: its actors start at the recovery's Redo, not at the Plan
 };
 
 /// Spawns the node actor. It acts on nothing until told node 0's actor system
@@ -47,5 +48,10 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config);
 /// Only a local actor can send this: the message type is never announced, so
 /// it cannot arrive from the network.
 void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system);
+
+/// A restarted node (`rejoining`) announces itself to node 0's node actor,
+/// which hands it to the coordinator (from the node actor, so that the
+/// coordinator learns its handle).
+void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& node0);
 
 }  // namespace troupe

@@ -12,6 +12,7 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<msg::Recover>("troupe.Recover");
   cfg.add_message_type<msg::Rewire>("troupe.Rewire");
   cfg.add_message_type<msg::Redo>("troupe.Redo");
+  cfg.add_message_type<msg::Rejoin>("troupe.Rejoin");
   cfg.add_message_type<msg::NodeAborted>("troupe.NodeAborted");
   cfg.add_message_type<msg::Rewired>("troupe.Rewired");
   cfg.add_message_type<msg::ActorParked>("troupe.ActorParked");

@@ -62,6 +62,8 @@ struct Recover {
 /// older messages are dropped); the node answers Rewired.
 struct Rewire {
   std::uint64_t generation = 0;
+  std::int32_t rejoined = -1;           ///< a node whose process was restarted (-1: none) ...
+  std::vector<std::string> addresses;  ///< ... and its work actors' new UCX worker addresses
 };
 /// Recovery, restore and redo: every stage actor rolls back to the snapshot
 /// taken before `step` and carries on from there; the failed actor's node
@@ -69,6 +71,15 @@ struct Rewire {
 struct Redo {
   std::uint64_t generation = 0;
   std::int32_t step = 0;
+  std::string checkpoint;  ///< "" = from host-memory snapshots; else every actor restores this checkpoint
+};
+
+// --- restarted node -> node 0's node actor -> coordinator ---------------------
+
+/// A restarted node process is back for its rank `node` (it published its new
+/// endpoint in Redis, which the coordinator checks against the sender).
+struct Rejoin {
+  std::int32_t node = 0;
 };
 
 // --- node -> coordinator -------------------------------------------------
@@ -210,6 +221,10 @@ struct BatchSlot {
 struct BatchRelease {
   std::int32_t step = 0;
 };
+/// From the node actor, during a recovery (no stage actor fills a snapshot):
+/// cancel the persist in flight, drop the queued ones, free every buffer and
+/// remove the partial directories; answered (true) once done. Local only.
+struct CheckpointRollback {};
 /// From the node actor, during a recovery (no stage reads the ring): the
 /// next batches asked for are `step`'s and later ones. Local only.
 struct LoaderRewind {
@@ -235,6 +250,10 @@ struct HealthTick {};
 struct HoldOver {};
 /// The coordinator's wait for a failure's root cause is over (SV-6).
 struct BlameDeadline {};
+/// The recovery of `generation` should have completed by now (SV-8). Local only.
+struct RecoveryDeadline {
+  std::uint64_t generation = 0;
+};
 /// The checkpoint writer's persist of `step` ended (phase 2): `failure` is
 /// empty when it succeeded; `committed` on the node that wrote the manifest.
 /// Local only: never announced, so it cannot arrive from the network.
@@ -261,11 +280,15 @@ typename Inspector::result_type inspect(Inspector& f, Recover& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewire& x) {
-  return f(caf::meta::type_name("troupe.Rewire"), x.generation);
+  return f(caf::meta::type_name("troupe.Rewire"), x.generation, x.rejoined, x.addresses);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Redo& x) {
-  return f(caf::meta::type_name("troupe.Redo"), x.generation, x.step);
+  return f(caf::meta::type_name("troupe.Redo"), x.generation, x.step, x.checkpoint);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, Rejoin& x) {
+  return f(caf::meta::type_name("troupe.Rejoin"), x.node);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAborted& x) {
@@ -329,6 +352,14 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {
   return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.from_peer, x.at_ns,
            x.epoch);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RecoveryDeadline& x) {
+  return f(caf::meta::type_name("troupe.RecoveryDeadline"), x.generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CheckpointRollback&) {
+  return f(caf::meta::type_name("troupe.CheckpointRollback"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoaderRewind& x) {

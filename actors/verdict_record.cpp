@@ -21,4 +21,11 @@ void VerdictRecord::record(const Verdict& v) {
     spdlog::error("{}{}", log_prefix_, st.error().message);
 }
 
+void VerdictRecord::phase(const std::string& name, double start_us, const nlohmann::json& args) {
+  if (trace_path_.empty()) return;
+  trace_.span(trace_.track("recovery"), name, "recovery", start_us, std::max(1.0, trace_.now_us() - start_us), args);
+  if (auto st = trace_.write(verdict_trace_part(trace_path_)); !st)
+    spdlog::error("{}{}", log_prefix_, st.error().message);
+}
+
 }  // namespace troupe

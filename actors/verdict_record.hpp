@@ -3,6 +3,8 @@
 // and a marker in the trace (its own part, merged beside the stage actors').
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <string>
 
@@ -17,6 +19,11 @@ class VerdictRecord {
   VerdictRecord(std::string log_prefix, std::string metrics_path, std::string trace_path);
   /// Logs `v`, appends it to the metrics, and writes the verdicts' trace part.
   void record(const Verdict& v);
+  /// The trace's clock (µs), for spans of what follows a verdict.
+  double now_us() const { return trace_.now_us(); }
+  /// A span on the trace's "recovery" track (a recovery's phase, SV-8), from
+  /// `start_us` to now, and the part written again.
+  void phase(const std::string& name, double start_us, const nlohmann::json& args);
 
  private:
   std::string log_prefix_, metrics_path_, trace_path_;

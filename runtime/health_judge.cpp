@@ -53,6 +53,21 @@ void HealthJudge::forget(int node) {
   if (node >= 0 && node < static_cast<int>(nodes_.size())) nodes_[static_cast<std::size_t>(node)].watched = false;
 }
 
+void HealthJudge::watch(int node, Clock::time_point now) {
+  if (node < 0 || node >= static_cast<int>(nodes_.size())) return;
+  Node& n = nodes_[static_cast<std::size_t>(node)];
+  n.watched = true;
+  n.heard = now;
+  n.beats.clear();
+}
+
+void HealthJudge::forget_actors() {
+  for (Node& n : nodes_) {
+    n.beats.clear();
+    n.elsewhere = {};
+  }
+}
+
 bool HealthJudge::watched(int node) const {
   return node >= 0 && node < static_cast<int>(nodes_.size()) && nodes_[static_cast<std::size_t>(node)].watched;
 }

@@ -82,6 +82,11 @@ class HealthJudge {
   /// Node `node` finished its work (or is already judged): no longer watched.
   void forget(int node);
   bool watched(int node) const;
+  /// A recovery began: what the nodes said of their actors is void until they
+  /// beat again (no stuck verdict from beats sent before it; silence still counts).
+  void forget_actors();
+  /// Node `node` is back (a restarted process): watched again, as if heard at `now`.
+  void watch(int node, Clock::time_point now);
   /// The verdict at `now`, if any (H-2, H-3, H-4).
   std::optional<Verdict> check(Clock::time_point now) const;
   /// H-2 alone: the first watched node silent too long.

@@ -91,6 +91,7 @@ struct CheckpointSection {
 struct RecoverySection {
   int max_failures_per_hour = 0;  ///< recoveries allowed per hour of the job (0: a failure ends the job)
   int snapshot_every = 1;         ///< steps between each actor's host-memory snapshot (the rollback points)
+  int restarts = 0;  ///< troupe launch restarts a killed node process (not node 0) this many times in all
 };
 
 /// A fault drill: `[[faults]]` in the config or `--fault k=v,...` on the

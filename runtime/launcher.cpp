@@ -40,7 +40,7 @@ struct Child {
 };
 
 pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& password, const std::string& job,
-            int rank, int* out_fd) {
+            int rank, int* out_fd, bool rejoin = false) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return -1;  // the child's dup2 onto 1 and 2 keeps its end open
   const pid_t parent = ::getpid();
@@ -71,6 +71,7 @@ pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& p
     args.push_back(s);
   }
   for (auto& a : o.extra_node_args) args.push_back(a);
+  if (rejoin) args.push_back("--rejoin");
   if (!o.trace_path.empty()) {
     args.push_back("--trace");
     args.push_back(o.trace_path);
@@ -177,6 +178,7 @@ int launch(const LaunchOptions& o) {
     children.push_back(std::move(c));
   }
   int failed_rank = -1;
+  int restarts_left = o.restarts;
   while (true) {
     std::vector<pollfd> fds;
     for (auto& c : children) fds.push_back({c.out, POLLIN, 0});  // a closed pipe (-1) is not polled
@@ -189,6 +191,22 @@ int launch(const LaunchOptions& o) {
         c.exited = true;
         relay(c, true);
         const bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+        // A node killed while the job runs comes back (recovery.restarts):
+        // the job's coordinator (node 0) replaces its actors.
+        if (!ok && WIFSIGNALED(c.status) && c.rank != 0 && restarts_left > 0 && failed_rank < 0 &&
+            !g_interrupted.load()) {
+          --restarts_left;
+          std::fprintf(stderr, "troupe launch: node %d was killed by signal %d; restarting it (%d restart%s left)\n",
+                       c.rank, WTERMSIG(c.status), restarts_left, restarts_left == 1 ? "" : "s");
+          if (c.out >= 0) ::close(c.out);
+          c.partial.clear();
+          c.pid = spawn(o, url, password, job, c.rank, &c.out, true);
+          c.exited = c.pid < 0;
+          if (c.pid >= 0) {
+            all_done = false;
+            continue;
+          }
+        }
         if (!ok && failed_rank < 0) failed_rank = c.rank;
       }
       all_done = all_done && c.exited;

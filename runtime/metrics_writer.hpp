@@ -18,6 +18,9 @@ class MetricsWriter {
   static Expected<MetricsWriter> open(const std::string& path);
   /// Opens `path` to add lines after whatever it holds; an empty path writes nothing.
   static Expected<MetricsWriter> append(const std::string& path);
+  /// The newest "step" of the per-step lines at the end of `path` (-1: none,
+  /// or no file): where a replaced writer carries on.
+  static int last_step(const std::string& path);
   /// Appends one line (`json_object` must be a single-line JSON object); a
   /// failed write or flush (a full disk) is an error naming the file.
   Status write(const std::string& json_object);

@@ -30,6 +30,20 @@ redis.call('EXPIRE', KEYS[2], ARGV[6])
 return {'ok', tostring(n), redis.call('GET', KEYS[6])}
 )lua";
 
+// A restarted node takes its rank back (recovery): the job must exist with
+// the same config, version and world size, and the rank must have joined
+// before; its endpoint is replaced. Returns {verdict, detail, generation}.
+constexpr const char* kRejoinScript = R"lua(
+local names = {'', 'config', 'version', 'world'}
+for i = 2, 4 do
+  local v = redis.call('GET', KEYS[i])
+  if v ~= ARGV[i + 1] then return {names[i], v or ''} end
+end
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return {'absent', ''} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return {'ok', '1', redis.call('GET', KEYS[5])}
+)lua";
+
 std::string key(const std::string& job, const char* name) { return "troupe:" + job + ":" + name; }
 
 Status check_request(const RendezvousRequest& r) {
@@ -157,13 +171,35 @@ Expected<Membership> rendezvous(RedisClient& redis, const RendezvousRequest& req
   return rendezvous_with_peers(redis, req, all);
 }
 
+Expected<Membership> rejoin(RedisClient& redis, const RendezvousRequest& req) {
+  TROUPE_TRY(check_request(req));
+  auto reply = redis.command({"EVAL", kRejoinScript, "5", key(req.job_id, "nodes"), key(req.job_id, "config"),
+                              key(req.job_id, "version"), key(req.job_id, "world"), key(req.job_id, "generation"),
+                              std::to_string(req.rank), req.endpoint, req.config_hash, req.version,
+                              std::to_string(req.world)});
+  if (!reply) return reply.error();
+  if (reply->kind == RedisValue::Kind::array && reply->elements.size() >= 2 && reply->elements[0].str == "absent")
+    return make_error("--rejoin: node ", std::to_string(req.rank), " never joined job ", printable(req.job_id));
+  auto verdict = interpret_join_reply(*reply, req);
+  if (!verdict) return verdict.error();
+  std::vector<int> all;
+  for (int i = 0; i < req.world; ++i) all.push_back(i);
+  return rendezvous_finish(redis, req, JoinTicket{verdict->generation, true}, all);
+}
+
 Status forget_job(RedisClient& redis, const std::string& job_id) {
   std::vector<std::string> del{"DEL"};
-  for (const char* name : {"nodes", "joined", "config", "version", "world", "generation", "release"})
+  for (const char* name : {"nodes", "joined", "config", "version", "world", "generation", "release", "drills"})
     del.push_back(key(job_id, name));
   auto r = redis.command(del);
   if (!r) return r.error();
   return Status::success();
+}
+
+Expected<bool> claim_drill(RedisClient& redis, const std::string& job_id, const std::string& drill) {
+  auto v = redis.command({"HSETNX", key(job_id, "drills"), drill, "1"});
+  if (!v) return v.error();
+  return v->integer == 1;
 }
 
 Expected<std::uint64_t> bump_generation(RedisClient& redis, const std::string& job_id) {

@@ -66,6 +66,14 @@ Expected<std::vector<std::string>> interpret_peers_reply(const RedisValue& reply
 Expected<Membership> rendezvous_finish(RedisClient& redis, const RendezvousRequest& req, const JoinTicket& ticket,
                                        const std::vector<int>& peers);
 
+/// A restarted node's return to a running job (recovery): the same checks as
+/// a join (config, version, world size), for a rank that joined before; its
+/// endpoint is replaced and every node's endpoint read (no wait).
+Expected<Membership> rejoin(RedisClient& redis, const RendezvousRequest& req);
+
+/// D-3: claims fault drill `drill` for the job (its "drills" hash); true for the first claim only.
+Expected<bool> claim_drill(RedisClient& redis, const std::string& job_id, const std::string& drill);
+
 /// Deletes every key of the job (at its end; the job ID may then be reused).
 Status forget_job(RedisClient& redis, const std::string& job_id);
 

@@ -19,12 +19,13 @@ std::string launch(const std::string& cfg, const std::string& save, const std::s
          "";
 }
 
-// A tiny pp = 2 x dp = 2 job of 8 steps over a prepared synthetic corpus, with `extra` config; its path.
-std::string tiny_job(const ScratchDir& dir, const std::string& extra) {
+// A tiny pp = 2 x dp = 2 job of `steps` steps over a prepared synthetic corpus, with `extra` config; its path.
+std::string tiny_job(const ScratchDir& dir, const std::string& extra, int steps = 8) {
   write_file(dir / "corpus.txt", synthetic_text(40000));
   REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
   const std::string cfg = dir / "job.toml";
-  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 8\n"
+  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = " +
+                      std::to_string(steps) + "\n"
                   "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n" + extra +
                   "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
   return cfg;
@@ -41,14 +42,19 @@ std::vector<double> losses(const std::string& path) {
   return out;
 }
 
+// The fault-free run of `cfg`: clean.safetensors and clean.jsonl in `dir`.
+void run_fault_free(const ScratchDir& dir, const std::string& cfg) {
+  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", ""));
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
+}
+
 }  // namespace
 
 TEST_CASE("a stage actor's exception is recovered in place: fault-free weights and losses, bit for bit", "[recovery]") {
   ScratchDir dir("recovery");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n");
-  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", ""));
-  INFO(clean.err);
-  REQUIRE(clean.exit_code == 0);
+  run_fault_free(dir, cfg);
   const auto expected = losses(dir / "clean.jsonl");
   REQUIRE(expected.size() == 8);
   // Actor 1 and actor 3 (the two stages of a replica, Megatron order), at several steps; two faults in one run.
@@ -78,4 +84,71 @@ TEST_CASE("without recovery.max_failures_per_hour an actor's exception still end
   CHECK(r.exit_code != 0);
   CHECK(r.err.find("verdict actor_exception") != std::string::npos);
   CHECK(r.err.find("recovered") == std::string::npos);
+}
+
+TEST_CASE("a stalled stage actor is judged stuck and replaced, and the weights are the fault-free ones", "[recovery]") {
+  ScratchDir dir("recstall");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n[health]\nprogress_timeout_ms = 1000\n");
+  run_fault_free(dir, cfg);
+  auto stalled = run(launch(cfg, dir / "stall.safetensors", dir / "stall.jsonl", "--fault kind=stall,actor=2,step=3"));
+  INFO(stalled.err);
+  REQUIRE(stalled.exit_code == 0);
+  CHECK(stalled.err.find("verdict stuck_actor: node 1, stage actor 2") != std::string::npos);
+  CHECK(stalled.err.find("coordinator: recovered: stage actor 2") != std::string::npos);
+  CHECK(slurp(dir / "stall.safetensors") == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / "stall.jsonl") == losses(dir / "clean.jsonl"));
+}
+
+TEST_CASE("past recovery.max_failures_per_hour the next failure ends the job, saying why", "[recovery]") {
+  ScratchDir dir("recbudget");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 1\n");
+  auto r = run(launch(cfg, dir / "w.safetensors", dir / "m.jsonl",
+                      "--fault kind=exception,actor=1,step=2 --fault kind=exception,actor=2,step=5"));
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("coordinator: recovered: stage actor 1") != std::string::npos);
+  CHECK(r.err.find("no replacement for stage actor 2: 1 failures recovered within the last hour "
+                   "(recovery.max_failures_per_hour 1)") != std::string::npos);
+  CHECK(r.err.find("verdict actor_exception: node 1, stage actor 2") != std::string::npos);
+}
+
+TEST_CASE("a killed node process is restarted and its actors restored from the checkpoint, bit for bit", "[recovery]") {
+  ScratchDir dir("reckill");
+  const std::string ck = dir / "checkpoints";
+  // Checkpoints every 2 steps; the kill comes late enough that one is committed (persists run beside training).
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n[checkpoint]\ndir = \"" + ck +
+                                            "\"\nevery = 2\n", 12);
+  run_fault_free(dir, cfg);
+  std::filesystem::remove_all(ck);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl", "--fault kind=kill,node=1,step=9"));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  CHECK(killed.err.find("troupe launch: node 1 was killed by signal 9; restarting it (0 restarts left)") != std::string::npos);
+  CHECK(killed.err.find("coordinator: node 1 rejoined") != std::string::npos);
+  CHECK(killed.err.find("from checkpoint " + ck + "/step-0000000") != std::string::npos);
+  CHECK(slurp(dir / "kill.safetensors") == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / "kill.jsonl") == losses(dir / "clean.jsonl"));
+  CHECK(slurp(dir / "kill.jsonl").find("\"source\":\"disk\"") != std::string::npos);
+}
+
+TEST_CASE("a node killed with no restart left, or with no checkpoint to restore, ends the job saying why", "[recovery]") {
+  ScratchDir dir("reckill2");
+  const std::string ck = dir / "checkpoints";
+  // Two kills, one restart: the second death ends the job.
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n[checkpoint]\ndir = \"" + ck +
+                                            "\"\nevery = 2\n", 12);
+  auto twice = run(launch(cfg, dir / "w.safetensors", dir / "m.jsonl",
+                          "--fault kind=kill,node=1,step=9 --fault kind=kill,node=1,step=10"));
+  INFO(twice.err);
+  CHECK(twice.exit_code != 0);
+  CHECK(twice.err.find("coordinator: recovered: every stage actor of node 1") != std::string::npos);
+  CHECK(twice.err.find("verdict process_death: node 1") != std::string::npos);
+  CHECK(twice.err.find("coordinator: no replacement for node 1: recovery.restarts used up") != std::string::npos);
+  // No checkpoint: nothing to restore a new process from.
+  const std::string none = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n");
+  auto bare = run(launch(none, dir / "w.safetensors", dir / "m.jsonl", "--fault kind=kill,node=1,step=3"));
+  INFO(bare.err);
+  CHECK(bare.exit_code != 0);
+  CHECK(bare.err.find("no host-memory snapshot every actor holds and no checkpoint to restore (the job takes no "
+                      "checkpoints (checkpoint.dir, checkpoint.every))") != std::string::npos);
 }

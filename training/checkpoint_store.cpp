@@ -182,4 +182,11 @@ Expected<std::string> resolve_resume(const std::string& what, const std::string&
   return make_error("--resume latest: no complete checkpoint in ", root);
 }
 
+void remove_partials(const std::string& root) {
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(root, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    if (it->path().filename().string().rfind(".partial-step-", 0) == 0) std::filesystem::remove_all(it->path(), ec);
+}
+
 }  // namespace troupe

@@ -50,6 +50,11 @@ Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base
 /// and removes partial directories of steps up to `step` (C-2).
 void retain_checkpoints(const std::string& root, int keep, int step);
 
+/// A recovery rolled the job back: every partial directory under ROOT (a
+/// persist cancelled, or cut by a process that died) goes, so that the steps
+/// redone write theirs afresh. Complete checkpoints are untouched.
+void remove_partials(const std::string& root);
+
 /// Steps of the complete checkpoints under ROOT, oldest first.
 std::vector<int> complete_steps(const std::string& root);
 

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -13,15 +14,26 @@
 namespace troupe {
 namespace {
 
-// D-3: the drills (indices into the job's [[faults]]) this process carried out.
-bool first_time(std::size_t index) {
-  static std::mutex mu;
-  static std::set<std::size_t> fired;
-  std::lock_guard<std::mutex> lock(mu);
-  return fired.insert(index).second;
+// D-3: the drills this process carried out: each by its place in the job's
+// [[faults]] and what it is.
+std::mutex g_claim_mu;
+std::function<bool(const std::string&)> g_claim;  // the job's (set_drill_claim), if any
+
+bool first_time(std::size_t index, const FaultSpec& f) {
+  static std::set<std::string> fired;
+  const std::string key = std::to_string(index) + " " + f.kind + " " + std::to_string(f.node) + " " +
+                          std::to_string(f.actor) + " " + std::to_string(f.step) + " " + std::to_string(f.instruction);
+  std::lock_guard<std::mutex> lock(g_claim_mu);
+  if (!fired.insert(key).second) return false;
+  return !g_claim || g_claim(key);
 }
 
 }  // namespace
+
+void set_drill_claim(std::function<bool(const std::string& key)> claim) {
+  std::lock_guard<std::mutex> lock(g_claim_mu);
+  g_claim = std::move(claim);
+}
 
 FaultDrill::FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node, int local) : rank_(rank), node_(node) {
   for (std::size_t i = 0; i < faults.size(); ++i) {
@@ -49,7 +61,7 @@ bool FaultDrill::slows() const {
 Status FaultDrill::before(int step, int pc, const Transport& transport) const {
   for (std::size_t i = 0; i < mine_.size(); ++i) {
     const FaultSpec& f = mine_[i];
-    if (f.kind == "slow" || f.step != step || f.instruction != pc || !first_time(index_[i])) continue;
+    if (f.kind == "slow" || f.step != step || f.instruction != pc || !first_time(index_[i], f)) continue;
     const std::string where = "step " + std::to_string(step) + (pc >= 0 ? ", instruction " + std::to_string(pc) : "");
     if (f.kind == "kill") {
       spdlog::warn("fault drill: node {} kills itself (SIGKILL) at {} of stage actor {}", node_, where, rank_);

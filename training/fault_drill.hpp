@@ -8,8 +8,10 @@
 //       left empty, so a job without faults pays nothing.
 //  D-2  kill and hang aimed at a node are carried out by that node's first
 //       stage actor, so they happen once per process.
-//  D-3  A drill acts at most once per process: the step it hit, redone after
-//       a recovery (or by the replacement of the actor it hit), runs clean.
+//  D-3  A drill acts at most once per process, and once per job where the job
+//       shares a claim (set_drill_claim: the node's Redis): the step it hit,
+//       redone after a recovery (by the replacement of the actor it hit, or a
+//       restarted node process), runs clean.
 #pragma once
 
 #include <string>
@@ -47,6 +49,10 @@ class FaultDrill {
   int rank_;
   int node_;
 };
+
+/// D-3: a job-wide claim of a drill by its key; true only for the first claim.
+/// Set once per process before any stage actor runs (unset: per process).
+void set_drill_claim(std::function<bool(const std::string& key)> claim);
 
 /// Whether every drill's node is in [0, nodes); the first that is not, named.
 Status check_fault_nodes(const std::vector<FaultSpec>& faults, int nodes, int actors_per_node);

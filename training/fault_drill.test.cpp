@@ -54,6 +54,9 @@ TEST_CASE("exception throws at its step and instruction only, stall lasts until 
   CHECK(exploding.before(2, 6, *transport).ok());
   CHECK(exploding.before(1, 7, *transport).ok());
   CHECK_THROWS_WITH(exploding.before(2, 7, *transport), "fault drill: exception at step 2, instruction 7");
+  // D-3: the step redone after a recovery (or by a replacement in this process) runs clean.
+  CHECK(exploding.before(2, 7, *transport).ok());
+  CHECK(FaultDrill({boom}, 0, 0, 0).before(2, 7, *transport).ok());
 
   const FaultDrill stalling({fault("stall", -1, 0, 1)}, 0, 0, 0);
   CHECK(stalling.before(0, -1, *transport).ok());

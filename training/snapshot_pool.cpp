@@ -124,6 +124,15 @@ Status SnapshotPool::wait_persisted(int step, std::chrono::milliseconds limit) {
   return Status::success();
 }
 
+void SnapshotPool::abandon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& a : actors_)
+      for (auto& b : a.buffers) b.use = Use::free, b.step = -1;
+  }
+  changed_.notify_all();
+}
+
 Status SnapshotPool::drain(std::chrono::milliseconds limit) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!changed_.wait_for(lock, limit, [&] { return !busy(); }))

@@ -9,6 +9,8 @@
 //  B-2  a step is persisted only once every local actor's buffer of it is filled;
 //  B-3  drain returns only when no step is persisting or filled by every actor
 //       (a step an actor never filled, because it failed, is never persisted).
+//  B-4  after a recovery's rollback every buffer is free: the steps redone
+//       take their snapshots again.
 #pragma once
 
 #include <chrono>
@@ -57,6 +59,9 @@ class SnapshotPool {
   /// local actor's filled and written, and on node 0 the checkpoint committed;
   /// its persist's failure, if it failed.
   Status wait_persisted(int step, std::chrono::milliseconds limit);
+  /// B-4: a recovery rolled the job back (no actor fills and no persist runs):
+  /// every buffer is free again, and what was filled is forgotten.
+  void abandon();
 
  private:
   enum class Use { free, filling, filled, persisting };

@@ -93,7 +93,7 @@ class Trainer {
     TROUPE_TRY(build_state());
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
     AbortTransfersOnError abort_on_error(*a_.transport);  // destroyed before the buffers it protects
-    if (!a_.resume_dir.empty()) TROUPE_TRY(resume());
+    if (!a_.resume_dir.empty()) TROUPE_TRY(resume(a_.resume_dir));
     if (a_.recovery.restore_step >= 0) TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, a_.recovery.restore_step, *state_));
     TROUPE_TRY(checkpoints_.prepare(*state_));
     TROUPE_TRY(start_together());
@@ -157,15 +157,18 @@ class Trainer {
     a_.inbox->forget_all();
     coll_.restart_sequences();  // as the replacement's fresh ones
     if (a_.batches.forget) a_.batches.forget();
-    Expected<int> step = 0;
+    Expected<RollBack> to = RollBack{};
     {
       WaitScope waiting(a_.progress);  // parked: waiting on the recovery, not stuck (H-1)
-      step = a_.recovery.park(why);
+      to = a_.recovery.park(why);
     }
-    if (!step) return step.error();
+    if (!to) return to.error();
     state_.reset();
     TROUPE_TRY(build_state());
-    TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, *step, *state_));
+    if (to->checkpoint.empty())
+      TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, to->step, *state_));
+    else
+      TROUPE_TRY(resume(to->checkpoint));  // as the restarted node's actors do
     if (a_.progress) a_.progress->advanced(-1, -1);  // not judged until it runs again (H-3)
     return start_together();
   }
@@ -234,8 +237,8 @@ class Trainer {
   }
 
   // Continues from a checkpoint (of any layout): one reader per replica group, then a broadcast.
-  Status resume() {
-    auto r = restore_stage(*state_, plan_, a_.rank, coll_, *a_.transport, a_.resume_dir, limit_);
+  Status resume(const std::string& dir) {
+    auto r = restore_stage(*state_, plan_, a_.rank, coll_, *a_.transport, dir, limit_);
     if (!r) return r.error();
     float read_mb = static_cast<float>(r->bytes_read / 1e6);
     TROUPE_TRY(all_reduce(everyone_, &read_mb, 1, "the restore figures' all-reduce"));
@@ -243,10 +246,10 @@ class Trainer {
     if (!r->same_config)
       spdlog::warn("--resume {}: the optimizer, learning rate, seed, batch or data differ from the run that saved it; "
                    "the run continues, but not bit for bit",
-                   a_.resume_dir);
+                   dir);
     spdlog::info("resumed from {} at step {}: {:.2f} MB read from storage by all actors ({:.3f} s on the root)",
-                 a_.resume_dir, r->step, read_mb, r->seconds);
-    resumed_ = nlohmann::json{{"resumed_from", a_.resume_dir}, {"restore_read_mb", read_mb}, {"restore_s", r->seconds}};
+                 dir, r->step, read_mb, r->seconds);
+    resumed_ = nlohmann::json{{"resumed_from", dir}, {"restore_read_mb", read_mb}, {"restore_s", r->seconds}};
     return Status::success();
   }
 
@@ -278,6 +281,7 @@ class Trainer {
                                                        {h.straggler_threshold, h.straggler_steps, h.straggler_window})});
     // A replaced root carries on the metrics its predecessor began.
     auto m = a_.recovery.restore_step >= 0 ? MetricsWriter::append(a_.metrics_path) : MetricsWriter::open(a_.metrics_path);
+    if (a_.recovery.restore_step >= 0) last_logged_ = MetricsWriter::last_step(a_.metrics_path);
     if (!m) return m.error();
     root_->metrics.emplace(std::move(*m));
     // MFU's denominator: the root's measured peak per thread, times the threads
@@ -412,7 +416,9 @@ class Trainer {
   }
 
   Status log_step(int step, const StepFigures& f, const StepReport& rep, std::optional<double> val_loss) {
-    if (!root_) return Status::success();
+    // A step redone after a rollback past it was logged already (with the same figures but its time).
+    if (!root_ || step <= last_logged_) return Status::success();
+    last_logged_ = step;
     const auto& t = job_.train;
     const double secs = us_since(f.start) / 1e6;
     const double tokens = static_cast<double>(t.batch) * plan_.cfg.ctx * job_.parallel.microbatches * job_.parallel.dp;
@@ -493,6 +499,7 @@ class Trainer {
   const FaultDrill drill_;                      ///< this actor's fault drills (none: no cost, D-1)
   std::optional<ProgressInbox> progress_inbox_;  ///< the inbox, marking waits for the health monitor
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
+  int last_logged_ = -1;               ///< the newest step in the metrics
 };
 
 }  // namespace

@@ -31,6 +31,13 @@ struct BatchSource {
 
 class RecoverySnapshots;
 
+/// Where a recovery rolls every actor back to: the host-memory snapshot taken
+/// before `step`, or (`checkpoint` not empty) that checkpoint on disk.
+struct RollBack {
+  int step = 0;
+  std::string checkpoint;
+};
+
 /// Hot replacement: where a stage actor's rollback points live and how it
 /// waits for the recovery's word. Empty: a failure ends the actor's work.
 struct RecoveryLink {
@@ -39,7 +46,7 @@ struct RecoveryLink {
   int restore_step = -1;  ///< a replacement: start from its snapshot taken before this step
   /// After a peer's failure stopped the step: reports `why` and waits; the
   /// step every actor rolls back to, or the error that ends the job.
-  std::function<Expected<int>(const Error& why)> park;
+  std::function<Expected<RollBack>(const Error& why)> park;
   explicit operator bool() const { return snapshots && park; }
 };
 

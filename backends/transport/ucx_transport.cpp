@@ -108,6 +108,12 @@ struct UcxTransport::Impl {
   std::deque<int> to_fail;
   std::vector<std::promise<void>> to_abort;  // abort_all() callers waiting for the progress thread
   std::vector<std::pair<std::uint64_t, std::promise<std::uint64_t>>> to_renew;  // begin_generation() callers
+  struct Reconnect {
+    int peer;
+    std::string address;
+    std::promise<Status> done;
+  };
+  std::vector<Reconnect> to_reconnect;  // reconnect() callers
   Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (worker_mu)
   std::vector<char> trash;  // where stale messages are received to be dropped
   std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
@@ -210,15 +216,22 @@ struct UcxTransport::Impl {
     std::deque<int> fails;
     std::vector<std::promise<void>> aborts;
     std::vector<std::pair<std::uint64_t, std::promise<std::uint64_t>>> renewals;
+    std::vector<Reconnect> reconnects;
     {
       std::lock_guard<std::mutex> lock(mu);
       ops.swap(queue);
       fails.swap(to_fail);
       aborts.swap(to_abort);
       renewals.swap(to_renew);
+      reconnects.swap(to_reconnect);
       queued.store(0, std::memory_order_release);
     }
     for (int peer : fails) fail_peer(peer);
+    for (auto& r : reconnects) {
+      fail_peer(r.peer);
+      close_ep(r.peer);
+      r.done.set_value(open_ep(r.peer, r.address));
+    }
     for (auto& [generation, promise] : renewals) promise.set_value(renew(generation));
     for (auto& op : ops) post(std::move(op));
     if (aborts.empty()) return;
@@ -233,6 +246,10 @@ struct UcxTransport::Impl {
     fail_everything();
     for (auto& f : failed) f = false;
     generation_bits = (generation << kTagBits) & kGenerationMask;
+    // What arrived while nothing was posted still sits in the transports: in
+    // UCX's unexpected queue only once the worker progressed.
+    for (int i = 0; i < 1000 && ucp_worker_progress(worker.get()) != 0; ++i) {
+    }
     std::uint64_t dropped = 0;
     for (Tag g = 0; g < (Tag{1} << kGenerationBits); ++g) {
       const Tag bits = g << kTagBits;
@@ -366,6 +383,36 @@ struct UcxTransport::Impl {
     }
   }
 
+  // An endpoint to `peer` at its worker `address` (worker_mu, or before the progress thread runs).
+  Status open_ep(int peer, const std::string& address) {
+    ep_args[static_cast<std::size_t>(peer)] = {this, peer};
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    ep.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+    ep.err_handler.cb = &Impl::on_ep_error;
+    ep.err_handler.arg = &ep_args[static_cast<std::size_t>(peer)];
+    if (auto st = ucp_ep_create(worker.get(), &ep, &eps[static_cast<std::size_t>(peer)]); st != UCS_OK)
+      return ucx_error("ucp_ep_create", rank, st);
+    return Status::success();
+  }
+
+  // Closes the endpoint to `peer` at once (its operations fail), progressing a bounded while.
+  void close_ep(int peer) {
+    ucp_ep_h& e = eps[static_cast<std::size_t>(peer)];
+    if (!e) return;
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t req = ucp_ep_close_nbx(e, &p);
+    if (UCS_PTR_IS_PTR(req)) {
+      for (int i = 0; i < 100000 && ucp_request_check_status(req) == UCS_INPROGRESS; ++i) ucp_worker_progress(worker.get());
+      ucp_request_free(req);
+    }
+    e = nullptr;
+  }
+
   void shutdown() {
     if (progress.joinable()) {
       stop = true;
@@ -378,18 +425,7 @@ struct UcxTransport::Impl {
     for (int p = 0; p < size; ++p) failed[static_cast<std::size_t>(p)] = true;
     drain();
     fail_everything();
-    for (ucp_ep_h ep : eps) {
-      if (!ep) continue;
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      p.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t req = ucp_ep_close_nbx(ep, &p);
-      if (UCS_PTR_IS_PTR(req)) {
-        for (int i = 0; i < 100000 && ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
-          ucp_worker_progress(worker.get());
-        ucp_request_free(req);
-      }
-    }
+    for (int p = 0; p < static_cast<int>(eps.size()); ++p) close_ep(p);
     for (int i = 0; i < 100 && !inflight.empty(); ++i) ucp_worker_progress(worker.get());
     for (auto& [r, owned] : inflight)
       if (owned->op.done) std::exchange(owned->op.done, nullptr)(make_error("transport of rank ", std::to_string(rank), " shut down"));
@@ -482,18 +518,7 @@ Status UcxTransport::connect(const std::vector<std::string>& addresses) {
     return make_error("ucx transport: ", std::to_string(addresses.size()), " addresses for ", std::to_string(m.size), " ranks");
   m.eps.assign(static_cast<std::size_t>(m.size), nullptr);
   m.ep_args.resize(static_cast<std::size_t>(m.size));
-  for (int p = 0; p < m.size; ++p) {
-    m.ep_args[static_cast<std::size_t>(p)] = {&m, p};
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[static_cast<std::size_t>(p)].data());
-    ep.err_mode = m.peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
-    ep.err_handler.cb = &Impl::on_ep_error;
-    ep.err_handler.arg = &m.ep_args[static_cast<std::size_t>(p)];
-    if (auto st = ucp_ep_create(m.worker.get(), &ep, &m.eps[static_cast<std::size_t>(p)]); st != UCS_OK)
-      return ucx_error("ucp_ep_create", m.rank, st);
-  }
+  for (int p = 0; p < m.size; ++p) TROUPE_TRY(m.open_ep(p, addresses[static_cast<std::size_t>(p)]));
   m.progress = std::thread([&m] { m.loop(); });
   return Status::success();
 }
@@ -547,6 +572,20 @@ std::uint64_t UcxTransport::begin_generation(std::uint64_t generation) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->to_renew.emplace_back(generation, std::promise<std::uint64_t>{});
     done = impl_->to_renew.back().second.get_future();
+    impl_->queued.fetch_add(1);
+  }
+  impl_->notify();
+  return done.get();
+}
+
+Status UcxTransport::reconnect(int peer, const std::string& address) {
+  if (peer < 0 || peer >= impl_->size) return make_error("ucx transport: reconnect to rank ", std::to_string(peer), " of ", std::to_string(impl_->size));
+  if (!impl_->progress.joinable()) return make_error("ucx transport: reconnect before connect");
+  std::future<Status> done;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->to_reconnect.push_back({peer, address, {}});
+    done = impl_->to_reconnect.back().done.get_future();
     impl_->queued.fetch_add(1);
   }
   impl_->notify();

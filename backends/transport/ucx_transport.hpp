@@ -64,6 +64,10 @@ class UcxTransport final : public Transport {
   /// unasked are dropped; returns how many. Call it while no owner of this
   /// endpoint is posting (the stage actors wait for the recovery).
   std::uint64_t begin_generation(std::uint64_t generation);
+  /// `peer` is a new process (a node restarted by a recovery): its old
+  /// endpoint is closed (what was in flight to it fails) and one to its
+  /// worker `address` opened. Then begin_generation revives it.
+  Status reconnect(int peer, const std::string& address);
 
   struct Impl;
 

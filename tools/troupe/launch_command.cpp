@@ -39,8 +39,9 @@ void register_launch(CLI::App& app, Action& action) {
       ActorRegistry registry;
       register_builtin_actors(registry);
       JobFiles job_files{o->trace_path, (*files)[0], (*files)[1], (*files)[2], (*files)[3]};
-      if (auto job = check_job(o->config_path, o->overrides, o->nodes, job_files, registry); !job)
-        return fail("launch", job.error());
+      auto job = check_job(o->config_path, o->overrides, o->nodes, job_files, registry);
+      if (!job) return fail("launch", job.error());
+      o->restarts = job->recovery.max_failures_per_hour > 0 ? job->recovery.restarts : 0;
       const std::pair<const char*, std::string> passed[] = {
           {"--metrics", job_files.metrics}, {"--init", job_files.init}, {"--save", job_files.save},
           {"--resume", job_files.resume}};

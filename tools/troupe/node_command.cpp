@@ -25,6 +25,7 @@ void register_node(CLI::App& app, Action& action) {
   cmd->add_option("--resume", o->resume,
                   "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--hold", o->hold_seconds, "Keep the job up this many seconds after it is verified");
+  cmd->add_flag("--rejoin", o->rejoin, "This process replaces a killed one of a running job (troupe launch adds it)");
   auto password_file = std::make_shared<std::string>();
   cmd->add_option("--redis-password-file", *password_file,
                   "File (mode 0600) holding the Redis password (default: $TROUPE_REDIS_PASSWORD)");
