@@ -1,6 +1,9 @@
 // The checkpoint writer actor: SnapshotTaken -> (all local actors) -> a
 // persist thread -> PersistDone.
 #include "actors/checkpoint_writer.hpp"
+
+#include <pthread.h>
+#include <sched.h>
 #include "training/checkpoint_store.hpp"
 
 #include <spdlog/spdlog.h>
@@ -76,7 +79,13 @@ caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
         auto& st = self->state;
         if (!self->current_sender() || self->current_sender()->node() != self->node()) return false;
         st.cancel->store(true);
-        if (st.persisting.joinable()) st.persisting.join();  // the cancelled persist frees its buffers
+        if (st.persisting.joinable()) {
+          // A background persist (SCHED_IDLE) may not run at all while the cores are
+          // busy: back to the normal policy (best effort) so that it ends now.
+          sched_param normal{};
+          ::pthread_setschedparam(st.persisting.native_handle(), SCHED_OTHER, &normal);
+          st.persisting.join();  // the cancelled persist frees its buffers
+        }
         st.cancel = std::make_shared<std::atomic<bool>>(false);
         st.persisting_step = -1;
         st.ready.clear();

@@ -116,7 +116,9 @@ bool recoverable(Self* self, const Verdict& v) {
 
 void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
   auto& st = self->state;
-  if (deadline_ms < 0) deadline_ms = st.cfg.health.progress_timeout_ms;
+  // As long as a node may take to join (its actors park within milliseconds,
+  // but its checkpoint writer first ends the persist it is in).
+  if (deadline_ms < 0) deadline_ms = st.cfg.rejoin_timeout_ms;
   st.verdicts->record(v);
   const auto n = st.cfg.nodes.size();
   const auto now = HealthJudge::Clock::now();
@@ -433,8 +435,8 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
           if (!st.recovery->aborted[n]) late += (late.empty() ? "" : ", ") + std::to_string(n);
         if (late.empty()) late = "none (the rewire did not end)";
         finish(self, false, "recovery from " + st.recovery->verdict.line() +
-                                " did not complete in time (health.progress_timeout_ms; for a restarted node also "
-                                "health.rendezvous_timeout_ms); nodes that did not abort: " + late);
+                                " did not complete within health.rendezvous_timeout_ms (for a restarted node plus "
+                                "health.progress_timeout_ms); nodes that did not abort: " + late);
       },
       [self](const msg::Rejoin& m) { on_rejoin(self, m); },
       [self](const msg::NodeAborted& m) {

@@ -19,6 +19,14 @@
 //        a peer's (NodeFailed::from_peer) waits up to kBlameGraceMs for a report
 //        that began elsewhere (another NodeFailed, a node's death) and gives way
 //        to it.
+//  SV-8  with recovery.max_failures_per_hour > 0 a failed stage actor (an
+//        exception, an error, a stuck verdict) or a killed node process
+//        (recovery.restarts, not node 0) is replaced instead, within the hourly
+//        budget: Recover (generation bumped first) -> every node's NodeAborted
+//        (and a restarted node's Rejoin, checked against its endpoint in Redis)
+//        -> Rewire -> every node's Rewired -> Redo at the newest step every actor
+//        holds a snapshot of, else the newest checkpoint. One recovery at a
+//        time; one that does not complete by its RecoveryDeadline (health.rendezvous_timeout_ms) ends the job.
 #pragma once
 
 #include <caf/fwd.hpp>

@@ -152,3 +152,32 @@ TEST_CASE("a node killed with no restart left, or with no checkpoint to restore,
   CHECK(bare.err.find("no host-memory snapshot every actor holds and no checkpoint to restore (the job takes no "
                       "checkpoints (checkpoint.dir, checkpoint.every))") != std::string::npos);
 }
+
+TEST_CASE("bench recovery: every kind of fault recovered, its phases timed, the weights checked", "[recovery][bench]") {
+  ScratchDir dir("benchrec");
+  const std::string cfg = tiny_job(dir, "");
+  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg + " --faults 3 --steps-between 4");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  INFO(j.dump());
+  CHECK(j["faults"] == 3);
+  CHECK(j["recovered"] == 3);
+  CHECK(j["exit_code"] == 0);
+  CHECK(j["weights_identical"] == true);
+  CHECK(j["losses_identical"] == true);
+  CHECK(j["goals"]["every_fault_recovered"] == true);
+  REQUIRE(j["per_fault"].size() == 3);
+  for (const std::string kind : {"exception", "stall", "kill"}) {
+    const auto& k = j["by_kind"][kind];
+    INFO(kind);
+    CHECK(k["detect_ms"]["median"].get<double>() >= 0);
+    CHECK(k["abort_ms"]["max"].get<double>() > 0);
+    CHECK(k["resumed_after_ms"]["max"].get<double>() >= k["detect_ms"]["max"].get<double>());
+  }
+  CHECK(j["per_fault"][2]["source"] == "disk");  // the killed node's new process holds no snapshot
+  CHECK(j["per_fault"][0]["source"] == "memory");
+  CHECK(j["left_behind"]["shared_memory"].empty());
+  CHECK(j["left_behind"]["node_processes"] == 0);
+}

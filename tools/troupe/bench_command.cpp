@@ -7,6 +7,7 @@
 #include "tools/troupe/bench_ops.hpp"
 #include "tools/troupe/bench_checkpoint.hpp"
 #include "tools/troupe/bench_health.hpp"
+#include "tools/troupe/bench_recovery.hpp"
 #include "tools/troupe/bench_step.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -108,6 +109,27 @@ void register_bench(CLI::App& app, Action& action) {
       if (health->config.empty()) return fail("bench health", Error{"a CONFIG is needed (or --simulate-nodes)"});
       auto r = bench_health(*health);
       if (!r) return fail("bench health", r.error());
+      std::printf("%s\n", r->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  auto recovery = std::make_shared<BenchRecoveryArgs>();
+  auto* rc = bench->add_subcommand("recovery", "Hot replacement: time lost per fault by phase, restore source, final weights");
+  rc->add_option("config", recovery->config, "Job config (TOML)")->required();
+  rc->add_option("--set", recovery->overrides, "Override a config key")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  rc->add_option("--nodes", recovery->nodes, "Node processes")->check(CLI::Range(2, 64));
+  rc->add_option("--faults", recovery->faults, "Faults in the run (exception, stall and kill in turn)")
+      ->check(CLI::Range(1, 1000));
+  rc->add_option("--seed", recovery->seed, "Seed of the faults' actors, nodes and steps");
+  rc->add_option("--steps-between", recovery->steps_between, "Steps from one fault to the next")->check(CLI::Range(3, 1000));
+  rc->add_option("--log", recovery->log_path, "Write the run with faults' log to FILE");
+  rc->callback([recovery, &action] {
+    action = [recovery] {
+      auto r = bench_recovery(*recovery);
+      if (!r) return fail("bench recovery", r.error());
       std::printf("%s\n", r->dump(2).c_str());
       return 0;
     };

@@ -21,69 +21,11 @@
 
 #include "runtime/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
+#include "tools/troupe/bench_launch.hpp"
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {
 namespace {
-
-struct Launched {
-  double wall_ms = 0;
-  int exit_code = 0;
-  bool ended_by_limit = false;
-  std::string log;                      ///< every node's stderr, as the launcher prints it
-  std::vector<nlohmann::json> metrics;  ///< the metrics lines
-};
-
-// troupe launch with `extra` arguments, ended (SIGTERM, which the launcher
-// passes on to its nodes) if it runs longer than `limit_s`; its output and metrics.
-Launched launch_job(const BenchHealthArgs& a, const std::string& extra, int limit_s) {
-  const std::string metrics = (std::filesystem::temp_directory_path() /
-                               ("troupe_bench_health_" + std::to_string(::getpid()) + ".jsonl")).string();
-  std::ostringstream command;
-  command << "timeout -k 10 " << limit_s << " '" << troupe_executable() << "' launch --nodes " << a.nodes << " '" << a.config << "' --metrics '" << metrics
-          << "'";
-  for (auto& o : a.overrides) command << " --set '" << o << "'";
-  command << " " << extra << " 2>&1";
-  const std::string cmd = command.str();
-  Launched out;
-  const auto t0 = std::chrono::steady_clock::now();
-  {
-    std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(cmd.c_str(), "r"), pclose);
-    std::array<char, 4096> buf{};
-    while (pipe && std::fgets(buf.data(), buf.size(), pipe.get())) out.log += buf.data();
-    const int status = pipe ? pclose(pipe.release()) : -1;
-    out.exit_code = status == -1 ? -1 : WEXITSTATUS(status);
-  }
-  out.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  out.ended_by_limit = out.exit_code == 124 || out.exit_code == 137;  // timeout's
-  if (out.ended_by_limit) {
-    const std::size_t tail = out.log.size() > 3000 ? out.log.size() - 3000 : 0;
-    std::fprintf(stderr, "bench health: a job ran longer than %d s and was ended: %s\n--- its log's end:\n%s\n", limit_s,
-                 extra.c_str(), out.log.substr(tail).c_str());
-  }
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded()) out.metrics.push_back(std::move(j));
-  }
-  std::filesystem::remove(metrics);
-  return out;
-}
-
-// The spdlog time stamp of the first log line containing `needle`, in ms of the day (-1: none).
-double stamp_ms(const std::string& log, const std::string& needle) {
-  std::istringstream lines(log);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.find(needle) == std::string::npos) continue;
-    // spdlog's "[2026-11-23 16:54:17.375]"
-    for (auto at = line.find('['); at != std::string::npos; at = line.find('[', at + 1)) {
-      int y, mo, d, h, mi, s, ms;
-      if (std::sscanf(line.c_str() + at, "[%d-%d-%d %d:%d:%d.%d]", &y, &mo, &d, &h, &mi, &s, &ms) == 7)
-        return ((h * 60.0 + mi) * 60.0 + s) * 1000.0 + ms;
-    }
-  }
-  return -1;
-}
 
 // The CPU time the job's health work took, from the exit lines of every
 // node's health monitor and of the coordinator ("..., 12.34 ms CPU").
@@ -111,6 +53,7 @@ struct DrillKind {
 }  // namespace
 
 Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
+  const LaunchSpec spec{a.config, a.overrides, a.nodes, "health"};
   auto job = load_job_config(a.config, a.overrides);
   if (!job) return job.error();
   const auto& h = job->health;
@@ -132,7 +75,7 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
     std::vector<double> latency;
     int wrong = 0, limited = 0;
     for (int i = 0; i < a.drills; ++i) {
-      auto r = launch_job(a, steps + " --fault " + k.fault, 120);
+      auto r = launch_job(spec, steps + " --fault " + k.fault, 120);
       limited += r.ended_by_limit;
       const double t0 = stamp_ms(r.log, k.started), t1 = stamp_ms(r.log, k.verdict);
       if (r.exit_code == 0 || t0 < 0 || t1 < 0) {
@@ -169,11 +112,11 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
     // Alternated order (ABBA), so that a drift of the machine does not favour either.
     Launched on, off;
     if (i % 2 == 0) {
-      on = launch_job(a, quiet, 180);
-      off = launch_job(a, quiet + rare, 180);
+      on = launch_job(spec, quiet, 180);
+      off = launch_job(spec, quiet + rare, 180);
     } else {
-      off = launch_job(a, quiet + rare, 180);
-      on = launch_job(a, quiet, 180);
+      off = launch_job(spec, quiet + rare, 180);
+      on = launch_job(spec, quiet, 180);
     }
     if (on.exit_code != 0 || off.exit_code != 0) return make_error("bench health: a job without faults failed");
     with.push_back(median_step(on));
@@ -195,7 +138,7 @@ Expected<nlohmann::json> bench_health(const BenchHealthArgs& a) {
   for (int i = 0; i < a.straggler_drills; ++i) {
     const int actor = pick(rng);
     const double f = std::round(factor(rng) * 100) / 100;
-    auto r = launch_job(a, " --set train.steps=30 --set train.eval_every=0 --fault kind=slow,actor=" +
+    auto r = launch_job(spec, " --set train.steps=30 --set train.eval_every=0 --fault kind=slow,actor=" +
                                std::to_string(actor) + ",step=10,factor=" + std::to_string(f) + ",steps=15",
                         180);
     if (r.exit_code != 0) return make_error("bench health: a slow drill's job failed");

@@ -1,0 +1,209 @@
+// bench recovery (see bench_recovery.hpp): a fault-free run and a run with N
+// faults of the same job and layout, read back from their logs and metrics.
+#include "tools/troupe/bench_recovery.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "runtime/job_config.hpp"
+#include "tools/troupe/bench_figures.hpp"
+#include "tools/troupe/bench_launch.hpp"
+#include "tools/troupe/commands.hpp"
+
+namespace troupe::cli {
+namespace {
+
+struct PlannedFault {
+  std::string kind;  ///< exception | stall | kill
+  int target = 0;    ///< the actor (exception, stall) or the node (kill)
+  int step = 0;
+  std::string flag() const {
+    return "--fault kind=" + kind + "," + (kind == "kill" ? "node=" : "actor=") + std::to_string(target) +
+           ",step=" + std::to_string(step);
+  }
+  std::string drill_line() const {  // what the drill logs when it acts
+    if (kind == "kill") return "fault drill: node " + std::to_string(target) + " kills itself (SIGKILL) at step " + std::to_string(step) + " ";
+    return "fault drill: stage actor " + std::to_string(target) + (kind == "stall" ? " stalls" : " throws") + " at step " +
+           std::to_string(step);
+  }
+};
+
+std::vector<double> losses_of(const Launched& r) {
+  std::vector<double> out;
+  for (auto& m : r.metrics)
+    if (m.contains("loss") && m.contains("step")) out.push_back(m["loss"].get<double>());
+  return out;
+}
+
+std::string slurp_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::set<std::string> shm_entries() {
+  std::set<std::string> out;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) out.insert(e.path().filename().string());
+  return out;
+}
+
+int troupe_node_processes() {
+  int n = 0;
+  std::error_code ec;
+  for (auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string cmd = slurp_file((e.path() / "cmdline").string());
+    if (cmd.find("troupe") != std::string::npos && cmd.find(std::string("node") + '\0') != std::string::npos &&
+        cmd.find("bench_recovery") != std::string::npos)
+      ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
+  auto job = load_job_config(a.config, a.overrides);
+  if (!job) return job.error();
+  const int actors = job->parallel.dp * job->parallel.pp * job->parallel.tp;
+  if (a.nodes < 2) return make_error("--nodes must be at least 2 (a killed node is restarted; node 0 is not)");
+  // The faults: kinds in turn, each at a random actor or node (not node 0) and
+  // at a random step in its own window of steps.
+  const std::vector<std::string> kinds{"exception", "stall", "kill"};
+  std::mt19937 rng(a.seed);
+  std::vector<PlannedFault> plan;
+  int kills = 0;
+  for (int i = 0; i < a.faults; ++i) {
+    PlannedFault f;
+    f.kind = kinds[static_cast<std::size_t>(i) % kinds.size()];
+    f.target = f.kind == "kill" ? 1 + static_cast<int>(rng() % static_cast<unsigned>(a.nodes - 1))
+                                : static_cast<int>(rng() % static_cast<unsigned>(actors));
+    f.step = a.steps_between * (i + 1) + static_cast<int>(rng() % 2);
+    kills += f.kind == "kill";
+    plan.push_back(f);
+  }
+  const int steps = a.steps_between * (a.faults + 2);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("troupe_bench_recovery_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  LaunchSpec spec{a.config, a.overrides, a.nodes, "recovery"};
+  for (const std::string& o : {"train.steps=" + std::to_string(steps), std::string("train.eval_every=0"),
+                               "recovery.max_failures_per_hour=" + std::to_string(a.faults + 1),
+                               "recovery.restarts=" + std::to_string(kills), "checkpoint.every=" + std::to_string(a.checkpoint_every),
+                               std::string("health.progress_timeout_ms=1000")})
+    spec.overrides.push_back(o);
+  const int limit_s = 120 + 10 * steps + 20 * a.faults;
+
+  const auto shm_before = shm_entries();
+  auto clean_spec = spec;
+  clean_spec.overrides.push_back("checkpoint.dir=\"" + dir + "/clean\"");
+  const Launched clean = launch_job(clean_spec, "--save '" + dir + "/clean.safetensors'", limit_s);
+  if (clean.exit_code != 0) {
+    const std::size_t tail = clean.log.size() > 3000 ? clean.log.size() - 3000 : 0;
+    return make_error("the fault-free run failed (exit ", std::to_string(clean.exit_code), "); its log's end:\n",
+                      clean.log.substr(tail));
+  }
+  std::string flags;
+  for (auto& f : plan) flags += " " + f.flag();
+  auto faulty_spec = spec;
+  faulty_spec.overrides.push_back("checkpoint.dir=\"" + dir + "/faulty\"");
+  const Launched faulty = launch_job(faulty_spec, "--save '" + dir + "/faulty.safetensors'" + flags, limit_s);
+  const auto shm_after = shm_entries();
+  if (!a.log_path.empty()) std::ofstream(a.log_path) << faulty.log;
+
+  // Per fault: the drill, its verdict, and its recovery object (in order).
+  std::vector<nlohmann::json> recoveries;
+  for (auto& m : faulty.metrics)
+    if (m.contains("recovery")) recoveries.push_back(m["recovery"]);
+  nlohmann::json per_fault = nlohmann::json::array();
+  std::map<std::string, std::vector<double>> detect, abort_ms, rewire, resumed, redone;
+  std::size_t from = 0;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    const PlannedFault& f = plan[i];
+    std::size_t at = 0;
+    const double drilled = stamp_ms(faulty.log, f.drill_line(), from, &at);
+    std::size_t verdict_at = 0;
+    const double judged = drilled < 0 ? -1 : stamp_ms(faulty.log, "coordinator: verdict ", at, &verdict_at);
+    const double recovered = judged < 0 ? -1 : stamp_ms(faulty.log, "coordinator: recovered:", verdict_at, nullptr);
+    if (drilled >= 0) from = at;
+    nlohmann::json row{{"kind", f.kind}, {f.kind == "kill" ? "node" : "actor", f.target}, {"step", f.step}};
+    if (i < recoveries.size()) {
+      const auto& r = recoveries[i];
+      row["source"] = r["source"];
+      row["rollback_step"] = r["rollback_step"];
+      row["steps_redone"] = f.step - r["rollback_step"].get<int>();
+      row["abort_ms"] = r["abort_ms"];
+      row["rewire_ms"] = r["rewire_ms"];
+      abort_ms[f.kind].push_back(r["abort_ms"].get<double>());
+      rewire[f.kind].push_back(r["rewire_ms"].get<double>());
+      redone[f.kind].push_back(f.step - r["rollback_step"].get<int>());
+    }
+    if (drilled >= 0 && judged >= 0) {
+      row["detect_ms"] = judged - drilled;
+      detect[f.kind].push_back(judged - drilled);
+    }
+    if (drilled >= 0 && recovered >= 0) {
+      row["resumed_after_ms"] = recovered - drilled;  // from the fault to every actor told to redo
+      resumed[f.kind].push_back(recovered - drilled);
+    }
+    per_fault.push_back(row);
+  }
+  // Restore bytes: a killed node's actors and the others read the checkpoint (the root logs the sum).
+  std::vector<double> restore_mb;
+  for (auto& m : faulty.metrics)
+    if (m.contains("restore_read_mb")) restore_mb.push_back(m["restore_read_mb"].get<double>());
+
+  const auto clean_losses = losses_of(clean), faulty_losses = losses_of(faulty);
+  const std::string w_clean = slurp_file(dir + "/clean.safetensors"), w_faulty = slurp_file(dir + "/faulty.safetensors");
+  std::vector<std::string> leftover_shm;
+  for (auto& e : shm_after)
+    if (!shm_before.contains(e)) leftover_shm.push_back(e);
+
+  nlohmann::json kinds_json;
+  for (const auto& k : kinds) {
+    if (!detect.contains(k) && !abort_ms.contains(k)) continue;
+    kinds_json[k] = {{"detect_ms", spread(detect[k])},          {"abort_ms", spread(abort_ms[k])},
+                     {"rewire_ms", spread(rewire[k])},          {"resumed_after_ms", spread(resumed[k])},
+                     {"steps_redone", spread(redone[k])}};
+  }
+  const std::size_t recovered = recoveries.size();
+  const double step_ms = faulty_losses.empty() ? 0 : clean.wall_ms / static_cast<double>(steps);
+  return nlohmann::json{
+      {"config", a.config},
+      {"nodes", a.nodes},
+      {"steps", steps},
+      {"faults", a.faults},
+      {"seed", a.seed},
+      {"settings", {{"checkpoint_every", a.checkpoint_every}, {"health_progress_timeout_ms", 1000},
+                    {"health_heartbeat_ms", job->health.heartbeat_ms}, {"health_miss_limit", job->health.miss_limit}}},
+      {"recovered", recovered},
+      {"exit_code", faulty.exit_code},
+      {"per_fault", per_fault},
+      {"by_kind", kinds_json},
+      {"restore_read_mb", spread(restore_mb)},
+      {"wall_s", {{"fault_free", clean.wall_ms / 1e3}, {"with_faults", faulty.wall_ms / 1e3}}},
+      {"lost_per_fault_s", (faulty.wall_ms - clean.wall_ms) / 1e3 / std::max(1, a.faults)},
+      {"mean_step_ms_fault_free", step_ms},
+      {"weights_identical", !w_clean.empty() && w_clean == w_faulty},
+      {"losses_identical", !clean_losses.empty() && clean_losses == faulty_losses},
+      {"left_behind", {{"shared_memory", leftover_shm}, {"node_processes", troupe_node_processes()}}},
+      {"goals", {{"every_fault_recovered", recovered == plan.size() && faulty.exit_code == 0},
+                 {"kill_resumed_within_1s_plus_detection",
+                  resumed["kill"].empty() ? nlohmann::json(nullptr)
+                                          : nlohmann::json(highest(resumed["kill"]) - (detect["kill"].empty() ? 0 : highest(detect["kill"])) < 1000)}}},
+  };
+}
+
+}  // namespace troupe::cli

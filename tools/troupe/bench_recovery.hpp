@@ -1,0 +1,30 @@
+// troupe bench recovery: hot replacement measured on real launched jobs — N
+// faults of every kind it recovers (an actor's exception, a stuck actor, a
+// killed node process) at random actors and steps in one run, beside the same
+// job without faults: the time each fault cost split into its phases, where
+// the state came from, and whether the final weights and losses are the
+// fault-free run's, bit for bit; and that nothing is left behind.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/expected.hpp"
+
+namespace troupe::cli {
+
+struct BenchRecoveryArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  int nodes = 2;
+  int faults = 6;            ///< in one run, the kinds taken in turn
+  unsigned seed = 1;         ///< of the random actors, nodes and steps
+  int steps_between = 6;     ///< steps from one fault to the next (at least)
+  int checkpoint_every = 2;  ///< for a killed node's restore from disk
+  std::string log_path;      ///< where the faulty run's log goes ("" = nowhere)
+};
+
+Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& args);
+
+}  // namespace troupe::cli
