@@ -404,9 +404,20 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
         if (accept_report(self, m.generation, m.node)) on_node_done(self, m.node, m.checksum);
       },
       [self](const msg::NodeFailed& m) {
-        if (!accept_report(self, m.generation, m.node)) return;
+        auto& st = self->state;
+        // A failure sent just before the node heard of the recovery counts in it (SV-8).
+        const bool crossed = st.recovery && m.generation + 1 == st.cfg.generation;
+        if (!accept_report(self, crossed ? st.cfg.generation : m.generation, m.node)) return;
+        if (!m.from_peer && st.recovery && st.recovery->verdict.actor >= 0 && m.actor != st.recovery->verdict.actor &&
+            st.alive[static_cast<std::size_t>(m.node)]) {
+          // SV-8: another actor failed during the recovery (the same step, or
+          // while parking): its node replaces it at the Redo like the first.
+          st.verdicts->record(verdict_of(m));
+          st.recoveries.push_back(HealthJudge::Clock::now());
+          return;
+        }
         if (!m.from_peer && recoverable(self, verdict_of(m))) return begin_recovery(self, verdict_of(m));
-        if (self->state.recovery) return;  // SV-8: a consequence of the failure being recovered
+        if (st.recovery) return;  // SV-8: a consequence of the failure being recovered
         if (!m.from_peer) return conclude(self, verdict_of(m));
         auto& held = self->state.from_peer_failure;
         if (held) return;

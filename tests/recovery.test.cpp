@@ -3,6 +3,7 @@
 // rolls back to the same step, and the job ends with the fault-free weights
 // and per-step losses, bit for bit.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -41,6 +42,9 @@ std::vector<double> losses(const std::string& path) {
   }
   return out;
 }
+
+// A finite figure, not negative.
+bool figure_or_zero(const nlohmann::json& x) { return x.is_number() && std::isfinite(x.get<double>()) && x.get<double>() >= 0; }
 
 // The fault-free run of `cfg`: clean.safetensors and clean.jsonl in `dir`.
 void run_fault_free(const ScratchDir& dir, const std::string& cfg) {
@@ -178,6 +182,22 @@ TEST_CASE("bench recovery: every kind of fault recovered, its phases timed, the 
   }
   CHECK(j["per_fault"][2]["source"] == "disk");  // the killed node's new process holds no snapshot
   CHECK(j["per_fault"][0]["source"] == "memory");
+  CHECK(figure_or_zero(j["snapshot_cost"]["stall_ms"]["median"]));
+  CHECK(j["snapshot_cost"]["mb_per_actor"].get<double>() > 0);
   CHECK(j["left_behind"]["shared_memory"].empty());
   CHECK(j["left_behind"]["node_processes"] == 0);
+}
+
+TEST_CASE("two actors failing in the same step are both replaced, bit for bit", "[recovery]") {
+  ScratchDir dir("rectwo");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n");
+  run_fault_free(dir, cfg);
+  auto r = run(launch(cfg, dir / "two.safetensors", dir / "two.jsonl",
+                      "--fault kind=exception,actor=1,step=4 --fault kind=exception,actor=2,step=4"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("verdict actor_exception: node 0, stage actor 1") != std::string::npos);
+  CHECK(r.err.find("verdict actor_exception: node 1, stage actor 2") != std::string::npos);
+  CHECK(slurp(dir / "two.safetensors") == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / "two.jsonl") == losses(dir / "clean.jsonl"));
 }

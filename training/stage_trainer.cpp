@@ -144,7 +144,10 @@ class Trainer {
   // Every recovery.snapshot_every steps, the state into the node's host memory (a rollback point).
   Status take_recovery_snapshot() {
     if (!a_.recovery || state_->next_step() % a_.recovery.snapshot_every != 0) return Status::success();
-    return a_.recovery.snapshots->take(a_.local, *state_);
+    const auto t0 = Clock::now();
+    TROUPE_TRY(a_.recovery.snapshots->take(a_.local, *state_));
+    snapshot_us_ = us_since(t0);  // for the next metrics line: what the rollback point cost this actor
+    return Status::success();
   }
 
   // The step in flight is abandoned: every transfer of it fails and its
@@ -447,6 +450,10 @@ class Trainer {
                                       {"node_mb", static_cast<double>(f.persisted->bytes) / 1e6},
                                       {"s", f.persisted->seconds}};
     if (!resumed_.is_null()) line.update(std::exchange(resumed_, nullptr));
+    if (snapshot_us_ >= 0) {
+      line["recovery_snapshot_ms"] = std::exchange(snapshot_us_, -1.0) / 1e3;
+      line["recovery_snapshot_mb"] = static_cast<double>(a_.recovery.snapshots->bytes(a_.local)) / 1e6;
+    }
     if (!f.stragglers.empty()) line["stragglers"] = stragglers_json(step, f.stragglers);
     TROUPE_TRY(root_->metrics->write(line.dump()));
     if (t.log_every > 0 && (step % t.log_every == 0 || step + 1 == t.steps))
@@ -500,6 +507,7 @@ class Trainer {
   std::optional<ProgressInbox> progress_inbox_;  ///< the inbox, marking waits for the health monitor
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
   int last_logged_ = -1;               ///< the newest step in the metrics
+  double snapshot_us_ = -1;            ///< the last recovery snapshot's stall, not yet in the metrics
 };
 
 }  // namespace

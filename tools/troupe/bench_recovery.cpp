@@ -167,6 +167,13 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
 
   const auto clean_losses = losses_of(clean), faulty_losses = losses_of(faulty);
   const std::string w_clean = slurp_file(dir + "/clean.safetensors"), w_faulty = slurp_file(dir + "/faulty.safetensors");
+  // What the rollback points cost (the root's snapshot after each step of the fault-free run).
+  std::vector<double> snapshot_ms, snapshot_mb, step_ms_clean;
+  for (auto& m : clean.metrics) {
+    if (m.contains("recovery_snapshot_ms")) snapshot_ms.push_back(m["recovery_snapshot_ms"].get<double>());
+    if (m.contains("recovery_snapshot_mb")) snapshot_mb.push_back(m["recovery_snapshot_mb"].get<double>());
+    if (m.contains("step_ms")) step_ms_clean.push_back(m["step_ms"].get<double>());
+  }
   std::vector<std::string> leftover_shm;
   for (auto& e : shm_after)
     if (!shm_before.contains(e)) leftover_shm.push_back(e);
@@ -196,6 +203,10 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
       {"wall_s", {{"fault_free", clean.wall_ms / 1e3}, {"with_faults", faulty.wall_ms / 1e3}}},
       {"lost_per_fault_s", (faulty.wall_ms - clean.wall_ms) / 1e3 / std::max(1, a.faults)},
       {"mean_step_ms_fault_free", step_ms},
+      {"snapshot_cost", {{"stall_ms", spread(snapshot_ms)},
+                         {"mb_per_actor", snapshot_mb.empty() ? nlohmann::json(nullptr) : nlohmann::json(snapshot_mb.back())},
+                         {"share_of_step", step_ms_clean.empty() || snapshot_ms.empty() ? nlohmann::json(nullptr)
+                                                                                         : nlohmann::json(median(snapshot_ms) / median(step_ms_clean))}}},
       {"weights_identical", !w_clean.empty() && w_clean == w_faulty},
       {"losses_identical", !clean_losses.empty() && clean_losses == faulty_losses},
       {"left_behind", {{"shared_memory", leftover_shm}, {"node_processes", troupe_node_processes()}}},
