@@ -250,6 +250,7 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
   auto& st = self->state;
   st.alive[static_cast<std::size_t>(rank)] = false;
   if (st.finished) return;
+  if (st.recovery && st.recovery->awaiting == rank) return;  // already being replaced (judged silent first)
   const Verdict v{"process_death", rank, -1,
                   "its actor system went away (" + self->system().render(reason) + ")"};
   // SV-8: a killed node process (not node 0's) that the launcher restarts.
@@ -268,6 +269,13 @@ void on_judged(Self* self, const Verdict& v) {
   // An actor of a recovery in progress is parked or being replaced: bounded by RecoveryDeadline instead.
   if (v.actor >= 0 && self->state.recovery) return;
   if (v.actor >= 0 && recoverable(self, v)) return begin_recovery(self, v);
+  // A silent node (a hung process, or a dead one whose connection has not
+  // closed yet, as across hosts) is replaced like a killed one when its
+  // process is restarted; if none rejoins, the recovery's deadline ends the job.
+  auto& st = self->state;
+  if (v.actor < 0 && v.node != 0 && st.cfg.restarts > 0 && !st.done[static_cast<std::size_t>(v.node)] &&
+      recoverable(self, v))
+    return begin_node_recovery(self, v);
   if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
   conclude(self, v);
 }

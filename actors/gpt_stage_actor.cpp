@@ -105,7 +105,9 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
   std::shared_ptr<SnapshotPool> pool = args.snapshots;
   const int local = pool->local_index(args.rank);
   CheckpointSink sink;
-  sink.acquire = [pool, local, limit](int step, const ShardLayout& layout) {
+  ProgressSlot* slot = args.progress && local >= 0 && local < args.progress->size() ? &args.progress->slot(local) : nullptr;
+  sink.acquire = [pool, local, limit, slot](int step, const ShardLayout& layout) {
+    WaitScope waiting(slot);  // on the node's writer, not stuck (H-1)
     return pool->acquire(local, step, layout, limit);
   };
   // The actor that completes a step's snapshots tells the writer (B-2); from

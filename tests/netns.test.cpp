@@ -67,4 +67,87 @@ TEST_CASE("nodes on two hosts authenticate to a password-protected Redis and ver
   CHECK(r0.err.find("verified the fabric") != std::string::npos);
 }
 
+namespace {
+
+// Redis with a password on host A, for a job whose nodes run on both hosts.
+struct TwoHostJob {
+  ScratchDir dir;
+  const VethHosts& hosts;
+  int port = free_loopback_port();
+  std::string password = random_password();
+  pid_t redis = -1;
+  TwoHostJob(const std::string& tag, const VethHosts& h) : dir(tag), hosts(h) {
+    write_file(dir / "redis.conf", "bind " + hosts.address(0) + "\nport " + std::to_string(port) + "\nrequirepass " +
+                                       password + "\nsave \"\"\nappendonly no\n");
+    write_file(dir / "password", password + "\n");
+    ::chmod((dir / "password").c_str(), 0600);
+    ::chmod((dir / "redis.conf").c_str(), 0600);
+    redis = ::fork();
+    if (redis == 0) {
+      const std::string conf = dir / "redis.conf";
+      ::execlp("ip", "ip", "netns", "exec", hosts.name(0).c_str(), "redis-server", conf.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~TwoHostJob() {
+    ::kill(redis, SIGTERM);
+    ::waitpid(redis, nullptr, 0);
+  }
+  std::string url() const { return "redis://" + hosts.address(0) + ":" + std::to_string(port); }
+  // `troupe node` of rank `rank` on host `rank`, in the background of a shell command.
+  std::string node(const std::string& cfg, int rank, const std::string& job, const std::string& extra) const {
+    return "ip netns exec " + hosts.name(rank) + " " + troupe_bin() + " node " + cfg + " --redis " + url() + " --host " +
+           hosts.address(rank) + " --node-rank " + std::to_string(rank) + " --nodes 2 --job " + job +
+           " --redis-password-file " + (dir / "password") + " " + extra;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a node killed on its own host is restarted there and rejoins over TCP, and the job ends with the fault-free weights",
+          "[netns][recovery]") {
+  auto made = VethHosts::create("netrec");
+  if (!made) skip(made.error().message);
+  TwoHostJob job("netrec", **made);
+  const ScratchDir& dir = job.dir;
+  write_file(dir / "corpus.txt", synthetic_text(40000));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  auto config = [&](const std::string& name) {
+    const std::string cfg = dir / (name + ".toml");
+    write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 12\n"
+                    "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n[recovery]\nmax_failures_per_hour = 2\n"
+                    "restarts = 1\n[checkpoint]\ndir = \"" + (dir / (name + "-ck")) + "\"\nevery = 2\n[data]\ntrain = \"" +
+                        (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+    return cfg;
+  };
+  // Fault-free, on the two hosts.
+  const std::string clean = config("clean");
+  RunResult c0, c1;
+  {
+    std::thread n1([&] { c1 = run(job.node(clean, 1, "clean", "")); });
+    c0 = run(job.node(clean, 0, "clean", "--save " + (dir / "clean.safetensors")));
+    n1.join();
+  }
+  INFO("clean node 0: " << c0.err << "\nclean node 1: " << c1.err);
+  REQUIRE(c0.exit_code == 0);
+  // Node 1 kills itself at step 9; the test restarts it on its host with --rejoin.
+  const std::string faulty = config("faulty");
+  RunResult f0, f1, f1b;
+  {
+    std::thread n1([&] {
+      f1 = run(job.node(faulty, 1, "faulty", "--fault kind=kill,node=1,step=9"));
+      f1b = run(job.node(faulty, 1, "faulty", "--rejoin --fault kind=kill,node=1,step=9"));
+    });
+    f0 = run(job.node(faulty, 0, "faulty", "--save " + (dir / "faulty.safetensors") + " --fault kind=kill,node=1,step=9"));
+    n1.join();
+  }
+  INFO("node 0: " << f0.err << "\nnode 1: " << f1.err << "\nnode 1 again: " << f1b.err);
+  CHECK(f1.exit_code != 0);  // killed
+  REQUIRE(f0.exit_code == 0);
+  CHECK(f1b.exit_code == 0);
+  CHECK(f0.err.find("coordinator: node 1 rejoined") != std::string::npos);
+  CHECK(f0.err.find("replaced on node 1 (a restarted process) from checkpoint") != std::string::npos);
+  CHECK(slurp(dir / "faulty.safetensors") == slurp(dir / "clean.safetensors"));
+}
+
 }  // namespace troupe::testing
