@@ -134,6 +134,21 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
   }
   nlohmann::json per_fault = nlohmann::json::array();
   std::map<std::string, std::vector<double>> detect, abort_ms, rewire, resumed, redone;
+  // Each planned fault's recovery: the first one not yet taken that names it
+  // (an extra verdict's recovery, e.g. a false stuck one, is skipped).
+  std::vector<bool> taken(recoveries.size(), false);
+  auto recovery_of = [&](const PlannedFault& f) -> const nlohmann::json* {
+    for (std::size_t r = 0; r < recoveries.size(); ++r) {
+      if (taken[r]) continue;
+      const auto& failed = recoveries[r]["failed"];
+      const std::string kind = failed.value("kind", std::string());
+      const bool match = f.kind == "kill" ? (failed.value("node", -1) == f.target && failed.value("actor", 0) < 0)
+                                          : failed.value("actor", -1) == f.target &&
+                                                kind == (f.kind == "stall" ? "stuck_actor" : "actor_exception");
+      if (match) return taken[r] = true, &recoveries[r];
+    }
+    return nullptr;
+  };
   std::size_t from = 0;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const PlannedFault& f = plan[i];
@@ -144,8 +159,8 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
     const double recovered = judged < 0 ? -1 : stamp_ms(faulty.log, "coordinator: recovered:", verdict_at, nullptr);
     if (drilled >= 0) from = at;
     nlohmann::json row{{"kind", f.kind}, {f.kind == "kill" ? "node" : "actor", f.target}, {"step", f.step}};
-    if (i < recoveries.size()) {
-      const auto& r = recoveries[i];
+    if (const nlohmann::json* found = recovery_of(f)) {
+      const auto& r = *found;
       row["source"] = r["source"];
       row["rollback_step"] = r["rollback_step"];
       row["steps_redone"] = f.step - r["rollback_step"].get<int>();
@@ -202,6 +217,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
                     {"health_heartbeat_ms", job->health.heartbeat_ms}, {"health_miss_limit", job->health.miss_limit}}},
       {"recovered", recovered},
       {"verdicts", verdicts},
+      {"recoveries_beyond_the_faults", std::count(taken.begin(), taken.end(), false)},
       {"exit_code", faulty.exit_code},
       {"per_fault", per_fault},
       {"by_kind", kinds_json},
