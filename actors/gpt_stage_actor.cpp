@@ -210,7 +210,12 @@ Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& arg
     ta.recovery.park = [self, &args](const Error& why) -> Expected<RollBack> {
       Expected<RollBack> out = make_error("recovery: the node did not answer");
       const std::uint64_t generation = args.live_generation ? args.live_generation->load() : args.generation;
-      self->request(args.report_to, caf::infinite, msg::ActorParked{generation, args.rank, why.message})
+      // Bounded by the longest a recovery may take (its deadline: health.rendezvous_timeout_ms, plus
+      // health.progress_timeout_ms for a restarted node) and the coordinator-loss bound.
+      const auto& h = args.job.health;
+      const auto limit = std::chrono::milliseconds(static_cast<std::int64_t>(h.rendezvous_timeout_ms) +
+                                                   h.progress_timeout_ms + static_cast<std::int64_t>(h.heartbeat_ms) * h.miss_limit);
+      self->request(args.report_to, limit, msg::ActorParked{generation, args.rank, why.message})
           .receive(
               [&](const msg::Redo& redo) {
                 if (args.live_generation) args.live_generation->store(redo.generation);
