@@ -1,10 +1,20 @@
-// RecoverySnapshots (RS-1, RS-2).
+// RecoverySnapshots (RS-1 ... RS-3).
 #include "training/recovery_snapshots.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
+#include "training/snapshot_wire.hpp"
+
 namespace troupe {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+}  // namespace
 
 RecoverySnapshots::RecoverySnapshots(int actors) {
   for (int i = 0; i < actors; ++i) slots_.push_back(std::make_unique<Slot>());
@@ -14,16 +24,46 @@ RecoverySnapshots::Slot& RecoverySnapshots::slot(int local) const {
   return *slots_.at(static_cast<std::size_t>(local));
 }
 
+// RS-1: an empty buffer, else the one of the older step.
+std::size_t RecoverySnapshots::older(const Slot& s) {
+  if (!s.complete[0]) return 0;
+  if (!s.complete[1]) return 1;
+  return s.buffers[1].next_step < s.buffers[0].next_step ? 1 : 0;
+}
+
 Status RecoverySnapshots::take(int local, StageState& state) {
   Slot& s = slot(local);
-  std::lock_guard<std::mutex> lock(s.mu);
-  // RS-1: the older (or an empty) buffer.
-  std::size_t older = 0;
-  if (s.complete[0] && (!s.complete[1] || s.buffers[1].next_step < s.buffers[0].next_step)) older = 1;
-  s.complete[older] = false;
-  TROUPE_TRY(state.snapshot(s.buffers[older]));
-  s.complete[older] = true;
+  std::unique_lock<std::mutex> lock(s.mu);
+  const std::size_t b = older(s);
+  const auto t0 = Clock::now();
+  s.idle.wait(lock, [&] { return s.reading[b] == 0 && !s.writing[b]; });  // RS-3
+  s.cost.wait_ms = ms_since(t0);
+  s.complete[b] = false;
+  TROUPE_TRY(state.snapshot(s.buffers[b]));
+  s.complete[b] = true;
+  if (!s.mirror) return Status::success();
+  Transport* t = s.mirror;
+  const int peer = s.mirror_peer;
+  s.cost.bytes = snapshot_bytes(s.buffers[b]);
+  ++s.reading[b];
+  lock.unlock();
+  // A failed mirror (a peer lost: the recovery follows) only leaves the buddy without this copy.
+  send_buffer(s, b, *t, peer, kMirrorChannel, [](Status) {});
   return Status::success();
+}
+
+// The caller counted the transfer in s.reading[b] under the slot's lock.
+void RecoverySnapshots::send_buffer(Slot& s, std::size_t b, Transport& t, int peer, Tag channel, Completion done) {
+  const auto t0 = Clock::now();
+  send_snapshot(t, peer, channel, s.buffers[b], [&s, b, t0, channel, done = std::move(done)](Status st) {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      --s.reading[b];
+      if (channel == kMirrorChannel && st) s.cost.in_flight_ms = ms_since(t0);
+    }
+    s.idle.notify_all();
+    done(std::move(st));
+  });
 }
 
 std::vector<int> RecoverySnapshots::steps(int local) const {
@@ -48,14 +88,59 @@ Status RecoverySnapshots::restore(int local, int step, StageState& state) const 
 std::uint64_t RecoverySnapshots::bytes(int local) const {
   Slot& s = slot(local);
   std::lock_guard<std::mutex> lock(s.mu);
-  std::uint64_t n = 0;
-  for (std::size_t b = 0; b < 2; ++b) {
-    if (!s.complete[b]) continue;
-    for (auto* part : {&s.buffers[b].params, &s.buffers[b].exp_avg, &s.buffers[b].exp_avg_sq})
-      for (auto& v : *part) n += v.size() * sizeof(float);
-    return n;
-  }
+  for (std::size_t b = 0; b < 2; ++b)
+    if (s.complete[b]) return snapshot_bytes(s.buffers[b]);
   return 0;
+}
+
+void RecoverySnapshots::mirror(int local, Transport* t, int peer) {
+  Slot& s = slot(local);
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.mirror = t;
+  s.mirror_peer = peer;
+}
+
+void RecoverySnapshots::receive(int local, Transport& t, int peer, Tag channel, Completion done) {
+  Slot& s = slot(local);
+  std::size_t b = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    b = older(s);
+    if (s.reading[b] > 0 || s.writing[b])  // RS-1, RS-3: never the newer buffer, never one in use
+      return done(make_error("recovery: local slot ", std::to_string(local), "'s older buffer is in use"));
+    s.complete[b] = false;
+    s.writing[b] = true;
+  }
+  receive_snapshot(t, peer, channel, s.buffers[b], [&s, b, done = std::move(done)](Status st) {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.writing[b] = false;
+      s.complete[b] = st.ok();
+    }
+    s.idle.notify_all();
+    done(std::move(st));
+  });
+}
+
+Status RecoverySnapshots::serve(int local, int step, Transport& t, int peer, Tag channel, Completion done) {
+  Slot& s = slot(local);
+  std::size_t b = 2;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (std::size_t i = 0; i < 2; ++i)
+      if (s.complete[i] && s.buffers[i].next_step == step) b = i;
+    if (b < 2) ++s.reading[b];
+  }
+  if (b == 2)
+    return make_error("recovery: no buddy copy of step ", std::to_string(step), " for local slot ", std::to_string(local));
+  send_buffer(s, b, t, peer, channel, std::move(done));
+  return Status::success();
+}
+
+RecoverySnapshots::MirrorCost RecoverySnapshots::mirror_cost(int local) const {
+  Slot& s = slot(local);
+  std::lock_guard<std::mutex> lock(s.mu);
+  return s.cost;
 }
 
 int common_rollback_step(const std::vector<std::vector<int>>& steps) {

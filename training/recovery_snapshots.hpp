@@ -5,19 +5,30 @@
 // one step ahead. The buffers belong to the node, not to the actor: an actor
 // that failed is replaced from its own last snapshot.
 //
-//  RS-1  take() overwrites the older buffer only; the newer one stays whole
-//        while the other is written (a failure in the middle of a take loses
-//        nothing that steps() reported before).
+// Buddy copies (recovery.buddy): after each take the new snapshot is sent in
+// the background to the same local actor slot of the next node, which keeps
+// it in a RecoverySnapshots of its own (its wards: filled by receive(), never
+// by take()). When a node's process is lost, its replacement's snapshots are
+// served back from there (serve() into the new process's receive()).
+//
+//  RS-1  take() and receive() overwrite the older buffer only; the newer one
+//        stays whole while the other is written (a failure in the middle of
+//        a take or a transfer loses nothing that steps() reported before).
 //  RS-2  steps() lists only completed snapshots; restore() of a step not
 //        listed is an error naming it.
+//  RS-3  A buffer is never overwritten while a transfer reads it: take()
+//        first waits for the mirror (or serve) of the buffer it reuses; the
+//        wait is the buddy copy's exposed cost (mirror_cost()).
 #pragma once
 
 #include <array>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <vector>
 
+#include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
 #include "training/stage_state.hpp"
 
@@ -38,13 +49,40 @@ class RecoverySnapshots {
   /// The bytes of one of actor `local`'s snapshots.
   std::uint64_t bytes(int local) const;
 
+  /// From now on every take() of actor `local` is sent to `peer` over `t`
+  /// (kMirrorChannel) once written; the actor does not wait for it (RS-3).
+  void mirror(int local, Transport* t, int peer);
+  /// Receives one snapshot of actor `local` from `peer` into its older buffer
+  /// (RS-1); steps() lists it once `done` reported success.
+  void receive(int local, Transport& t, int peer, Tag channel, Completion done);
+  /// Sends actor `local`'s snapshot of `step` to `peer`; an error if none is held.
+  Status serve(int local, int step, Transport& t, int peer, Tag channel, Completion done);
+
+  /// What the last mirrored take of actor `local` cost: the wait for the
+  /// previous transfer of its buffer (exposed), how long the previous mirror
+  /// was in flight (hidden behind the step), and the bytes sent.
+  struct MirrorCost {
+    double wait_ms = 0;
+    double in_flight_ms = -1;  ///< -1: none completed yet
+    std::uint64_t bytes = 0;
+  };
+  MirrorCost mirror_cost(int local) const;
+
  private:
   struct Slot {
     mutable std::mutex mu;
+    std::condition_variable idle;         ///< a buffer's transfers ended
     std::array<StageSnapshot, 2> buffers;
     std::array<bool, 2> complete{false, false};
+    std::array<int, 2> reading{0, 0};     ///< transfers reading the buffer (RS-3)
+    std::array<bool, 2> writing{false, false};  ///< a receive() fills it
+    Transport* mirror = nullptr;
+    int mirror_peer = -1;
+    MirrorCost cost;
   };
   Slot& slot(int local) const;
+  static std::size_t older(const Slot& s);
+  void send_buffer(Slot& s, std::size_t b, Transport& t, int peer, Tag channel, Completion done);
   std::vector<std::unique_ptr<Slot>> slots_;
 };
 

@@ -19,7 +19,7 @@ double now_us() {
 }
 
 // Point-to-point tags: step (15 bits) | direction (1) | receiver's chunk (3) | microbatch (19).
-// Bits 38 and 39 stay clear: kWholeModelTagBit and collectives.
+// Bits 38 and 39 stay clear: snapshots (kSnapshotTagBit) and collectives.
 constexpr int kChunkBits = 3, kMbBits = 19;
 Tag tag_of(int step, bool grad, int chunk, int mb) {
   return (static_cast<Tag>(step & 0x7fff) << (1 + kChunkBits + kMbBits)) |

@@ -24,9 +24,6 @@
 
 namespace troupe {
 
-/// Tags with this bit carry whole-model gathers; the runner's own tags stay below it.
-inline constexpr Tag kWholeModelTagBit = Tag{1} << 38;
-
 /// One microbatch's input tokens and target tokens, (B,T) i32 each.
 struct MicroBatch {
   Tensor tokens, targets;

@@ -5,10 +5,16 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <thread>
+
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "training/job_model.hpp"
 #include "training/recovery_snapshots.hpp"
+#include "training/snapshot_wire.hpp"
 
 namespace troupe {
 namespace {
@@ -169,6 +175,72 @@ TEST_CASE("RS-1 RS-2: recovery snapshots keep the two newest steps, and restore 
   auto st = snaps.restore(0, 0, *b.state);
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message.find("step 0") != std::string::npos);
+}
+
+TEST_CASE("RS-3: buddy copies: each take is mirrored to the next node, served back whole, never overwritten while sent", "[stage_state][recovery]") {
+  Stage a(small_job("adamw"), 7);
+  // Rank 0: the actor's node; 1: its buddy node; 2: the process that replaces node 0.
+  auto fabric = LocalFabric::create(3);
+  auto node = fabric->endpoint(0), buddy = fabric->endpoint(1), replacement = fabric->endpoint(2);
+  RecoverySnapshots own(1), wards(1), refilled(1);
+  own.mirror(0, node.get(), 1);
+  int received = 0;
+  bool keep_receiving = true;
+  std::function<void()> arm = [&] {
+    wards.receive(0, *buddy, 0, kMirrorChannel, [&](Status st) {
+      REQUIRE(st.ok());
+      ++received;
+      if (keep_receiving) arm();
+    });
+  };
+  arm();
+  REQUIRE(own.take(0, *a.state).ok());  // before step 0
+  a.train(1);
+  REQUIRE(own.take(0, *a.state).ok());  // before step 1
+  const StageSnapshot at_one = a.snapshot();
+  a.train(1);
+  keep_receiving = false;  // the receive now armed takes the next copy, then none
+  REQUIRE(own.take(0, *a.state).ok());  // before step 2
+  CHECK(received == 3);
+  CHECK(wards.steps(0) == std::vector<int>{1, 2});  // RS-1 on the buddy too
+  CHECK(own.mirror_cost(0).bytes == own.bytes(0));
+  CHECK(own.mirror_cost(0).in_flight_ms >= 0);
+
+  // Served back to a new process, the copy of step 1 restores bit for bit.
+  std::optional<Status> got, served;
+  refilled.receive(0, *replacement, 1, kServeChannel, [&](Status st) { got = st; });
+  REQUIRE(wards.serve(0, 1, *buddy, 2, kServeChannel, [&](Status st) { served = st; }).ok());
+  REQUIRE(got);
+  REQUIRE(served);
+  CHECK(got->ok());
+  CHECK(refilled.steps(0) == std::vector<int>{1});
+  Stage b(small_job("adamw"), 99);
+  REQUIRE(refilled.restore(0, 1, *b.state).ok());
+  CHECK(same(b.snapshot(), at_one));
+  auto none = wards.serve(0, 0, *buddy, 2, kServeChannel, [](Status) {});
+  REQUIRE_FALSE(none.ok());
+  CHECK(none.error().message.find("step 0") != std::string::npos);
+
+  // RS-3: nobody receives now, so the copies of steps 3 and 4 stay in flight;
+  // the take before step 5 reuses step 3's buffer and must wait until it was received.
+  a.train(1);
+  REQUIRE(own.take(0, *a.state).ok());  // before step 3
+  a.train(1);
+  REQUIRE(own.take(0, *a.state).ok());  // before step 4
+  a.train(1);
+  std::atomic<bool> took{false};
+  std::thread taker([&] {
+    REQUIRE(own.take(0, *a.state).ok());  // before step 5
+    took = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(took);
+  CHECK(own.steps(0) == std::vector<int>{3, 4});  // still whole, both
+  wards.receive(0, *buddy, 0, kMirrorChannel, [](Status) {});  // takes step 3's copy
+  taker.join();
+  CHECK(took);
+  CHECK(own.steps(0) == std::vector<int>{4, 5});
+  CHECK(own.mirror_cost(0).wait_ms >= 50);
 }
 
 TEST_CASE("the rollback step is the newest one every actor holds", "[recovery]") {
