@@ -42,8 +42,12 @@ struct CoordinatorState {
     HealthJudge::Clock::time_point began, aborted_at;
     double began_us = 0, aborted_us = 0;  ///< on the trace's clock
     std::vector<bool> aborted, rewired;
-    std::vector<std::vector<int>> steps;  ///< every actor's rollback points
+    std::vector<std::vector<std::vector<int>>> steps, wards;  ///< per node: its actors' rollback points, its buddy copies'
     int step = -1;
+    bool refill = false;  ///< the restarted node's actors restore their buddy copies (N-7)
+    std::uint64_t restored_bytes = 0;
+    std::uint64_t first_generation = 0;  ///< the recovery's own (its deadline's)
+    int rewires = 0;                     ///< Rewire rounds sent (SV-9)
     std::uint64_t dropped = 0;
     int awaiting = -1;                   ///< a node whose killed process must rejoin first
     std::vector<std::string> addresses;  ///< its actors' new UCX addresses, once it did
@@ -123,9 +127,17 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
   const auto n = st.cfg.nodes.size();
   const auto now = HealthJudge::Clock::now();
   st.recoveries.push_back(now);
-  st.recovery = CoordinatorState::Recovery{v, now, {}, st.verdicts->now_us(), 0, std::vector<bool>(n, false),
-                                           std::vector<bool>(n, false), {}, -1, 0};
+  st.recovery = CoordinatorState::Recovery{};
+  auto& r = *st.recovery;
+  r.verdict = v;
+  r.began = now;
+  r.began_us = st.verdicts->now_us();
+  r.aborted.assign(n, false);
+  r.rewired.assign(n, false);
+  r.steps.assign(n, {});
+  r.wards.assign(n, {});
   const std::uint64_t gen = bump(st);
+  r.first_generation = gen;
   st.judge->forget_actors();  // the failed actor's old beats name it no more
   spdlog::warn("coordinator: recovering from {}: generation {}", v.line(), gen);
   for (auto& node : st.cfg.nodes) self->send(node, msg::Recover{gen, v.node, v.actor, v.line()});
@@ -175,30 +187,88 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
   self->send(st.cfg.nodes[r], plan);  // its actors wait for the Redo; it answers NodeAborted
 }
 
+// The newest step every actor can restore from host memory: its own node's
+// snapshots, or for a restarted node's actors the buddy copies on the next
+// node (N-7; then r.refill). -1 if there is none.
+int rollback_step(CoordinatorState::Recovery& r) {
+  const int n = static_cast<int>(r.steps.size());
+  const int restarted = r.addresses.empty() ? -1 : r.verdict.node;
+  std::vector<std::vector<int>> all;
+  for (int node = 0; node < n; ++node) {
+    const auto& own = r.steps[static_cast<std::size_t>(node)];
+    const auto& buddy = r.wards[static_cast<std::size_t>((node + 1) % n)];
+    const bool refill = node == restarted && n > 1 && buddy.size() == own.size() && !buddy.empty();
+    r.refill = r.refill || refill;
+    all.insert(all.end(), refill ? buddy.begin() : own.begin(), refill ? buddy.end() : own.end());
+  }
+  return common_rollback_step(all);
+}
+
+// SV-9: copies that have not crossed within kCopiesTimeoutMs are retried in
+// a new generation (everything in flight fails, the copies start over), twice;
+// then everyone restores the newest checkpoint instead, if there is one.
+constexpr int kCopiesTimeoutMs = 2000, kCopyRounds = 3;
+
+void send_rewire(Self* self) {
+  auto& st = self->state;
+  auto& r = *st.recovery;
+  ++r.rewires;
+  const int rejoined = r.addresses.empty() ? -1 : r.verdict.node;
+  const int refill_step = r.refill ? r.step : -1;
+  for (auto& node : st.cfg.nodes) self->send(node, msg::Rewire{st.cfg.generation, rejoined, r.addresses, refill_step});
+  if (r.refill) self->delayed_send(self, std::chrono::milliseconds(kCopiesTimeoutMs), msg::CopiesDeadline{st.cfg.generation});
+}
+
+// The newest checkpoint as the recovery's source; false (the job ended) if there is none.
+bool restore_from_disk(Self* self, const std::string& why_not_memory) {
+  auto& st = self->state;
+  auto& r = *st.recovery;
+  auto dir = st.cfg.checkpoint_root.empty()
+                 ? Expected<std::string>(make_error("the job takes no checkpoints (checkpoint.dir, checkpoint.every)"))
+                 : resolve_resume("latest", st.cfg.checkpoint_root, [](const std::string& w) { spdlog::warn("coordinator: {}", w); });
+  auto step = dir ? resume_step(*dir) : Expected<int>(dir.error());
+  if (!step) {
+    finish(self, false, "recovery from " + r.verdict.line() + ": " + why_not_memory + " and no checkpoint to restore (" +
+                            step.error().message + ")");
+    return false;
+  }
+  r.step = *step;
+  r.checkpoint = *dir;
+  r.refill = false;
+  return true;
+}
+
+void on_copies_deadline(Self* self, const msg::CopiesDeadline& m) {
+  auto& st = self->state;
+  if (!st.recovery || m.generation != st.cfg.generation) return;
+  auto& r = *st.recovery;
+  if (std::find(r.rewired.begin(), r.rewired.end(), false) == r.rewired.end()) return;
+  if (r.rewires >= kCopyRounds && !restore_from_disk(self, "the buddy copies did not cross in " + std::to_string(kCopyRounds) + " rounds"))
+    return;
+  const std::uint64_t gen = bump(st);
+  spdlog::warn("coordinator: buddy copies for node {} did not cross within {} ms; rewiring again in generation {}{}",
+               r.verdict.node, kCopiesTimeoutMs, gen, r.refill ? "" : ", from checkpoint " + r.checkpoint);
+  r.rewired.assign(r.rewired.size(), false);
+  r.dropped = 0;
+  r.restored_bytes = 0;
+  send_rewire(self);
+}
+
 void on_node_aborted(Self* self, const msg::NodeAborted& m) {
   auto& st = self->state;
   if (!st.recovery || st.recovery->aborted[static_cast<std::size_t>(m.node)]) return;
   auto& r = *st.recovery;
   r.aborted[static_cast<std::size_t>(m.node)] = true;
-  for (auto& steps : m.snapshot_steps) r.steps.emplace_back(steps.begin(), steps.end());
+  for (auto& steps : m.snapshot_steps) r.steps[static_cast<std::size_t>(m.node)].emplace_back(steps.begin(), steps.end());
+  for (auto& steps : m.ward_steps) r.wards[static_cast<std::size_t>(m.node)].emplace_back(steps.begin(), steps.end());
   if (std::find(r.aborted.begin(), r.aborted.end(), false) != r.aborted.end()) return;
   r.aborted_at = HealthJudge::Clock::now();
   r.aborted_us = st.verdicts->now_us();
-  r.step = common_rollback_step(r.steps);
-  if (r.step < 0) {  // a restarted node holds no snapshot: everyone restores the newest checkpoint
-    auto dir = st.cfg.checkpoint_root.empty()
-                   ? Expected<std::string>(make_error("the job takes no checkpoints (checkpoint.dir, checkpoint.every)"))
-                   : resolve_resume("latest", st.cfg.checkpoint_root, [](const std::string& w) { spdlog::warn("coordinator: {}", w); });
-    auto step = dir ? resume_step(*dir) : Expected<int>(dir.error());
-    if (!step)
-      return finish(self, false, "recovery from " + r.verdict.line() + ": no host-memory snapshot every actor holds and no checkpoint to restore (" +
-                                     step.error().message + ")");
-    r.step = *step;
-    r.checkpoint = *dir;
-  }
+  r.step = rollback_step(r);
+  if (r.step < 0 && !restore_from_disk(self, "no host-memory snapshot every actor holds"))  // everyone restores the newest checkpoint
+    return;
   st.verdicts->phase("abort", r.began_us, {{"failed_actor", r.verdict.actor}, {"node", r.verdict.node}, {"rollback_step", r.step}});
-  const int rejoined = r.addresses.empty() ? -1 : r.verdict.node;
-  for (auto& node : st.cfg.nodes) self->send(node, msg::Rewire{st.cfg.generation, rejoined, r.addresses});
+  send_rewire(self);
 }
 
 void on_rewired(Self* self, const msg::Rewired& m) {
@@ -207,13 +277,19 @@ void on_rewired(Self* self, const msg::Rewired& m) {
   auto& r = *st.recovery;
   r.rewired[static_cast<std::size_t>(m.node)] = true;
   r.dropped += m.dropped;
+  r.restored_bytes += m.restored_bytes;
   if (std::find(r.rewired.begin(), r.rewired.end(), false) != r.rewired.end()) return;
   for (auto& node : st.cfg.nodes) self->send(node, msg::Redo{st.cfg.generation, r.step, r.checkpoint});
   const auto now = HealthJudge::Clock::now();
   st.verdicts->phase("rewire", r.aborted_us, {{"generation", st.cfg.generation}, {"stale_messages_dropped", r.dropped}});
   const std::string what = r.verdict.actor >= 0 ? "stage actor " + std::to_string(r.verdict.actor) : "every stage actor";
   const std::string where = r.verdict.actor >= 0 ? "" : " (a restarted process)";
-  const std::string from = r.checkpoint.empty() ? "its host-memory snapshot" : "checkpoint " + r.checkpoint;
+  const int n = static_cast<int>(st.cfg.nodes.size());
+  const std::string source = r.refill ? "buddy" : r.checkpoint.empty() ? "memory" : "disk";
+  const std::string from =
+      r.refill ? fmt::format("its buddy copies on node {} ({:.1f} MB)", (r.verdict.node + 1) % n, r.restored_bytes / 1e6)
+      : r.checkpoint.empty() ? "its host-memory snapshot"
+                             : "checkpoint " + r.checkpoint;
   spdlog::warn("coordinator: recovered: {} of node {} ({}) replaced on node {}{} from {}; every actor rolls back to "
                "step {} and redoes it ({:.1f} ms: abort {:.1f}, rewire {:.1f}; generation {}, {} stale messages dropped)",
                what, r.verdict.node, r.verdict.kind, r.verdict.node, where, from, r.step, ms_between(r.began, now),
@@ -224,7 +300,8 @@ void on_rewired(Self* self, const msg::Rewired& m) {
                                      {{"generation", st.cfg.generation},
                                       {"failed", {{"node", r.verdict.node}, {"actor", r.verdict.actor}, {"kind", r.verdict.kind}}},
                                       {"replaced_on", r.verdict.node},
-                                      {"source", r.checkpoint.empty() ? "memory" : "disk"},
+                                      {"source", source},
+                                      {"restored_mb", static_cast<double>(r.restored_bytes) / 1e6},
                                       {"checkpoint", r.checkpoint},
                                       {"rollback_step", r.step},
                                       {"abort_ms", ms_between(r.began, r.aborted_at)},
@@ -448,14 +525,23 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
       [self](const msg::MemberSilent& m) { on_member_silent(self, m); },
       [self](const msg::RecoveryDeadline& m) {
         auto& st = self->state;
-        if (self->current_sender() != self->ctrl() || !st.recovery || m.generation != st.cfg.generation) return;
+        if (self->current_sender() != self->ctrl() || !st.recovery || m.generation != st.recovery->first_generation) return;
         std::string late;
         for (std::size_t n = 0; n < st.recovery->aborted.size(); ++n)
           if (!st.recovery->aborted[n]) late += (late.empty() ? "" : ", ") + std::to_string(n);
-        if (late.empty()) late = "none (the rewire did not end)";
+        if (late.empty()) {
+          std::string unwired;
+          for (std::size_t n = 0; n < st.recovery->rewired.size(); ++n)
+            if (!st.recovery->rewired[n]) unwired += (unwired.empty() ? "" : ", ") + std::to_string(n);
+          late = "none; nodes that did not rewire" + std::string(st.recovery->refill ? " (buddy copies crossing)" : "") +
+                 ": " + unwired;
+        }
         finish(self, false, "recovery from " + st.recovery->verdict.line() +
                                 " did not complete within health.rendezvous_timeout_ms (for a restarted node plus "
                                 "health.progress_timeout_ms); nodes that did not abort: " + late);
+      },
+      [self](const msg::CopiesDeadline& m) {
+        if (self->current_sender() == self->ctrl()) on_copies_deadline(self, m);
       },
       [self](const msg::Rejoin& m) { on_rejoin(self, m); },
       [self](const msg::NodeAborted& m) {

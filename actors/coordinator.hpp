@@ -25,8 +25,12 @@
 //        budget: Recover (generation bumped first) -> every node's NodeAborted
 //        (and a restarted node's Rejoin, checked against its endpoint in Redis)
 //        -> Rewire -> every node's Rewired -> Redo at the newest step every actor
-//        holds a snapshot of, else the newest checkpoint. One recovery at a
+//        holds a snapshot of (a restarted node's actors: their buddy copies on
+//        the next node), else the newest checkpoint. One recovery at a
 //        time; one that does not complete by its RecoveryDeadline (health.rendezvous_timeout_ms) ends the job.
+//  SV-9  buddy copies that have not crossed kCopiesTimeoutMs after a Rewire
+//        are sent again in a new generation (everything in flight fails
+//        first); after three rounds everyone restores the newest checkpoint.
 #pragma once
 
 #include <caf/fwd.hpp>

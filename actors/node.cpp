@@ -183,7 +183,14 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     init.exit_code = exit_code;
     init.stopped = stopped;
     init.progress = std::make_shared<ProgressBoard>(k);
-    if (job->recovery.max_failures_per_hour > 0) init.recovery = std::make_shared<RecoverySnapshots>(k);
+    if (job->recovery.max_failures_per_hour > 0) {
+      init.recovery = std::make_shared<RecoverySnapshots>(k);
+      if (job->recovery.buddy && o.world > 1) {  // actor i's snapshots to local slot i of the next node
+        init.wards = std::make_shared<RecoverySnapshots>(k);
+        for (int i = 0; i < k; ++i)
+          init.recovery->mirror(i, transports[static_cast<std::size_t>(i)].get(), ((o.rank + 1) % o.world) * k + i);
+      }
+    }
     init.rejoining = o.rejoin;
     if (loader_spec) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);
@@ -229,7 +236,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     // Node 0's actor system, as node 0 itself published it in Redis. Only node
     // 0 connects out (to every node, below): connections opened from both ends
     // at once race in CAF 0.17's handshake.
-    tell_members(sys, node, peers[0].system_id);
+    tell_members(sys, node, peers[0].system_id, ucx);
     if (o.rejoin) {  // back in a running job: node 0 hands this node to the coordinator
       auto node0 = sys.middleman().remote_actor(peers[0].host, peers[0].port);
       if (!node0) return abort(make_error("--rejoin: cannot reach node 0: ", sys.render(node0.error())));

@@ -18,6 +18,11 @@
 //       actor parked or ended; on Rewire its transports start the new
 //       generation; on Redo the loader rewinds, parked actors roll back, and
 //       an ended one is replaced from its snapshot. Nothing else restarts.
+//  N-7  Buddy copies (recovery.buddy): slot i of the node's wards receives
+//       the previous node's actor i's snapshots, one after another, from the
+//       Plan on; a recovery's failed transfers end that loop and Rewire
+//       starts it again in the new generation. When a restarted node refills
+//       from its buddy, both answer Rewired only once every copy crossed.
 //  N-5  A failed node, once its actors have ended, closes its transports,
 //       removes its ring and exits without tearing its actor system down
 //       (node.cpp: that teardown can block on a stopped peer).
@@ -27,6 +32,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <caf/all.hpp>
 
 #include "actors/health_monitor.hpp"
@@ -34,6 +40,7 @@
 #include "actors/verdict_record.hpp"
 #include "backends/transport/ucx_transport.hpp"
 #include "training/recovery_snapshots.hpp"
+#include "training/snapshot_wire.hpp"
 
 namespace troupe {
 namespace {
@@ -57,6 +64,13 @@ struct NodeState : NodeActorConfig {
   std::vector<bool> ended;
   bool recovering = false;
   bool aborting = false;  ///< waiting for the checkpoint writer's rollback (B-4)
+  // Buddy copies (N-7): the ward loops' epoch (a loop of an older one stops),
+  // and a refill or serve in progress during a Rewire.
+  std::shared_ptr<std::atomic<std::uint64_t>> ward_epoch = std::make_shared<std::atomic<std::uint64_t>>(0);
+  int copies_pending = 0;
+  std::uint64_t rewire_dropped = 0;
+  int rewire_rounds = 0;                   ///< Rewires of this recovery (SV-9 retries copies)
+  std::vector<std::string> ucx_addresses;  ///< every actor's UCX worker address at rendezvous
   static inline const char* name = "troupe.node";
 };
 
@@ -66,10 +80,11 @@ using NodeSelf = caf::stateful_actor<NodeState>;
 // arrive from the network): node 0's actor system, learnt at rendezvous.
 struct KnownMembers {
   std::string coordinator_system;
+  std::vector<std::string> ucx;  ///< every actor's UCX worker address, by actor rank
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, KnownMembers& x) {
-  return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_system);
+  return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_system, x.ucx);
 }
 
 // run_node -> a restarted node's node actor (same process, never announced): node 0's node actor.
@@ -81,7 +96,35 @@ typename Inspector::result_type inspect(Inspector& f, RejoinVia& x) {
   return f(caf::meta::type_name("troupe.RejoinVia"), x.node0);
 }
 
+// A transport's completion -> the node actor (same process, never announced):
+// one buddy copy of a Rewire's refill or serve crossed, or failed.
+struct CopyCrossed {
+  std::uint64_t generation = 0;
+  std::string error;  ///< "" = crossed
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CopyCrossed& x) {
+  return f(caf::meta::type_name("troupe.CopyCrossed"), x.generation, x.error);
+}
+
 int local_actors(const NodeState& s) { return static_cast<int>(s.transports.size()); }
+
+// N-7: ward slot `i` receives `source`'s copies until a transfer fails or a newer loop starts.
+void ward_loop(std::shared_ptr<RecoverySnapshots> wards, Transport* t, int i, int source,
+               std::shared_ptr<std::atomic<std::uint64_t>> epoch, std::uint64_t mine) {
+  auto& w = *wards;
+  w.receive(i, *t, source, kMirrorChannel, [wards = std::move(wards), t, i, source, epoch, mine](Status st) {
+    if (st && epoch->load() == mine) ward_loop(wards, t, i, source, epoch, mine);
+  });
+}
+
+void arm_wards(NodeState& s) {
+  if (!s.wards) return;
+  const int k = local_actors(s);
+  const std::uint64_t mine = ++*s.ward_epoch;
+  const int previous = (s.rank + s.nodes - 1) % s.nodes;
+  for (int i = 0; i < k; ++i) ward_loop(s.wards, s.transports[static_cast<std::size_t>(i)], i, previous * k + i, s.ward_epoch, mine);
+}
 
 // P-2: from node 0's actor system, and after the Plan from the Plan's sender.
 bool from_coordinator(NodeSelf* self) {
@@ -199,6 +242,10 @@ void report_if_aborted(NodeSelf* self) {
     if (s.recovery)
       for (int step : s.recovery->steps(static_cast<int>(i))) steps.push_back(step);
     out.snapshot_steps.push_back(std::move(steps));
+    std::vector<std::int32_t> wards;
+    if (s.wards)
+      for (int step : s.wards->steps(static_cast<int>(i))) wards.push_back(step);
+    out.ward_steps.push_back(std::move(wards));
   }
   if (!s.checkpoint_writer) return self->send(s.coordinator, out);
   // B-4: the node's checkpoints roll back too before it counts as aborted.
@@ -231,6 +278,59 @@ void on_down(NodeSelf* self, const caf::down_msg& dm) {
   }
 }
 
+int env_rounds(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
+
+// N-7: a restarted node receives its actors' buddy copies of the refill step
+// from the next node, which serves them from its wards.
+void start_copies(NodeSelf* self, const msg::Rewire& m, int buddy, std::uint64_t dropped) {
+  auto& s = self->state;
+  const int k = local_actors(s);
+  s.copies_pending = k;
+  s.rewire_dropped = dropped;
+
+  const caf::actor_addr me = self->address();
+  const std::uint64_t gen = s.generation;
+  auto report = [me, gen](Status st) {
+    if (auto node = caf::actor_cast<caf::actor>(me))
+      caf::anon_send(node, CopyCrossed{gen, st ? std::string{} : st.error().message});
+  };
+  // A test's fault: the buddy serves nothing for this many rounds (the copies never cross; SV-9).
+  if (static int withheld = 0; s.rank != m.rejoined && withheld < env_rounds("TROUPE_WITHHOLD_BUDDY_COPIES")) {
+    ++withheld;
+    spdlog::warn("node {}: withholding its buddy copies (TROUPE_WITHHOLD_BUDDY_COPIES, round {})", s.rank, withheld);
+    return;
+  }
+  for (int i = 0; i < k; ++i) {
+    auto& t = *s.transports[static_cast<std::size_t>(i)];
+    if (s.rank == m.rejoined) {
+      s.recovery->receive(i, t, buddy * k + i, kServeChannel, report);
+    } else if (auto st = s.wards->serve(i, m.refill_step, t, m.rejoined * k + i, kServeChannel, report); !st) {
+      report(st);
+    }
+  }
+}
+
+// Fresh endpoints to every other node's actors; false (the node stopped) on failure.
+bool renew_endpoints(NodeSelf* self) {
+  auto& s = self->state;
+  const int k = local_actors(s);
+  if (static_cast<int>(s.ucx_addresses.size()) != s.nodes * k) return true;  // not known: keep them
+  for (auto* t : s.transports)
+    for (int r = 0; r < s.nodes * k; ++r) {
+      if (r / k == s.rank) continue;
+      if (auto st = t->reconnect(r, s.ucx_addresses[static_cast<std::size_t>(r)]); !st) {
+        spdlog::error("node {}: {}", s.rank, st.error().message);
+        fail_all_transfers(s);
+        stop(self, 1);
+        return false;
+      }
+    }
+  return true;
+}
+
 caf::behavior running(NodeSelf* self);
 
 // Before rendezvous ends the node does not know node 0's actor system: every
@@ -244,6 +344,7 @@ caf::behavior node_actor(NodeSelf* self, NodeActorConfig config) {
         const auto& sender = self->current_sender();
         if (!sender || sender->node() != self->system().node()) return;  // only from run_node
         self->state.coordinator_system = m.coordinator_system;
+        self->state.ucx_addresses = m.ucx;
         self->set_default_handler([](caf::scheduled_actor* a, caf::message_view&) -> caf::result<caf::message> {
           ++static_cast<NodeSelf*>(a)->state.foreign;
           return caf::sec::unexpected_message;
@@ -279,6 +380,7 @@ caf::behavior running(NodeSelf* self) {
           s.relays = !m.members.empty();
           s.health_monitor = spawn_health_monitor(self->system(), std::move(hm));
         }
+        if (!s.rejoining) arm_wards(s);  // a restarted node's start at its Rewire
         spawn_work(self, m.nodes);
       },
       [self](const msg::ActorDone& m) {
@@ -310,6 +412,7 @@ caf::behavior running(NodeSelf* self) {
         s.generation = m.generation;
         s.live_generation->store(m.generation);  // its beats count in the new generation
         s.recovering = true;
+        s.rewire_rounds = 0;
         spdlog::warn("node {}: recovering from {} (generation {})", s.rank,
                      m.failed >= 0 ? "stage actor " + std::to_string(m.failed) + "'s failure"
                                    : "the loss of node " + std::to_string(m.node) + "'s process",
@@ -319,7 +422,10 @@ caf::behavior running(NodeSelf* self) {
       },
       [self](const msg::Rewire& m) {  // N-6: every transport in the new generation
         auto& s = self->state;
-        if (!from_coordinator(self) || m.generation != s.generation || !s.recovering) return;
+        if (!from_coordinator(self) || !current(self, m.generation) || !s.recovering) return;
+        s.generation = m.generation;  // a later round (SV-9: copies that did not cross) starts its own
+        s.live_generation->store(m.generation);
+        s.copies_pending = 0;
         std::uint64_t dropped = 0;
         const int k = local_actors(s);
         if (m.rejoined >= 0 && m.rejoined != s.rank) {  // a restarted process: new endpoints to its actors
@@ -335,8 +441,30 @@ caf::behavior running(NodeSelf* self) {
                 return stop(self, 1);
               }
         }
+        // SV-9: copies that did not cross are sent again; a restarted node then
+        // also renews its own endpoints (those it opened at its start).
+        if (++s.rewire_rounds > 1 && s.rank == m.rejoined && !renew_endpoints(self)) return;
         for (auto* t : s.transports) dropped += t->begin_generation(m.generation);
-        self->send(s.coordinator, msg::Rewired{s.generation, s.rank, dropped});
+        const int buddy = m.rejoined >= 0 ? (m.rejoined + 1) % s.nodes : -1;
+        if (m.refill_step >= 0 && s.wards && (s.rank == m.rejoined || s.rank == buddy))
+          return start_copies(self, m, buddy, dropped);  // N-7: Rewired once they crossed
+        arm_wards(s);
+        self->send(s.coordinator, msg::Rewired{s.generation, s.rank, dropped, 0});
+      },
+      [self](const CopyCrossed& m) {  // N-7: from this process's transports only (never announced)
+        auto& s = self->state;
+        if (m.generation != s.generation || s.copies_pending <= 0) return;
+        if (!m.error.empty()) {  // no Rewired: the recovery's deadline ends the job, naming the failure here
+          spdlog::error("node {}: a buddy copy did not cross: {}", s.rank, m.error);
+          s.copies_pending = 0;
+          return;
+        }
+        if (--s.copies_pending > 0) return;
+        std::uint64_t restored = 0;
+        if (s.rejoining)
+          for (int i = 0; i < local_actors(s); ++i) restored += s.recovery->bytes(i);
+        arm_wards(s);
+        self->send(s.coordinator, msg::Rewired{s.generation, s.rank, s.rewire_dropped, restored});
       },
       [self](const msg::Redo& m) {  // N-6: restore, replace, redo
         auto& s = self->state;
@@ -439,9 +567,10 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config) {
   return sys.spawn(node_actor, std::move(config));
 }
 
-void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system) {
+void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system,
+                  std::vector<std::string> ucx) {
   caf::scoped_actor main_thread{sys};
-  main_thread->send(node, KnownMembers{coordinator_system});
+  main_thread->send(node, KnownMembers{coordinator_system, std::move(ucx)});
 }
 
 void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& node0) {

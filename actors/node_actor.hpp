@@ -36,6 +36,7 @@ struct NodeActorConfig {
   std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
   std::shared_ptr<std::atomic<bool>> stopped;   ///< set when the node stops (its shutdown is then bounded)
   std::shared_ptr<RecoverySnapshots> recovery;  ///< rollback points, when the job recovers (recovery.*)
+  std::shared_ptr<RecoverySnapshots> wards;     ///< buddy copies of the previous node's actors (recovery.buddy)
   bool rejoining = false;  ///< a restarted process: its actors start at the recovery's Redo, not at the Plan
 };
 
@@ -46,8 +47,10 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config);
 /// Tells the node actor which actor system hosts the coordinator: node 0's,
 /// as caf::to_string of its node id, which node 0 published at rendezvous.
 /// Only a local actor can send this: the message type is never announced, so
-/// it cannot arrive from the network.
-void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system);
+/// it cannot arrive from the network. `ucx`: every actor's UCX worker address
+/// (by actor rank), as published at rendezvous.
+void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system,
+                  std::vector<std::string> ucx);
 
 /// A restarted node (`rejoining`) announces itself to node 0's node actor,
 /// which hands it to the coordinator (from the node actor, so that the

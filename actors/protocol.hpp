@@ -59,11 +59,15 @@ struct Recover {
   std::string reason;
 };
 /// Recovery, rewire phase: start `generation` on every transport (UX-4:
-/// older messages are dropped); the node answers Rewired.
+/// older messages are dropped); the node answers Rewired. With `refill_step`
+/// >= 0 the restarted node's snapshots of that step come from its buddy (the
+/// next node), which serves its buddy copies; both answer once the copies
+/// have crossed.
 struct Rewire {
   std::uint64_t generation = 0;
   std::int32_t rejoined = -1;           ///< a node whose process was restarted (-1: none) ...
   std::vector<std::string> addresses;  ///< ... and its work actors' new UCX worker addresses
+  std::int32_t refill_step = -1;        ///< the buddy copies' step the restarted node receives (-1: none)
 };
 /// Recovery, restore and redo: every stage actor rolls back to the snapshot
 /// taken before `step` and carries on from there; the failed actor's node
@@ -103,17 +107,22 @@ struct NodeFailed {
 
 /// Every stage actor of `node` parked in `generation` (the failed one ended);
 /// `snapshot_steps` lists, per local actor, the steps its host-memory
-/// snapshots were taken before (the rollback points it can restore).
+/// snapshots were taken before (the rollback points it can restore);
+/// `ward_steps`, per local slot, the steps of the buddy copies it holds of
+/// the previous node's actors (recovery.buddy).
 struct NodeAborted {
   std::uint64_t generation = 0;
   std::int32_t node = 0;
   std::vector<std::vector<std::int32_t>> snapshot_steps;
+  std::vector<std::vector<std::int32_t>> ward_steps;
 };
-/// `node`'s transports run in `generation`; `dropped` stale messages went.
+/// `node`'s transports run in `generation`; `dropped` stale messages went;
+/// `restored_bytes`: the buddy copies it received (a restarted node).
 struct Rewired {
   std::uint64_t generation = 0;
   std::int32_t node = 0;
   std::uint64_t dropped = 0;
+  std::uint64_t restored_bytes = 0;
 };
 
 // --- health monitor -> coordinator -----------------------------------------
@@ -254,6 +263,11 @@ struct BlameDeadline {};
 struct RecoveryDeadline {
   std::uint64_t generation = 0;
 };
+/// The buddy copies of the rewire in `generation` should have crossed by now
+/// (SV-9). Local only.
+struct CopiesDeadline {
+  std::uint64_t generation = 0;
+};
 /// The checkpoint writer's persist of `step` ended (phase 2): `failure` is
 /// empty when it succeeded; `committed` on the node that wrote the manifest.
 /// Local only: never announced, so it cannot arrive from the network.
@@ -280,7 +294,7 @@ typename Inspector::result_type inspect(Inspector& f, Recover& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewire& x) {
-  return f(caf::meta::type_name("troupe.Rewire"), x.generation, x.rejoined, x.addresses);
+  return f(caf::meta::type_name("troupe.Rewire"), x.generation, x.rejoined, x.addresses, x.refill_step);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Redo& x) {
@@ -292,11 +306,11 @@ typename Inspector::result_type inspect(Inspector& f, Rejoin& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAborted& x) {
-  return f(caf::meta::type_name("troupe.NodeAborted"), x.generation, x.node, x.snapshot_steps);
+  return f(caf::meta::type_name("troupe.NodeAborted"), x.generation, x.node, x.snapshot_steps, x.ward_steps);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewired& x) {
-  return f(caf::meta::type_name("troupe.Rewired"), x.generation, x.node, x.dropped);
+  return f(caf::meta::type_name("troupe.Rewired"), x.generation, x.node, x.dropped, x.restored_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorParked& x) {
@@ -356,6 +370,10 @@ typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RecoveryDeadline& x) {
   return f(caf::meta::type_name("troupe.RecoveryDeadline"), x.generation);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, CopiesDeadline& x) {
+  return f(caf::meta::type_name("troupe.CopiesDeadline"), x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointRollback&) {

@@ -144,6 +144,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"recovery.max_failures_per_hour", integer(rc.max_failures_per_hour, 0, 1000000)},
       {"recovery.snapshot_every", integer(rc.snapshot_every, 1, kMaxInt / 2)},
       {"recovery.restarts", integer(rc.restarts, 0, 1000000)},
+      {"recovery.buddy", boolean(rc.buddy)},
   };
 }
 

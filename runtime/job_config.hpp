@@ -92,6 +92,10 @@ struct RecoverySection {
   int max_failures_per_hour = 0;  ///< recoveries allowed per hour of the job (0: a failure ends the job)
   int snapshot_every = 1;         ///< steps between each actor's host-memory snapshot (the rollback points)
   int restarts = 0;  ///< troupe launch restarts a killed node process (not node 0) this many times in all
+  /// Each snapshot is also copied in the background to the next node's host
+  /// memory (its buddy), so a lost node process is restored from there
+  /// instead of from disk (needs 2 nodes or more).
+  bool buddy = true;
 };
 
 /// A fault drill: `[[faults]]` in the config or `--fault k=v,...` on the

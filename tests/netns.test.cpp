@@ -146,7 +146,7 @@ TEST_CASE("a node killed on its own host is restarted there and rejoins over TCP
   REQUIRE(f0.exit_code == 0);
   CHECK(f1b.exit_code == 0);
   CHECK(f0.err.find("coordinator: node 1 rejoined") != std::string::npos);
-  CHECK(f0.err.find("replaced on node 1 (a restarted process) from checkpoint") != std::string::npos);
+  CHECK(f0.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 0") != std::string::npos);
   CHECK(slurp(dir / "faulty.safetensors") == slurp(dir / "clean.safetensors"));
 }
 

@@ -1,5 +1,6 @@
-// Hot replacement end to end (issue 13, first part): a stage actor that fails
-// in a living process is replaced from its host-memory snapshot, every actor
+// Hot replacement end to end (issue 13): a stage actor that fails in a living
+// process is replaced from its host-memory snapshot, a killed node process
+// from its buddy copies in the next node's memory (or from disk), every actor
 // rolls back to the same step, and the job ends with the fault-free weights
 // and per-step losses, bit for bit.
 #include <catch2/catch.hpp>
@@ -116,11 +117,74 @@ TEST_CASE("past recovery.max_failures_per_hour the next failure ends the job, sa
   CHECK(r.err.find("verdict actor_exception: node 1, stage actor 2") != std::string::npos);
 }
 
+TEST_CASE("a killed node process is restarted and its actors restored from their buddy copies, bit for bit", "[recovery]") {
+  ScratchDir dir("recbuddy");
+  // No checkpoint at all: the new process's state comes from node 0's memory (recovery.buddy, on by default).
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
+  run_fault_free(dir, cfg);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl", "--fault kind=kill,node=1,step=7"));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  CHECK(killed.err.find("troupe launch: node 1 was killed by signal 9; restarting it (0 restarts left)") != std::string::npos);
+  CHECK(killed.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 0") != std::string::npos);
+  CHECK(slurp(dir / "kill.safetensors") == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / "kill.jsonl") == losses(dir / "clean.jsonl"));
+  // The recovery's metrics name the source and the bytes; each step's line the copy's cost.
+  bool recovered = false, costed = false;
+  std::istringstream in(slurp(dir / "kill.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("recovery")) {
+      recovered = true;
+      CHECK(j["recovery"]["source"] == "buddy");
+      CHECK(j["recovery"]["restored_mb"].get<double>() > 0);
+      CHECK(j["recovery"]["rollback_step"].get<int>() >= 6);  // a host-memory step, not step 0
+    }
+    if (j.contains("buddy_copy_mb")) {
+      costed = true;
+      CHECK(j["buddy_copy_mb"] == j["recovery_snapshot_mb"]);
+      CHECK(figure_or_zero(j["buddy_copy_wait_ms"]));
+    }
+  }
+  CHECK(recovered);
+  CHECK(costed);
+}
+
+TEST_CASE("SV-9: buddy copies that do not cross are sent again in a new generation, then the checkpoint is restored", "[recovery]") {
+  ScratchDir dir("reccopies");
+  const std::string ck = dir / "checkpoints";
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n[checkpoint]\ndir = \"" + ck +
+                                            "\"\nevery = 2\n", 12);
+  run_fault_free(dir, cfg);
+  std::filesystem::remove_all(ck);
+  // Node 0 withholds its copies once: the second round crosses.
+  auto once = run("TROUPE_WITHHOLD_BUDDY_COPIES=1 " +
+                  launch(cfg, dir / "once.safetensors", dir / "once.jsonl", "--fault kind=kill,node=1,step=9"));
+  INFO(once.err);
+  REQUIRE(once.exit_code == 0);
+  CHECK(once.err.find("coordinator: buddy copies for node 1 did not cross within 2000 ms; rewiring again in generation 3\n") !=
+        std::string::npos);
+  CHECK(once.err.find("from its buddy copies on node 0") != std::string::npos);
+  CHECK(slurp(dir / "once.safetensors") == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / "once.jsonl") == losses(dir / "clean.jsonl"));
+  // Withheld in every round: after the third, everyone restores the checkpoint.
+  std::filesystem::remove_all(ck);
+  auto never = run("TROUPE_WITHHOLD_BUDDY_COPIES=3 " +
+                   launch(cfg, dir / "never.safetensors", dir / "never.jsonl", "--fault kind=kill,node=1,step=9"));
+  INFO(never.err);
+  REQUIRE(never.exit_code == 0);
+  CHECK(never.err.find("rewiring again in generation 5, from checkpoint " + ck + "/step-0000000") != std::string::npos);
+  CHECK(never.err.find("replaced on node 1 (a restarted process) from checkpoint " + ck) != std::string::npos);
+  CHECK(slurp(dir / "never.safetensors") == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / "never.jsonl") == losses(dir / "clean.jsonl"));
+}
+
 TEST_CASE("a killed node process is restarted and its actors restored from the checkpoint, bit for bit", "[recovery]") {
   ScratchDir dir("reckill");
   const std::string ck = dir / "checkpoints";
   // Checkpoints every 2 steps; the kill comes late enough that one is committed (persists run beside training).
-  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n[checkpoint]\ndir = \"" + ck +
+  // No buddy copies: the new process holds no snapshot, so everyone restores the checkpoint.
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\nbuddy = false\n[checkpoint]\ndir = \"" + ck +
                                             "\"\nevery = 2\n", 12);
   run_fault_free(dir, cfg);
   std::filesystem::remove_all(ck);
@@ -149,7 +213,7 @@ TEST_CASE("a node killed with no restart left, or with no checkpoint to restore,
   CHECK(twice.err.find("verdict process_death: node 1") != std::string::npos);
   CHECK(twice.err.find("coordinator: no replacement for node 1: recovery.restarts used up") != std::string::npos);
   // No checkpoint: nothing to restore a new process from.
-  const std::string none = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n");
+  const std::string none = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\nbuddy = false\n");
   auto bare = run(launch(none, dir / "w.safetensors", dir / "m.jsonl", "--fault kind=kill,node=1,step=3"));
   INFO(bare.err);
   CHECK(bare.exit_code != 0);
@@ -180,10 +244,14 @@ TEST_CASE("bench recovery: every kind of fault recovered, its phases timed, the 
     CHECK(k["abort_ms"]["max"].get<double>() > 0);
     CHECK(k["resumed_after_ms"]["max"].get<double>() >= k["detect_ms"]["max"].get<double>());
   }
-  CHECK(j["per_fault"][2]["source"] == "disk");  // the killed node's new process holds no snapshot
+  CHECK(j["per_fault"][2]["source"] == "buddy");  // the killed node's new process: from the next node's memory
+  CHECK(j["per_fault"][2]["restored_mb"].get<double>() > 0);
   CHECK(j["per_fault"][0]["source"] == "memory");
   CHECK(figure_or_zero(j["snapshot_cost"]["stall_ms"]["median"]));
   CHECK(j["snapshot_cost"]["mb_per_actor"].get<double>() > 0);
+  CHECK(j["buddy_copy_cost"]["mb_per_actor_per_copy"] == j["snapshot_cost"]["mb_per_actor"]);
+  CHECK(figure_or_zero(j["buddy_copy_cost"]["exposed_ms"]["median"]));
+  CHECK(j["buddy_copy_cost"]["in_flight_ms"]["max"].get<double>() > 0);
   CHECK(j["left_behind"]["shared_memory"].empty());
   CHECK(j["left_behind"]["node_processes"] == 0);
 }

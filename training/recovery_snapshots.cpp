@@ -17,11 +17,11 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 }  // namespace
 
 RecoverySnapshots::RecoverySnapshots(int actors) {
-  for (int i = 0; i < actors; ++i) slots_.push_back(std::make_unique<Slot>());
+  for (int i = 0; i < actors; ++i) slots_.push_back(std::make_shared<Slot>());
 }
 
-RecoverySnapshots::Slot& RecoverySnapshots::slot(int local) const {
-  return *slots_.at(static_cast<std::size_t>(local));
+std::shared_ptr<RecoverySnapshots::Slot> RecoverySnapshots::slot(int local) const {
+  return slots_.at(static_cast<std::size_t>(local));
 }
 
 // RS-1: an empty buffer, else the one of the older step.
@@ -32,7 +32,7 @@ std::size_t RecoverySnapshots::older(const Slot& s) {
 }
 
 Status RecoverySnapshots::take(int local, StageState& state) {
-  Slot& s = slot(local);
+  Slot& s = *slot(local);
   std::unique_lock<std::mutex> lock(s.mu);
   const std::size_t b = older(s);
   const auto t0 = Clock::now();
@@ -48,26 +48,28 @@ Status RecoverySnapshots::take(int local, StageState& state) {
   ++s.reading[b];
   lock.unlock();
   // A failed mirror (a peer lost: the recovery follows) only leaves the buddy without this copy.
-  send_buffer(s, b, *t, peer, kMirrorChannel, [](Status) {});
+  send_buffer(slot(local), b, *t, peer, kMirrorChannel, [](Status) {});
   return Status::success();
 }
 
 // The caller counted the transfer in s.reading[b] under the slot's lock.
-void RecoverySnapshots::send_buffer(Slot& s, std::size_t b, Transport& t, int peer, Tag channel, Completion done) {
+void RecoverySnapshots::send_buffer(std::shared_ptr<Slot> s, std::size_t b, Transport& t, int peer, Tag channel,
+                                    Completion done) {
   const auto t0 = Clock::now();
-  send_snapshot(t, peer, channel, s.buffers[b], [&s, b, t0, channel, done = std::move(done)](Status st) {
+  const StageSnapshot& data = s->buffers[b];
+  send_snapshot(t, peer, channel, data, [s = std::move(s), b, t0, channel, done = std::move(done)](Status st) {
     {
-      std::lock_guard<std::mutex> lock(s.mu);
-      --s.reading[b];
-      if (channel == kMirrorChannel && st) s.cost.in_flight_ms = ms_since(t0);
+      std::lock_guard<std::mutex> lock(s->mu);
+      --s->reading[b];
+      if (channel == kMirrorChannel && st) s->cost.in_flight_ms = ms_since(t0);
     }
-    s.idle.notify_all();
+    s->idle.notify_all();
     done(std::move(st));
   });
 }
 
 std::vector<int> RecoverySnapshots::steps(int local) const {
-  Slot& s = slot(local);
+  Slot& s = *slot(local);
   std::lock_guard<std::mutex> lock(s.mu);
   std::vector<int> out;
   for (std::size_t b = 0; b < 2; ++b)
@@ -77,7 +79,7 @@ std::vector<int> RecoverySnapshots::steps(int local) const {
 }
 
 Status RecoverySnapshots::restore(int local, int step, StageState& state) const {
-  Slot& s = slot(local);
+  Slot& s = *slot(local);
   std::lock_guard<std::mutex> lock(s.mu);
   for (std::size_t b = 0; b < 2; ++b)
     if (s.complete[b] && s.buffers[b].next_step == step) return state.restore(s.buffers[b]);
@@ -86,7 +88,7 @@ Status RecoverySnapshots::restore(int local, int step, StageState& state) const 
 }
 
 std::uint64_t RecoverySnapshots::bytes(int local) const {
-  Slot& s = slot(local);
+  Slot& s = *slot(local);
   std::lock_guard<std::mutex> lock(s.mu);
   for (std::size_t b = 0; b < 2; ++b)
     if (s.complete[b]) return snapshot_bytes(s.buffers[b]);
@@ -94,36 +96,43 @@ std::uint64_t RecoverySnapshots::bytes(int local) const {
 }
 
 void RecoverySnapshots::mirror(int local, Transport* t, int peer) {
-  Slot& s = slot(local);
+  Slot& s = *slot(local);
   std::lock_guard<std::mutex> lock(s.mu);
   s.mirror = t;
   s.mirror_peer = peer;
 }
 
 void RecoverySnapshots::receive(int local, Transport& t, int peer, Tag channel, Completion done) {
-  Slot& s = slot(local);
-  std::size_t b = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    b = older(s);
-    if (s.reading[b] > 0 || s.writing[b])  // RS-1, RS-3: never the newer buffer, never one in use
-      return done(make_error("recovery: local slot ", std::to_string(local), "'s older buffer is in use"));
-    s.complete[b] = false;
-    s.writing[b] = true;
-  }
-  receive_snapshot(t, peer, channel, s.buffers[b], [&s, b, done = std::move(done)](Status st) {
-    {
-      std::lock_guard<std::mutex> lock(s.mu);
-      s.writing[b] = false;
-      s.complete[b] = st.ok();
+  auto shared = slot(local);
+  auto chosen = std::make_shared<std::size_t>(2);
+  // RS-1: the older buffer is given up only once the next copy's header
+  // arrived, so while a copy is awaited both held steps stay listed.
+  auto place = [shared, chosen, local](int, std::string& why) -> StageSnapshot* {
+    std::lock_guard<std::mutex> lock(shared->mu);
+    const std::size_t b = older(*shared);
+    if (shared->reading[b] > 0 || shared->writing[b]) {  // RS-3: never one in use
+      why = "local slot " + std::to_string(local) + "'s older buffer is in use";
+      return nullptr;
     }
-    s.idle.notify_all();
+    shared->complete[b] = false;
+    shared->writing[b] = true;
+    *chosen = b;
+    return &shared->buffers[b];
+  };
+  receive_snapshot(t, peer, channel, std::move(place), [shared, chosen, done = std::move(done)](Status st) {
+    if (const std::size_t b = *chosen; b < 2) {
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->writing[b] = false;
+      shared->complete[b] = st.ok();
+    }
+    shared->idle.notify_all();
     done(std::move(st));
   });
 }
 
 Status RecoverySnapshots::serve(int local, int step, Transport& t, int peer, Tag channel, Completion done) {
-  Slot& s = slot(local);
+  auto shared = slot(local);
+  Slot& s = *shared;
   std::size_t b = 2;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -133,12 +142,12 @@ Status RecoverySnapshots::serve(int local, int step, Transport& t, int peer, Tag
   }
   if (b == 2)
     return make_error("recovery: no buddy copy of step ", std::to_string(step), " for local slot ", std::to_string(local));
-  send_buffer(s, b, t, peer, channel, std::move(done));
+  send_buffer(std::move(shared), b, t, peer, channel, std::move(done));
   return Status::success();
 }
 
 RecoverySnapshots::MirrorCost RecoverySnapshots::mirror_cost(int local) const {
-  Slot& s = slot(local);
+  Slot& s = *slot(local);
   std::lock_guard<std::mutex> lock(s.mu);
   return s.cost;
 }

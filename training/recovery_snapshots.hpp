@@ -13,7 +13,9 @@
 //
 //  RS-1  take() and receive() overwrite the older buffer only; the newer one
 //        stays whole while the other is written (a failure in the middle of
-//        a take or a transfer loses nothing that steps() reported before).
+//        a take or a transfer loses nothing that steps() reported before but
+//        the older step). receive() gives the older buffer up only once the
+//        copy's header arrived: a ward awaiting its next copy lists two steps.
 //  RS-2  steps() lists only completed snapshots; restore() of a step not
 //        listed is an error naming it.
 //  RS-3  A buffer is never overwritten while a transfer reads it: take()
@@ -53,7 +55,7 @@ class RecoverySnapshots {
   /// (kMirrorChannel) once written; the actor does not wait for it (RS-3).
   void mirror(int local, Transport* t, int peer);
   /// Receives one snapshot of actor `local` from `peer` into its older buffer
-  /// (RS-1); steps() lists it once `done` reported success.
+  /// once it starts arriving (RS-1); steps() lists it once `done` reported success.
   void receive(int local, Transport& t, int peer, Tag channel, Completion done);
   /// Sends actor `local`'s snapshot of `step` to `peer`; an error if none is held.
   Status serve(int local, int step, Transport& t, int peer, Tag channel, Completion done);
@@ -80,10 +82,12 @@ class RecoverySnapshots {
     int mirror_peer = -1;
     MirrorCost cost;
   };
-  Slot& slot(int local) const;
+  // Shared with the transfers' completions, which may outlive this object
+  // (a transport torn down after the node's snapshots).
+  std::shared_ptr<Slot> slot(int local) const;
   static std::size_t older(const Slot& s);
-  void send_buffer(Slot& s, std::size_t b, Transport& t, int peer, Tag channel, Completion done);
-  std::vector<std::unique_ptr<Slot>> slots_;
+  static void send_buffer(std::shared_ptr<Slot> s, std::size_t b, Transport& t, int peer, Tag channel, Completion done);
+  std::vector<std::shared_ptr<Slot>> slots_;
 };
 
 /// The newest step that every list holds (each actor's steps()); -1 if none.

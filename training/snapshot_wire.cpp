@@ -99,14 +99,16 @@ void send_snapshot(Transport& t, int peer, Tag channel, const StageSnapshot& sna
   count->release();
 }
 
-void receive_snapshot(Transport& t, int peer, Tag channel, StageSnapshot& into, Completion done) {
+void receive_snapshot(Transport& t, int peer, Tag channel, PlaceSnapshot place, Completion done) {
   auto header = std::make_shared<Header>();
-  StageSnapshot* out = &into;
   Transport* tp = &t;
   t.recv(peer, snapshot_tag(channel, 0), header->data(), sizeof(Header),
-         [tp, peer, channel, out, header, done = std::move(done)](Status st) mutable {
+         [tp, peer, channel, header, place = std::move(place), done = std::move(done)](Status st) mutable {
            if (!st) return done(std::move(st));
            if (auto ok = check_header(*header); !ok) return done(std::move(ok));
+           std::string why;
+           StageSnapshot* out = place(static_cast<int>((*header)[1]), why);
+           if (!out) return done(make_error("snapshot of step ", std::to_string((*header)[1]), " refused: ", why));
            const auto chunks = static_cast<std::size_t>((*header)[2]);
            out->next_step = static_cast<int>((*header)[1]);
            out->params.resize(chunks);
@@ -125,6 +127,10 @@ void receive_snapshot(Transport& t, int peer, Tag channel, StageSnapshot& into, 
            });
            count->release();
          });
+}
+
+void receive_snapshot(Transport& t, int peer, Tag channel, StageSnapshot& into, Completion done) {
+  receive_snapshot(t, peer, channel, [out = &into](int, std::string&) { return out; }, std::move(done));
 }
 
 }  // namespace troupe

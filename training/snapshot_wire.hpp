@@ -18,6 +18,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "backends/transport/transport.hpp"
 #include "training/stage_state.hpp"
@@ -39,8 +41,15 @@ inline Tag snapshot_tag(Tag channel, std::size_t piece) { return kSnapshotTagBit
 /// Sends `snapshot` to `peer` on `channel`; `snapshot` must stay unchanged until `done`.
 void send_snapshot(Transport& t, int peer, Tag channel, const StageSnapshot& snapshot, Completion done);
 
-/// Receives one snapshot from `peer` on `channel` into `into` (resized to the
-/// sender's layout); `into` must stay untouched by others until `done`.
+/// Where a received snapshot goes, chosen once its header arrived and passed
+/// SW-1 (`step`: the snapshot's); nullptr refuses it (done gets `why`).
+using PlaceSnapshot = std::function<StageSnapshot*(int step, std::string& why)>;
+
+/// Receives one snapshot from `peer` on `channel` into the buffer `place`
+/// chooses (resized to the sender's layout), which must stay untouched by
+/// others until `done`.
+void receive_snapshot(Transport& t, int peer, Tag channel, PlaceSnapshot place, Completion done);
+/// The same into `into`.
 void receive_snapshot(Transport& t, int peer, Tag channel, StageSnapshot& into, Completion done);
 
 /// The bytes of a snapshot's pieces.

@@ -199,6 +199,7 @@ TEST_CASE("RS-3: buddy copies: each take is mirrored to the next node, served ba
   REQUIRE(own.take(0, *a.state).ok());  // before step 1
   const StageSnapshot at_one = a.snapshot();
   a.train(1);
+  CHECK(wards.steps(0) == std::vector<int>{0, 1});  // RS-1: awaiting the next copy, both steps still held
   keep_receiving = false;  // the receive now armed takes the next copy, then none
   REQUIRE(own.take(0, *a.state).ok());  // before step 2
   CHECK(received == 3);

@@ -453,6 +453,14 @@ class Trainer {
     if (snapshot_us_ >= 0) {
       line["recovery_snapshot_ms"] = std::exchange(snapshot_us_, -1.0) / 1e3;
       line["recovery_snapshot_mb"] = static_cast<double>(a_.recovery.snapshots->bytes(a_.local)) / 1e6;
+      // Its buddy copy (recovery.buddy): the wait for the previous copy of
+      // the reused buffer is exposed (inside recovery_snapshot_ms); the time
+      // the previous copy was in flight ran behind the step.
+      if (const auto cost = a_.recovery.snapshots->mirror_cost(a_.local); cost.bytes > 0) {
+        line["buddy_copy_mb"] = static_cast<double>(cost.bytes) / 1e6;
+        line["buddy_copy_wait_ms"] = cost.wait_ms;
+        if (cost.in_flight_ms >= 0) line["buddy_copy_in_flight_ms"] = cost.in_flight_ms;
+      }
     }
     if (!f.stragglers.empty()) line["stragglers"] = stragglers_json(step, f.stragglers);
     TROUPE_TRY(root_->metrics->write(line.dump()));

@@ -141,8 +141,10 @@ struct UcxTransport::Impl {
     auto* r = static_cast<Request*>(user);
     r->impl->finish(r, req, st, st == UCS_OK ? info->length : SIZE_MAX);
   }
-  static void on_ep_error(void* arg, ucp_ep_h, ucs_status_t) {
+  static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t) {
     auto* self = static_cast<std::pair<Impl*, int>*>(arg);
+    // An endpoint that reconnect() closed may still report: only the current one speaks for the peer.
+    if (ep != self->first->eps[static_cast<std::size_t>(self->second)]) return;
     self->first->fail_peer(self->second);
   }
   std::vector<std::pair<Impl*, int>> ep_args;

@@ -162,6 +162,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
     if (const nlohmann::json* found = recovery_of(f)) {
       const auto& r = *found;
       row["source"] = r["source"];
+      row["restored_mb"] = r.value("restored_mb", 0.0);  // buddy copies that crossed to a restarted node
       row["rollback_step"] = r["rollback_step"];
       row["steps_redone"] = f.step - r["rollback_step"].get<int>();
       row["abort_ms"] = r["abort_ms"];
@@ -194,6 +195,22 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
     if (m.contains("recovery_snapshot_mb")) snapshot_mb.push_back(m["recovery_snapshot_mb"].get<double>());
     if (m.contains("step_ms")) step_ms_clean.push_back(m["step_ms"].get<double>());
   }
+  // What the buddy copies cost (recovery.buddy): the root's wait for its previous copy to leave the
+  // buffer it reuses (exposed, inside the snapshot's stall) and how long each copy was in flight (hidden).
+  std::vector<double> buddy_wait, buddy_flight, buddy_mb;
+  for (auto& m : clean.metrics) {
+    if (m.contains("buddy_copy_wait_ms")) buddy_wait.push_back(m["buddy_copy_wait_ms"].get<double>());
+    if (m.contains("buddy_copy_in_flight_ms")) buddy_flight.push_back(m["buddy_copy_in_flight_ms"].get<double>());
+    if (m.contains("buddy_copy_mb")) buddy_mb.push_back(m["buddy_copy_mb"].get<double>());
+  }
+  nlohmann::json buddy_cost = nullptr;
+  if (!buddy_mb.empty())
+    buddy_cost = {{"mb_per_actor_per_copy", buddy_mb.back()},
+                  {"exposed_ms", spread(buddy_wait)},
+                  {"in_flight_ms", spread(buddy_flight)},
+                  {"exposed_share_of_step", step_ms_clean.empty() || buddy_wait.empty()
+                                                ? nlohmann::json(nullptr)
+                                                : nlohmann::json(median(buddy_wait) / median(step_ms_clean))}};
   // Rings of this bench's own jobs (other programs may create theirs meanwhile).
   std::set<std::string> jobs;
   for (const std::string* log : {&clean.log, &faulty.log})
@@ -223,6 +240,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
       {"faults", a.faults},
       {"seed", a.seed},
       {"settings", {{"checkpoint_every", a.checkpoint_every}, {"health_progress_timeout_ms", 2000},
+                    {"recovery_buddy", job->recovery.buddy},
                     {"health_heartbeat_ms", job->health.heartbeat_ms}, {"health_miss_limit", job->health.miss_limit}}},
       {"recovered", recovered},
       {"verdicts", verdicts},
@@ -238,6 +256,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
                          {"mb_per_actor", snapshot_mb.empty() ? nlohmann::json(nullptr) : nlohmann::json(snapshot_mb.back())},
                          {"share_of_step", step_ms_clean.empty() || snapshot_ms.empty() ? nlohmann::json(nullptr)
                                                                                          : nlohmann::json(median(snapshot_ms) / median(step_ms_clean))}}},
+      {"buddy_copy_cost", buddy_cost},
       {"weights_identical", !w_clean.empty() && w_clean == w_faulty},
       {"losses_identical", !clean_losses.empty() && clean_losses == faulty_losses},
       {"left_behind", {{"shared_memory", leftover_shm}, {"node_processes", troupe_node_processes()}}},
