@@ -93,10 +93,18 @@ int remove_orphaned_rings() {
     const std::string file = it->path().filename().string();
     if (file.rfind("troupe.", 0) != 0) continue;
     const std::string name = "/" + file;
+    const std::string path = "/dev/shm" + name;
+    struct stat seen {};
+    if (::stat(path.c_str(), &seen) != 0) continue;
     auto ring = ShmRing::open(name);  // not ours (mode 0600) or not a ring: left alone
     if (!ring.ok()) continue;
     const auto* h = static_cast<const Header*>(ring->base_);
     if (process_alive(static_cast<pid_t>(h->creator_pid))) continue;
+    // The dead creator's ring only: its rank's restarted process may have
+    // replaced it under the same name meanwhile (another job's sweep once
+    // removed such a new ring).
+    struct stat now {};
+    if (::stat(path.c_str(), &now) != 0 || now.st_ino != seen.st_ino) continue;
     if (::shm_unlink(name.c_str()) == 0) ++removed;
   }
   return removed;
