@@ -19,6 +19,7 @@
 #include "runtime/redis_client.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/rendezvous.hpp"
+#include "runtime/spares.hpp"
 #include "training/checkpoint_store.hpp"
 
 namespace troupe {
@@ -48,6 +49,7 @@ struct CoordinatorState {
     std::uint64_t restored_bytes = 0;
     std::uint64_t first_generation = 0;  ///< the recovery's own (its deadline's)
     int rewires = 0;                     ///< Rewire rounds sent (SV-9)
+    std::string replacement;             ///< what replaces a lost process ("a restarted process", "spare ID")
     std::uint64_t dropped = 0;
     int awaiting = -1;                   ///< a node whose killed process must rejoin first
     std::vector<std::string> addresses;  ///< its actors' new UCX addresses, once it did
@@ -145,13 +147,33 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
   self->delayed_send(self, std::chrono::milliseconds(deadline_ms), msg::RecoveryDeadline{gen});
 }
 
-// SV-8: node `v.node`'s process died; the launcher restarts it (recovery.restarts).
-void begin_node_recovery(Self* self, const Verdict& v) {
+// SV-8: who replaces node `node`'s lost process: the launcher's restart
+// (recovery.restarts) first, else the oldest waiting spare (SP-1), which is
+// told the rank to play. False if neither is left.
+std::optional<std::string> place_replacement(Self* self, int node) {
   auto& st = self->state;
-  --st.cfg.restarts;
+  if (st.cfg.restarts > 0) {
+    --st.cfg.restarts;
+    return "a restarted process";
+  }
+  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
+  auto spare = redis ? assign_spare(*redis, st.cfg.job_id, node) : Expected<std::optional<std::string>>(redis.error());
+  if (!spare) {
+    spdlog::error("coordinator: cannot take a spare for node {}: {}", node, spare.error().message);
+    return std::nullopt;
+  }
+  if (!*spare) return std::nullopt;
+  spdlog::warn("coordinator: spare {} takes the place of node {}", **spare, node);
+  return "spare " + **spare;
+}
+
+// SV-8: node `v.node`'s process died (or hangs); `replacement` (a restarted process or a spare) takes its rank back.
+void begin_node_recovery(Self* self, const Verdict& v, const std::string& replacement) {
+  auto& st = self->state;
   st.judge->forget(v.node);
   begin_recovery(self, v, st.cfg.rejoin_timeout_ms + st.cfg.health.progress_timeout_ms);
   st.recovery->awaiting = v.node;
+  st.recovery->replacement = replacement;
 }
 
 // A restarted node's Rejoin, delegated by node 0's node actor: from the
@@ -283,7 +305,7 @@ void on_rewired(Self* self, const msg::Rewired& m) {
   const auto now = HealthJudge::Clock::now();
   st.verdicts->phase("rewire", r.aborted_us, {{"generation", st.cfg.generation}, {"stale_messages_dropped", r.dropped}});
   const std::string what = r.verdict.actor >= 0 ? "stage actor " + std::to_string(r.verdict.actor) : "every stage actor";
-  const std::string where = r.verdict.actor >= 0 ? "" : " (a restarted process)";
+  const std::string where = r.verdict.actor >= 0 ? "" : " (" + r.replacement + ")";
   const int n = static_cast<int>(st.cfg.nodes.size());
   const std::string source = r.refill ? "buddy" : r.checkpoint.empty() ? "memory" : "disk";
   const std::string from =
@@ -300,6 +322,7 @@ void on_rewired(Self* self, const msg::Rewired& m) {
                                      {{"generation", st.cfg.generation},
                                       {"failed", {{"node", r.verdict.node}, {"actor", r.verdict.actor}, {"kind", r.verdict.kind}}},
                                       {"replaced_on", r.verdict.node},
+                                      {"replaced_by", r.verdict.actor >= 0 ? "its own process" : r.replacement},
                                       {"source", source},
                                       {"restored_mb", static_cast<double>(r.restored_bytes) / 1e6},
                                       {"checkpoint", r.checkpoint},
@@ -321,7 +344,7 @@ void conclude(Self* self, const Verdict& v) {
   finish(self, false, v.line());
 }
 
-void begin_node_recovery(Self* self, const Verdict& v);
+void begin_node_recovery(Self* self, const Verdict& v, const std::string& replacement);
 
 void on_node_lost(Self* self, int rank, const caf::error& reason) {
   auto& st = self->state;
@@ -330,12 +353,13 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
   if (st.recovery && st.recovery->awaiting == rank) return;  // already being replaced (judged silent first)
   const Verdict v{"process_death", rank, -1,
                   "its actor system went away (" + self->system().render(reason) + ")"};
-  // SV-8: a killed node process (not node 0's) that the launcher restarts.
-  if (rank != 0 && st.cfg.restarts > 0 && !st.done[static_cast<std::size_t>(rank)] && recoverable(self, v))
-    return begin_node_recovery(self, v);
+  // SV-8: a killed node process (not node 0's) that the launcher restarts or a spare replaces.
+  if (rank != 0 && !st.done[static_cast<std::size_t>(rank)] && recoverable(self, v))
+    if (auto replacement = place_replacement(self, rank)) return begin_node_recovery(self, v, *replacement);
   if (st.cfg.max_failures_per_hour > 0)
     spdlog::error("coordinator: no replacement for node {}: {}", rank,
-                  rank == 0 ? "node 0 hosts the coordinator" : "recovery.restarts used up (or none configured)");
+                  rank == 0 ? "node 0 hosts the coordinator"
+                            : "recovery.restarts used up (or none configured) and no spare waiting (recovery.spares)");
   lose_node(self, rank, "node " + std::to_string(rank) + " lost (" + v.line() + ")");
   conclude(self, v);
 }
@@ -350,9 +374,8 @@ void on_judged(Self* self, const Verdict& v) {
   // closed yet, as across hosts) is replaced like a killed one when its
   // process is restarted; if none rejoins, the recovery's deadline ends the job.
   auto& st = self->state;
-  if (v.actor < 0 && v.node != 0 && st.cfg.restarts > 0 && !st.done[static_cast<std::size_t>(v.node)] &&
-      recoverable(self, v))
-    return begin_node_recovery(self, v);
+  if (v.actor < 0 && v.node != 0 && !st.done[static_cast<std::size_t>(v.node)] && recoverable(self, v))
+    if (auto replacement = place_replacement(self, v.node)) return begin_node_recovery(self, v, *replacement);
   if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
   conclude(self, v);
 }

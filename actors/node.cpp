@@ -28,6 +28,7 @@
 #include "actors/protocol.hpp"
 #include "actors/scheduler_policy.hpp"
 #include "backends/transport/ucx_transport.hpp"
+#include "runtime/spares.hpp"
 #include "common/decimal.hpp"
 #include "common/version.hpp"
 #include "runtime/endpoint.hpp"
@@ -101,13 +102,50 @@ void register_builtin_actors(ActorRegistry& registry) {
   register_gpt_stage_actor(registry);
 }
 
+namespace {
+
+// A spare offers itself and waits for the rank of a lost node (SP-1, SP-2):
+// that rank, or nullopt once the job it waited in has ended.
+Expected<std::optional<int>> wait_as_spare(RedisClient& redis, const NodeOptions& o, std::chrono::milliseconds start_within) {
+  const std::string id = spare_id();
+  TROUPE_TRY(offer_spare(redis, o.job_id, id));
+  spdlog::info("spare {}: waiting in job {} to replace a lost node", id, o.job_id);
+  bool seen = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    auto rank = await_assignment(redis, o.job_id, id, o.world, std::chrono::seconds(1));
+    if (!rank) return rank.error();
+    if (*rank) {
+      spdlog::warn("spare {}: replacing node {}", id, **rank);
+      return rank;
+    }
+    auto offered = still_offered(redis, o.job_id, id);
+    if (!offered) return offered.error();
+    if (!*offered) {  // SP-3: assigned just now, or the job's keys are gone
+      auto last = await_assignment(redis, o.job_id, id, o.world, std::chrono::seconds(0));
+      if (!last || *last) return last;
+      spdlog::info("spare {}: job {} ended without needing it", id, o.job_id);
+      return std::optional<int>{};
+    }
+    auto running = job_running(redis, o.job_id);
+    if (!running) return running.error();
+    seen = seen || *running;
+    if (!seen && std::chrono::steady_clock::now() - t0 > start_within)
+      return make_error("--spare: job ", o.job_id, " did not start within health.rendezvous_timeout_ms (",
+                        std::to_string(start_within.count()), " ms)");
+  }
+}
+
+}  // namespace
+
 int run_node(NodeOptions o, const ActorRegistry& registry) {
-  if (o.rank == -1) o.rank = env_int("SLURM_PROCID", "RANK");
+  if (o.spare && (o.rank != -1 || o.rejoin)) return fail(make_error("--spare: takes no --node-rank and no --rejoin"));
+  if (o.rank == -1 && !o.spare) o.rank = env_int("SLURM_PROCID", "RANK");
   if (o.world == -1) o.world = env_int("SLURM_NTASKS", "WORLD_SIZE");
   if (o.world < 1) return fail(make_error("--nodes is required and must be >= 1 (or SLURM_NTASKS / WORLD_SIZE)"));
   if (o.rejoin && o.rank == 0)
     return fail(make_error("--rejoin: node 0 hosts the coordinator and cannot rejoin its job"));
-  if (o.rank < 0 || o.rank >= o.world)
+  if (!o.spare && (o.rank < 0 || o.rank >= o.world))
     return fail(make_error("--node-rank ", std::to_string(o.rank), " is out of range for ", std::to_string(o.world),
                            " nodes"));
   JobFiles files{o.trace_path, o.metrics_path, o.init_path, o.save_path, o.resume};
@@ -123,6 +161,13 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     if (auto env = redis_password(""); env) o.redis_password = *env;
   auto redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
   if (!redis) return fail(make_error("--redis: ", redis.error().message));
+  if (o.spare) {  // it plays the rank it is given, as a restarted process would
+    auto rank = wait_as_spare(*redis, o, std::chrono::milliseconds(job->health.rendezvous_timeout_ms));
+    if (!rank) return fail(rank.error());
+    if (!*rank) return 0;
+    o.rank = **rank;
+    o.rejoin = true;
+  }
 
   // D-3: drills are claimed job-wide, so a restarted process does not repeat
   // the one that killed its predecessor (its own connection: the main thread keeps `redis`).

@@ -27,6 +27,7 @@ struct NodeOptions {
   std::string save_path;     ///< safetensors weights written at the end (by actor 0); empty = none
   std::string resume;        ///< "latest" or a checkpoint directory to continue from; empty = step 0
   bool rejoin = false;       ///< a restarted process of a running job: takes its rank back (recovery)
+  bool spare = false;        ///< waits in the job's Redis until it replaces a lost node (recovery.spares)
 };
 
 class ActorRegistry;

@@ -145,6 +145,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"recovery.snapshot_every", integer(rc.snapshot_every, 1, kMaxInt / 2)},
       {"recovery.restarts", integer(rc.restarts, 0, 1000000)},
       {"recovery.buddy", boolean(rc.buddy)},
+      {"recovery.spares", integer(rc.spares, 0, 1024)},
   };
 }
 

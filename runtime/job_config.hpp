@@ -96,6 +96,9 @@ struct RecoverySection {
   /// memory (its buddy), so a lost node process is restored from there
   /// instead of from disk (needs 2 nodes or more).
   bool buddy = true;
+  /// troupe launch starts this many `troupe node --spare` processes; one takes
+  /// a lost node's place when no restart is left.
+  int spares = 0;
 };
 
 /// A fault drill: `[[faults]]` in the config or `--fault k=v,...` on the

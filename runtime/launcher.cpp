@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -31,7 +32,8 @@ std::atomic<int> g_interrupted{0};
 extern "C" void on_signal(int sig) { g_interrupted.store(sig); }
 
 struct Child {
-  int rank = 0;
+  int rank = 0;  ///< a node's rank, or a spare's index
+  bool spare = false;
   pid_t pid = -1;
   int out = -1;  // read end of the child's stdout+stderr
   std::string partial;
@@ -39,8 +41,10 @@ struct Child {
   int status = 0;
 };
 
+enum class Role { node, rejoin, spare };
+
 pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& password, const std::string& job,
-            int rank, int* out_fd, bool rejoin = false) {
+            int rank, int* out_fd, Role role = Role::node) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return -1;  // the child's dup2 onto 1 and 2 keeps its end open
   const pid_t parent = ::getpid();
@@ -64,14 +68,20 @@ pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& p
   ::dup2(fds[1], 1);
   ::dup2(fds[1], 2);
   ::close(fds[0]);
-  std::vector<std::string> args{o.troupe_binary, "node", o.config_path, "--redis", url, "--node-rank",
-                                std::to_string(rank), "--nodes", std::to_string(o.nodes), "--job", job};
+  std::vector<std::string> args{o.troupe_binary, "node", o.config_path, "--redis", url, "--nodes", std::to_string(o.nodes),
+                                "--job", job};
+  if (role == Role::spare) {
+    args.push_back("--spare");
+  } else {
+    args.push_back("--node-rank");
+    args.push_back(std::to_string(rank));
+  }
   for (auto& s : o.overrides) {
     args.push_back("--set");
     args.push_back(s);
   }
   for (auto& a : o.extra_node_args) args.push_back(a);
-  if (rejoin) args.push_back("--rejoin");
+  if (role == Role::rejoin) args.push_back("--rejoin");
   if (!o.trace_path.empty()) {
     args.push_back("--trace");
     args.push_back(o.trace_path);
@@ -101,10 +111,11 @@ void relay(Child& c, bool flush_rest) {
   }
   std::size_t start = 0;
   for (std::size_t nl; (nl = c.partial.find('\n', start)) != std::string::npos; start = nl + 1)
-    std::fprintf(stderr, "[node %d] %.*s\n", c.rank, static_cast<int>(nl - start), c.partial.data() + start);
+    std::fprintf(stderr, "[%s %d] %.*s\n", c.spare ? "spare" : "node", c.rank, static_cast<int>(nl - start),
+                 c.partial.data() + start);
   c.partial.erase(0, start);
   if (flush_rest && !c.partial.empty()) {
-    std::fprintf(stderr, "[node %d] %s\n", c.rank, c.partial.c_str());
+    std::fprintf(stderr, "[%s %d] %s\n", c.spare ? "spare" : "node", c.rank, c.partial.c_str());
     c.partial.clear();
   }
 }
@@ -177,8 +188,21 @@ int launch(const LaunchOptions& o) {
     }
     children.push_back(std::move(c));
   }
-  int failed_rank = -1;
+  for (int i = 0; i < o.spares; ++i) {
+    Child c;
+    c.rank = i;
+    c.spare = true;
+    c.pid = spawn(o, url, password, job, 0, &c.out, Role::spare);
+    if (c.pid < 0) {
+      terminate_all(children);
+      std::fprintf(stderr, "troupe launch: cannot start spare %d\n", i);
+      return 1;
+    }
+    children.push_back(std::move(c));
+  }
+  int failed_child = -1;
   int restarts_left = o.restarts;
+  std::optional<std::chrono::steady_clock::time_point> nodes_done;  // when every node process had exited
   while (true) {
     std::vector<pollfd> fds;
     for (auto& c : children) fds.push_back({c.out, POLLIN, 0});  // a closed pipe (-1) is not polled
@@ -193,28 +217,45 @@ int launch(const LaunchOptions& o) {
         const bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
         // A node killed while the job runs comes back (recovery.restarts):
         // the job's coordinator (node 0) replaces its actors.
-        if (!ok && WIFSIGNALED(c.status) && c.rank != 0 && restarts_left > 0 && failed_rank < 0 &&
+        if (!ok && !c.spare && WIFSIGNALED(c.status) && c.rank != 0 && restarts_left > 0 && failed_child < 0 &&
             !g_interrupted.load()) {
           --restarts_left;
           std::fprintf(stderr, "troupe launch: node %d was killed by signal %d; restarting it (%d restart%s left)\n",
                        c.rank, WTERMSIG(c.status), restarts_left, restarts_left == 1 ? "" : "s");
           if (c.out >= 0) ::close(c.out);
           c.partial.clear();
-          c.pid = spawn(o, url, password, job, c.rank, &c.out, true);
+          c.pid = spawn(o, url, password, job, c.rank, &c.out, Role::rejoin);
           c.exited = c.pid < 0;
           if (c.pid >= 0) {
             all_done = false;
             continue;
           }
         }
-        if (!ok && failed_rank < 0) failed_rank = c.rank;
+        // No restart left: a spare takes its rank (the coordinator assigns it; if
+        // none is left, the job ends and the others exit non-zero).
+        if (!ok && !c.spare && WIFSIGNALED(c.status) && c.rank != 0 && o.spares > 0 && failed_child < 0 &&
+            !g_interrupted.load()) {
+          std::fprintf(stderr, "troupe launch: node %d was killed by signal %d; a spare takes its place\n", c.rank,
+                       WTERMSIG(c.status));
+          continue;
+        }
+        if (!ok && failed_child < 0) failed_child = static_cast<int>(&c - children.data());
       }
-      all_done = all_done && c.exited;
+      all_done = all_done && (c.exited || c.spare);
     }
-    if (all_done) break;
-    if (g_interrupted.load() || failed_rank >= 0) {
+    // The nodes are done: a spare that replaced one ends with the job, an idle
+    // one once it sees the job's keys go (within a second or so); then the rest stop.
+    if (all_done && !nodes_done) nodes_done = std::chrono::steady_clock::now();
+    const bool spares_done = std::all_of(children.begin(), children.end(), [](const Child& c) { return c.exited || !c.spare; });
+    if (all_done && (spares_done || std::chrono::steady_clock::now() - *nodes_done > std::chrono::seconds(5))) {
+      for (auto& c : children) relay(c, false);
+      terminate_all(children);
+      for (auto& c : children) relay(c, true);
+      break;
+    }
+    if (g_interrupted.load() || failed_child >= 0) {
       // Give the others a moment to report the failure themselves, then stop them.
-      if (failed_rank >= 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      if (failed_child >= 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       for (auto& c : children) relay(c, false);
       terminate_all(children);
       for (auto& c : children) relay(c, true);
@@ -232,12 +273,13 @@ int launch(const LaunchOptions& o) {
     std::fprintf(stderr, "troupe launch: interrupted; all nodes stopped\n");
     return 130;
   }
-  if (failed_rank >= 0) {
-    const Child& c = children[static_cast<std::size_t>(failed_rank)];
+  if (failed_child >= 0) {
+    const Child& c = children[static_cast<std::size_t>(failed_child)];
+    const char* what = c.spare ? "spare" : "node";
     if (WIFSIGNALED(c.status))
-      std::fprintf(stderr, "troupe launch: node %d was killed by signal %d; job failed\n", failed_rank, WTERMSIG(c.status));
+      std::fprintf(stderr, "troupe launch: %s %d was killed by signal %d; job failed\n", what, c.rank, WTERMSIG(c.status));
     else
-      std::fprintf(stderr, "troupe launch: node %d exited with %d; job failed\n", failed_rank, WEXITSTATUS(c.status));
+      std::fprintf(stderr, "troupe launch: %s %d exited with %d; job failed\n", what, c.rank, WEXITSTATUS(c.status));
     return 1;
   }
   return traced ? 0 : 1;

@@ -18,6 +18,7 @@ struct LaunchOptions {
   std::vector<std::string> extra_node_args;  ///< passed to every node (e.g. --hold 2)
   std::string trace_path;  ///< nodes write parts; merged here into one Chrome trace; empty = none
   int restarts = 0;        ///< node processes (not node 0) restarted after being killed (recovery.restarts)
+  int spares = 0;          ///< `troupe node --spare` processes started beside the nodes (recovery.spares)
 };
 
 /// Returns 0 when every node exits 0, else non-zero; errors are one line each.

@@ -150,6 +150,31 @@ TEST_CASE("a killed node process is restarted and its actors restored from their
   CHECK(costed);
 }
 
+TEST_CASE("a killed node's place is taken by a waiting spare, restored from its buddy copies, bit for bit", "[recovery]") {
+  ScratchDir dir("recspare");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nspares = 1\n", 12);
+  // Without a fault the spare waits, and leaves once the job has ended.
+  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", ""));
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
+  CHECK(clean.err.find("[spare 0] ") != std::string::npos);
+  CHECK(clean.err.find("ended without needing it") != std::string::npos);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl", "--fault kind=kill,node=1,step=6"));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  CHECK(killed.err.find("troupe launch: node 1 was killed by signal 9; a spare takes its place") != std::string::npos);
+  CHECK(killed.err.find("takes the place of node 1") != std::string::npos);
+  CHECK(killed.err.find("replaced on node 1 (spare ") != std::string::npos);
+  CHECK(killed.err.find("from its buddy copies on node 0") != std::string::npos);
+  CHECK(slurp(dir / "kill.safetensors") == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / "kill.jsonl") == losses(dir / "clean.jsonl"));
+  CHECK(slurp(dir / "kill.jsonl").find("\"replaced_by\":\"spare ") != std::string::npos);
+  // A spare is given its rank, never asked for one.
+  auto bad = run(troupe_bin() + " node " + cfg + " --redis redis://127.0.0.1:1 --nodes 2 --spare --node-rank 1");
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.err.find("--spare: takes no --node-rank and no --rejoin") != std::string::npos);
+}
+
 TEST_CASE("SV-9: buddy copies that do not cross are sent again in a new generation, then the checkpoint is restored", "[recovery]") {
   ScratchDir dir("reccopies");
   const std::string ck = dir / "checkpoints";

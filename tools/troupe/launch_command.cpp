@@ -42,6 +42,7 @@ void register_launch(CLI::App& app, Action& action) {
       auto job = check_job(o->config_path, o->overrides, o->nodes, job_files, registry);
       if (!job) return fail("launch", job.error());
       o->restarts = job->recovery.max_failures_per_hour > 0 ? job->recovery.restarts : 0;
+      o->spares = job->recovery.max_failures_per_hour > 0 ? job->recovery.spares : 0;
       const std::pair<const char*, std::string> passed[] = {
           {"--metrics", job_files.metrics}, {"--init", job_files.init}, {"--save", job_files.save},
           {"--resume", job_files.resume}};

@@ -26,6 +26,8 @@ void register_node(CLI::App& app, Action& action) {
                   "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--hold", o->hold_seconds, "Keep the job up this many seconds after it is verified");
   cmd->add_flag("--rejoin", o->rejoin, "This process replaces a killed one of a running job (troupe launch adds it)");
+  cmd->add_flag("--spare", o->spare,
+                "Wait in the job's Redis until a node process is lost, then take its place (no --node-rank)");
   auto password_file = std::make_shared<std::string>();
   cmd->add_option("--redis-password-file", *password_file,
                   "File (mode 0600) holding the Redis password (default: $TROUPE_REDIS_PASSWORD)");
