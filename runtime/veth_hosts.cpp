@@ -17,36 +17,61 @@ bool quietly(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>
 
 }  // namespace
 
-Expected<std::unique_ptr<VethHosts>> VethHosts::create(const std::string& tag) {
+Expected<std::unique_ptr<VethHosts>> VethHosts::create(const std::string& tag, int hosts) {
+  if (hosts < 2 || hosts > 26) return make_error("network namespaces: 2 to 26 hosts, not ", std::to_string(hosts));
   if (::geteuid() != 0) return make_error("creating network namespaces needs root");
   if (!quietly("command -v ip")) return make_error("iproute2's ip is not installed");
   std::unique_ptr<VethHosts> h(new VethHosts);
   const int pid = ::getpid();
-  const std::string id = std::to_string(pid % 200 + 20);
-  h->a_ = "troupe-" + tag + "-" + std::to_string(pid) + "-a";
-  h->b_ = "troupe-" + tag + "-" + std::to_string(pid) + "-b";
-  h->addr_a_ = "10.251." + id + ".1";
-  h->addr_b_ = "10.251." + id + ".2";
-  h->va_ = "tva" + std::to_string(pid % 100000);
-  h->vb_ = "tvb" + std::to_string(pid % 100000);
-  const std::string &va = h->va_, &vb = h->vb_;
+  const std::string id = std::to_string(pid % 200 + 20), short_pid = std::to_string(pid % 100000);
+  for (int i = 0; i < hosts; ++i) {
+    h->names_.push_back("troupe-" + tag + "-" + std::to_string(pid) + "-" + static_cast<char>('a' + i));
+    h->addresses_.push_back("10.251." + id + "." + std::to_string(i + 1));
+  }
   h->made_ = true;  // from here on the destructor removes whatever was made
-  for (const std::string& cmd :
-       {"ip netns add " + h->a_, "ip netns add " + h->b_, "ip link add " + va + " type veth peer name " + vb,
-        "ip link set " + va + " netns " + h->a_, "ip link set " + vb + " netns " + h->b_,
-        "ip -n " + h->a_ + " addr add " + h->addr_a_ + "/24 dev " + va,
-        "ip -n " + h->b_ + " addr add " + h->addr_b_ + "/24 dev " + vb, "ip -n " + h->a_ + " link set " + va + " up",
-        "ip -n " + h->b_ + " link set " + vb + " up", "ip -n " + h->a_ + " link set lo up",
-        "ip -n " + h->b_ + " link set lo up"})
-    if (!quietly(cmd)) return make_error("cannot create network namespaces and a veth pair here (", cmd, " failed)");
+  std::vector<std::string> cmds;
+  for (auto& ns : h->names_) cmds.push_back("ip netns add " + ns);
+  const auto& n = h->names_;
+  auto addr = [&](int i, const std::string& dev) {
+    cmds.push_back("ip -n " + n[static_cast<std::size_t>(i)] + " addr add " + h->addresses_[static_cast<std::size_t>(i)] +
+                   "/24 dev " + dev);
+    cmds.push_back("ip -n " + n[static_cast<std::size_t>(i)] + " link set " + dev + " up");
+  };
+  if (hosts == 2) {  // one pair, its ends the hosts' devices
+    const std::string va = "tva" + short_pid, vb = "tvb" + short_pid;
+    cmds.push_back("ip link add " + va + " type veth peer name " + vb);
+    cmds.push_back("ip link set " + va + " netns " + n[0]);
+    cmds.push_back("ip link set " + vb + " netns " + n[1]);
+    addr(0, va);
+    addr(1, vb);
+    h->devices_ = {va, vb};
+  } else {  // a bridge in host 0; each other host's pair ends on it
+    const std::string bridge = "tbr" + short_pid;
+    cmds.push_back("ip -n " + n[0] + " link add " + bridge + " type bridge");
+    addr(0, bridge);
+    h->devices_.push_back(bridge);
+    for (int i = 1; i < hosts; ++i) {
+      const std::string port = "tp" + short_pid + static_cast<char>('a' + i), end = "te" + short_pid + static_cast<char>('a' + i);
+      cmds.push_back("ip link add " + port + " type veth peer name " + end);
+      cmds.push_back("ip link set " + port + " netns " + n[0]);
+      cmds.push_back("ip link set " + end + " netns " + n[static_cast<std::size_t>(i)]);
+      cmds.push_back("ip -n " + n[0] + " link set " + port + " master " + bridge);
+      cmds.push_back("ip -n " + n[0] + " link set " + port + " up");
+      addr(i, end);
+      h->devices_.push_back(end);
+    }
+  }
+  for (auto& ns : n) cmds.push_back("ip -n " + ns + " link set lo up");
+  for (const std::string& cmd : cmds)
+    if (!quietly(cmd)) return make_error("cannot create network namespaces and veth pairs here (", cmd, " failed)");
   return h;
 }
 
 VethHosts::~VethHosts() {
   if (!made_) return;
-  for (const std::string& ns : {a_, b_}) {
+  for (const std::string& ns : names_) {
     (void)quietly("ip netns pids " + ns + " | xargs -r kill -9");
-    (void)quietly("ip netns del " + ns);  // the veth pair goes with it
+    (void)quietly("ip netns del " + ns);  // its veth ends go with it
   }
 }
 

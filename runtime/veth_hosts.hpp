@@ -1,4 +1,4 @@
-// Two "hosts" on one machine: network namespaces joined by a veth pair, for
+// "Hosts" on one machine: network namespaces joined by veth pairs, for
 // tests and benchmarks that must cross a real network link (TCP between two
 // addresses) without leaving the machine. Created by create(), removed with
 // every process still in them by the destructor. Needs root and iproute2; the
@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/expected.hpp"
 
@@ -14,17 +15,21 @@ namespace troupe {
 
 class VethHosts {
  public:
-  /// Namespaces "troupe-<tag>-<pid>-a/b" with 10.251.X.1/24 and .2/24.
-  static Expected<std::unique_ptr<VethHosts>> create(const std::string& tag);
+  /// `hosts` (2 or more) namespaces "troupe-<tag>-<pid>-a", "-b", ... with
+  /// 10.251.X.1/24, .2/24, ...: two are joined by one veth pair; with more,
+  /// each other host's veth pair ends on a bridge in host 0's namespace
+  /// (which holds host 0's address), so every host reaches every other.
+  static Expected<std::unique_ptr<VethHosts>> create(const std::string& tag, int hosts = 2);
   ~VethHosts();
   VethHosts(const VethHosts&) = delete;
   VethHosts& operator=(const VethHosts&) = delete;
 
-  /// Host 0 or 1: its namespace's name and its address on the link.
-  const std::string& name(int host) const { return host == 0 ? a_ : b_; }
-  const std::string& address(int host) const { return host == 0 ? addr_a_ : addr_b_; }
-  /// Its end of the veth pair (its network device).
-  const std::string& device(int host) const { return host == 0 ? va_ : vb_; }
+  int hosts() const { return static_cast<int>(names_.size()); }
+  /// A host's namespace name and its address on the link.
+  const std::string& name(int host) const { return names_.at(static_cast<std::size_t>(host)); }
+  const std::string& address(int host) const { return addresses_.at(static_cast<std::size_t>(host)); }
+  /// The network device holding its address (its veth end; host 0's bridge when there are more than two).
+  const std::string& device(int host) const { return devices_.at(static_cast<std::size_t>(host)); }
   /// The prefix that runs a shell command on `host`: "ip netns exec NAME ".
   std::string exec_prefix(int host) const { return "ip netns exec " + name(host) + " "; }
   /// Moves the calling thread (in a single-threaded child: the process) into
@@ -34,7 +39,7 @@ class VethHosts {
 
  private:
   VethHosts() = default;
-  std::string a_, b_, addr_a_, addr_b_, va_, vb_;
+  std::vector<std::string> names_, addresses_, devices_;
   bool made_ = false;
 };
 

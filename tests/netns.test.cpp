@@ -1,5 +1,5 @@
-// Two "hosts": network namespaces joined by a veth pair that the test creates
-// and removes. A stock redis-server with a password runs on host A; troupe
+// "Hosts": network namespaces joined by veth pairs that the tests create and
+// remove. A stock redis-server with a password runs on host A; troupe
 // node on each host authenticates to it (the password from a 0600 file), binds
 // only its host's address, and the job verifies its fabric across the link. A
 // node without the password is refused, naming why. Skipped where namespaces
@@ -96,11 +96,26 @@ struct TwoHostJob {
   std::string url() const { return "redis://" + hosts.address(0) + ":" + std::to_string(port); }
   // `troupe node` of rank `rank` on host `rank`, in the background of a shell command.
   std::string node(const std::string& cfg, int rank, const std::string& job, const std::string& extra) const {
-    return "ip netns exec " + hosts.name(rank) + " " + troupe_bin() + " node " + cfg + " --redis " + url() + " --host " +
+    return "ip netns exec " + hosts.name(rank) + " timeout 120 " + troupe_bin() + " node " + cfg + " --redis " + url() + " --host " +
            hosts.address(rank) + " --node-rank " + std::to_string(rank) + " --nodes 2 --job " + job +
            " --redis-password-file " + (dir / "password") + " " + extra;
   }
+  // `troupe node --spare` on host `host`: it waits to play whichever rank is lost.
+  std::string spare(const std::string& cfg, int host, const std::string& job, const std::string& extra) const {
+    return "ip netns exec " + hosts.name(host) + " timeout 120 " + troupe_bin() + " node " + cfg + " --redis " + url() + " --host " +
+           hosts.address(host) + " --spare --nodes 2 --job " + job + " --redis-password-file " + (dir / "password") + " " +
+           extra;
+  }
 };
+
+// The job's config in `dir`, over the corpus prepared there: pp 2 x dp 2, 12 steps, recovery with `recovery`.
+std::string recovery_config(const ScratchDir& dir, const std::string& name, const std::string& recovery) {
+  const std::string cfg = dir / (name + ".toml");
+  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 12\n"
+                  "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n[recovery]\nmax_failures_per_hour = 2\n" +
+                      recovery + "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  return cfg;
+}
 
 }  // namespace
 
@@ -147,6 +162,48 @@ TEST_CASE("a node killed on its own host is restarted there and rejoins over TCP
   CHECK(f1b.exit_code == 0);
   CHECK(f0.err.find("coordinator: node 1 rejoined") != std::string::npos);
   CHECK(f0.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 0") != std::string::npos);
+  CHECK(slurp(dir / "faulty.safetensors") == slurp(dir / "clean.safetensors"));
+}
+
+}  // namespace troupe::testing
+
+namespace troupe::testing {
+
+TEST_CASE("a node killed on its host is replaced by a spare waiting on a third host, with the fault-free weights",
+          "[netns][recovery]") {
+  auto made = VethHosts::create("netspare", 3);
+  if (!made) skip(made.error().message);
+  TwoHostJob job("netspare", **made);
+  const ScratchDir& dir = job.dir;
+  write_file(dir / "corpus.txt", synthetic_text(40000));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  const std::string cfg = recovery_config(dir, "job", "spares = 1\n[checkpoint]\ndir = \"" + (dir / "ck") + "\"\nevery = 2\n");
+  RunResult c0, c1;
+  {
+    std::thread n1([&] { c1 = run(job.node(cfg, 1, "clean", "")); });
+    c0 = run(job.node(cfg, 0, "clean", "--save " + (dir / "clean.safetensors")));
+    n1.join();
+  }
+  INFO("clean node 0: " << c0.err << "\nclean node 1: " << c1.err);
+  REQUIRE(c0.exit_code == 0);
+  // Node 1 kills itself at step 9; the spare on host 2 takes rank 1, over TCP from its own address.
+  const std::string kill = "--fault kind=kill,node=1,step=9";
+  RunResult f0, f1, sp;
+  {
+    std::thread spare([&] { sp = run(job.spare(cfg, 2, "faulty", kill)); });
+    std::thread n1([&] { f1 = run(job.node(cfg, 1, "faulty", kill)); });
+    f0 = run(job.node(cfg, 0, "faulty", "--save " + (dir / "faulty.safetensors") + " " + kill));
+    n1.join();
+    spare.join();
+  }
+  INFO("node 0: " << f0.err << "\nnode 1: " << f1.err << "\nspare: " << sp.err);
+  CHECK(f1.exit_code != 0);  // killed
+  REQUIRE(f0.exit_code == 0);
+  CHECK(sp.exit_code == 0);
+  CHECK(sp.err.find("replacing node 1") != std::string::npos);
+  CHECK(sp.err.find("actor on " + job.hosts.address(2)) != std::string::npos);
+  CHECK(f0.err.find("takes the place of node 1") != std::string::npos);
+  CHECK(f0.err.find("replaced on node 1 (spare ") != std::string::npos);
   CHECK(slurp(dir / "faulty.safetensors") == slurp(dir / "clean.safetensors"));
 }
 
