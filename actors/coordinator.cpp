@@ -203,6 +203,7 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
   st.recovery->awaiting = -1;
   st.judge->watch(m.node, HealthJudge::Clock::now());
   spdlog::warn("coordinator: node {} rejoined (a new process); generation {}", m.node, st.cfg.generation);
+  st.verdicts->phase("place", st.recovery->began_us, {{"node", m.node}, {"replacement", st.recovery->replacement}});
   const int n = static_cast<int>(st.cfg.nodes.size());
   msg::Plan plan{st.cfg.generation, n, {}, {}, {}};
   if (const int relay = relay_of(m.node, n, st.cfg.relay_group); relay >= 0) plan.relay = st.cfg.nodes[static_cast<std::size_t>(relay)];
@@ -303,13 +304,20 @@ void on_rewired(Self* self, const msg::Rewired& m) {
   if (std::find(r.rewired.begin(), r.rewired.end(), false) != r.rewired.end()) return;
   for (auto& node : st.cfg.nodes) self->send(node, msg::Redo{st.cfg.generation, r.step, r.checkpoint});
   const auto now = HealthJudge::Clock::now();
-  st.verdicts->phase("rewire", r.aborted_us, {{"generation", st.cfg.generation}, {"stale_messages_dropped", r.dropped}});
+  const int nodes = static_cast<int>(st.cfg.nodes.size());
+  st.verdicts->phase("rewire", r.aborted_us,
+                     {{"generation", st.cfg.generation},
+                      {"stale_messages_dropped", r.dropped},
+                      {"rounds", r.rewires},
+                      {"restore_source", r.refill ? "buddy node " + std::to_string((r.verdict.node + 1) % nodes)
+                                         : r.checkpoint.empty() ? std::string("memory")
+                                                                : "disk " + r.checkpoint},
+                      {"restored_mb", static_cast<double>(r.restored_bytes) / 1e6}});
   const std::string what = r.verdict.actor >= 0 ? "stage actor " + std::to_string(r.verdict.actor) : "every stage actor";
   const std::string where = r.verdict.actor >= 0 ? "" : " (" + r.replacement + ")";
-  const int n = static_cast<int>(st.cfg.nodes.size());
   const std::string source = r.refill ? "buddy" : r.checkpoint.empty() ? "memory" : "disk";
   const std::string from =
-      r.refill ? fmt::format("its buddy copies on node {} ({:.1f} MB)", (r.verdict.node + 1) % n, r.restored_bytes / 1e6)
+      r.refill ? fmt::format("its buddy copies on node {} ({:.1f} MB)", (r.verdict.node + 1) % nodes, r.restored_bytes / 1e6)
       : r.checkpoint.empty() ? "its host-memory snapshot"
                              : "checkpoint " + r.checkpoint;
   spdlog::warn("coordinator: recovered: {} of node {} ({}) replaced on node {}{} from {}; every actor rolls back to "

@@ -68,14 +68,14 @@ pid_t spawn(const LaunchOptions& o, const std::string& url, const std::string& p
   ::dup2(fds[1], 1);
   ::dup2(fds[1], 2);
   ::close(fds[0]);
-  std::vector<std::string> args{o.troupe_binary, "node", o.config_path, "--redis", url, "--nodes", std::to_string(o.nodes),
-                                "--job", job};
+  std::vector<std::string> args{o.troupe_binary, "node", o.config_path, "--redis", url};
   if (role == Role::spare) {
     args.push_back("--spare");
   } else {
     args.push_back("--node-rank");
     args.push_back(std::to_string(rank));
   }
+  for (const std::string& a : {std::string("--nodes"), std::to_string(o.nodes), std::string("--job"), job}) args.push_back(a);
   for (auto& s : o.overrides) {
     args.push_back("--set");
     args.push_back(s);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <string>
 #include <utility>
 
 namespace troupe {
@@ -44,7 +45,21 @@ Error sys_error(const std::string& name, const char* what) {
   return make_error("shared memory ", name, ": ", what, " (", std::strerror(errno), ")");
 }
 
-bool process_alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+// A zombie (killed, not yet reaped by its parent) is dead: a process that
+// replaces it may take its ring at once.
+bool process_alive(pid_t pid) {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno != EPERM)) return false;
+  std::FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return true;
+  char state = '?';
+  // "pid (comm) state ...": comm may hold spaces and parentheses; the state follows the last ')'.
+  std::string line(512, '\0');
+  const std::size_t n = std::fread(line.data(), 1, line.size(), f);
+  std::fclose(f);
+  line.resize(n);
+  if (const auto close = line.rfind(')'); close != std::string::npos && close + 2 < line.size()) state = line[close + 2];
+  return state != 'Z' && state != 'X';
+}
 
 // Maps `fd` of `bytes`; closes fd.
 Expected<void*> map(int fd, std::size_t bytes, const std::string& name) {

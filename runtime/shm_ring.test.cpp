@@ -5,6 +5,10 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <thread>
+#include <fstream>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -63,6 +67,36 @@ TEST_CASE("a ring left behind by a crashed creator is removed on the next start"
   REQUIRE(ring.ok());
   CHECK(ring->slots() == 3);
   CHECK(ring->slot_bytes() == 128);
+}
+
+TEST_CASE("a killed creator's ring is taken over before its parent reaps it (a zombie is dead)", "[shm]") {
+  const auto name = shm_ring_name("zombie-" + std::to_string(::getpid()), 0);
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto ring = ShmRing::create(name, 64, 2);
+    const char ok = ring.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &ok, 1);
+    ::pause();  // killed below; its segment stays
+    ::_exit(0);
+  }
+  char ok = 0;
+  REQUIRE(::read(ready[0], &ok, 1) == 1);
+  REQUIRE(ok == 'y');
+  ::kill(child, SIGKILL);
+  // A zombie until waitpid: the replacement must not wait for its parent.
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    if (text.find(") Z") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto ring = ShmRing::create(name, 64, 2);
+  CHECK(ring.ok());
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 TEST_CASE("creating a ring removes other jobs' orphaned rings, not live ones", "[shm]") {
