@@ -145,3 +145,23 @@ TEST_CASE("bench pipeline: bubble beside the simulator, blocked time and hidden 
 }
 
 }  // namespace troupe::testing
+
+namespace troupe::testing {
+
+TEST_CASE("bench recovery --simulate-nodes: one recovery's control traffic per survivor, at two sizes", "[bench][recovery]") {
+  const auto j = bench("recovery --simulate-nodes 8,96");
+  INFO(j.dump());
+  REQUIRE(j["simulated"].size() == 2);
+  for (const auto& row : j["simulated"]) {
+    // Recover, Rewire and Redo in; NodeAborted and Rewired out; the real coordinator's count.
+    CHECK(row["messages_per_survivor"]["received"]["max"] == 3);
+    CHECK(row["messages_per_survivor"]["received"]["min"] == 3);
+    CHECK(row["messages_per_survivor"]["sent"]["max"] == 2);
+    CHECK(row["coordinator_messages"] == 5 * row["nodes"].get<int>() + 1);
+    CHECK(row["redis_commands"].get<int>() >= 1);  // the generation's bump at least
+    CHECK(figure(row["report_to_every_redo_ms"]));
+  }
+  CHECK(j["goals"]["per_survivor_traffic_constant"] == true);
+}
+
+}  // namespace troupe::testing

@@ -116,7 +116,11 @@ void register_bench(CLI::App& app, Action& action) {
 
   auto recovery = std::make_shared<BenchRecoveryArgs>();
   auto* rc = bench->add_subcommand("recovery", "Hot replacement: time lost per fault by phase, restore source, final weights");
-  rc->add_option("config", recovery->config, "Job config (TOML)")->required();
+  auto recovery_sim = std::make_shared<std::vector<int>>();
+  rc->add_option("config", recovery->config, "Job config (TOML)");
+  rc->add_option("--simulate-nodes", *recovery_sim,
+                 "Instead: one recovery's control traffic among this many simulated nodes (a list: 1024,4096,16384)")
+      ->delimiter(',');
   rc->add_option("--set", recovery->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -126,9 +130,11 @@ void register_bench(CLI::App& app, Action& action) {
   rc->add_option("--seed", recovery->seed, "Seed of the faults' actors, nodes and steps");
   rc->add_option("--steps-between", recovery->steps_between, "Steps from one fault to the next")->check(CLI::Range(3, 1000));
   rc->add_option("--log", recovery->log_path, "Write the run with faults' log to FILE");
-  rc->callback([recovery, &action] {
-    action = [recovery] {
-      auto r = bench_recovery(*recovery);
+  rc->callback([recovery, recovery_sim, &action] {
+    action = [recovery, recovery_sim] {
+      if (recovery_sim->empty() && recovery->config.empty())
+        return fail("bench recovery", Error{"a CONFIG is needed (or --simulate-nodes)"});
+      auto r = recovery_sim->empty() ? bench_recovery(*recovery) : bench_recovery_simulated(*recovery_sim);
       if (!r) return fail("bench recovery", r.error());
       std::printf("%s\n", r->dump(2).c_str());
       return 0;

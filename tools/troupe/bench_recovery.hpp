@@ -27,4 +27,9 @@ struct BenchRecoveryArgs {
 
 Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& args);
 
+/// bench recovery --simulate-nodes: one recovery's control traffic among this
+/// many simulated nodes per row (the real coordinator and Redis, stand-in
+/// nodes): messages per survivor, Redis commands, time to every Redo.
+Expected<nlohmann::json> bench_recovery_simulated(const std::vector<int>& sizes);
+
 }  // namespace troupe::cli
