@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "tests/test_support.hpp"
@@ -122,11 +123,26 @@ TEST_CASE("a killed node process is restarted and its actors restored from their
   // No checkpoint at all: the new process's state comes from node 0's memory (recovery.buddy, on by default).
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
   run_fault_free(dir, cfg);
-  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl", "--fault kind=kill,node=1,step=7"));
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
+                           "--fault kind=kill,node=1,step=7 --trace " + (dir / "kill.trace.json")));
   INFO(killed.err);
   REQUIRE(killed.exit_code == 0);
   CHECK(killed.err.find("troupe launch: node 1 was killed by signal 9; restarting it (0 restarts left)") != std::string::npos);
   CHECK(killed.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 0") != std::string::npos);
+  // The recovery's phases on the trace: place, abort, rewire (with the restore's source and bytes), redo.
+  auto trace = nlohmann::json::parse(slurp(dir / "kill.trace.json"), nullptr, false);
+  REQUIRE_FALSE(trace.is_discarded());
+  std::set<std::string> phases;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") != "recovery") continue;
+    phases.insert(e["name"].get<std::string>());
+    if (e["name"] == "rewire") {
+      CHECK(e["args"]["restore_source"] == "buddy node 0");
+      CHECK(e["args"]["restored_mb"].get<double>() > 0);
+    }
+    if (e["name"] == "redo") CHECK(e["args"]["through_step"].get<int>() >= e["args"]["from_step"].get<int>());
+  }
+  CHECK(phases == std::set<std::string>{"place", "abort", "rewire", "redo"});
   CHECK(slurp(dir / "kill.safetensors") == slurp(dir / "clean.safetensors"));
   CHECK(losses(dir / "kill.jsonl") == losses(dir / "clean.jsonl"));
   // The recovery's metrics name the source and the bytes; each step's line the copy's cost.

@@ -138,6 +138,7 @@ class Trainer {
     TROUPE_TRY(log_step(step, f, *report, *val_loss));
     if (a_.hooks.after_step) a_.hooks.after_step(step, state_->model(0), loss);
     TROUPE_TRY(take_recovery_snapshot());
+    if (redo_) trace_redo();
     return loss;
   }
 
@@ -156,6 +157,7 @@ class Trainer {
   // it (the old state's buffers stay alive until the transports were rewired,
   // which the recovery did before answering) and meets the others there.
   Status recover(const Error& why) {
+    const int failed_at = state_->next_step();
     a_.transport->abort_all();
     a_.inbox->forget_all();
     coll_.restart_sequences();  // as the replacement's fresh ones
@@ -173,7 +175,18 @@ class Trainer {
     else
       TROUPE_TRY(resume(to->checkpoint));  // as the restarted node's actors do
     if (a_.progress) a_.progress->advanced(-1, -1);  // not judged until it runs again (H-3)
+    if (trace_) redo_ = Redoing{trace_->now_us(), to->step, failed_at};
     return start_together();
+  }
+
+  // The recovery's redo on this actor's track: from its restore until it
+  // completed the step it failed in again.
+  void trace_redo() {
+    if (!redo_ || state_->next_step() <= redo_->through) return;
+    const double now = trace_->now_us();
+    trace_->span(links_.trace_track, "redo", "recovery", redo_->start_us, now - redo_->start_us,
+                 {{"from_step", redo_->from}, {"through_step", redo_->through}});
+    redo_.reset();
   }
 
   // On an error, aborts every transfer of the stage's transport before the
@@ -516,6 +529,11 @@ class Trainer {
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
   int last_logged_ = -1;               ///< the newest step in the metrics
   double snapshot_us_ = -1;            ///< the last recovery snapshot's stall, not yet in the metrics
+  struct Redoing {
+    double start_us = 0;
+    int from = 0, through = 0;
+  };
+  std::optional<Redoing> redo_;  ///< steps being redone after a recovery (traced)
 };
 
 }  // namespace
