@@ -186,7 +186,7 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
     return;
   }
   auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
-  auto published = redis ? redis->command({"HGET", "troupe:" + st.cfg.job_id + ":nodes", std::to_string(m.node)})
+  auto published = redis ? redis->command({"HGET", job_key(st.cfg.job_id, "nodes"), std::to_string(m.node)})
                          : Expected<RedisValue>(redis.error());
   auto ep = published && published->kind == RedisValue::Kind::string
                 ? decode_endpoint(published->str, "node " + std::to_string(m.node))

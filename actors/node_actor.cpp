@@ -70,6 +70,7 @@ struct NodeState : NodeActorConfig {
   int copies_pending = 0;
   std::uint64_t rewire_dropped = 0;
   int rewire_rounds = 0;                   ///< Rewires of this recovery (SV-9 retries copies)
+  int withheld_rounds = 0;                 ///< copy rounds a test's fault withheld (TROUPE_WITHHOLD_BUDDY_COPIES)
   std::vector<std::string> ucx_addresses;  ///< every actor's UCX worker address at rendezvous
   static inline const char* name = "troupe.node";
 };
@@ -298,9 +299,10 @@ void start_copies(NodeSelf* self, const msg::Rewire& m, int buddy, std::uint64_t
       caf::anon_send(node, CopyCrossed{gen, st ? std::string{} : st.error().message});
   };
   // A test's fault: the buddy serves nothing for this many rounds (the copies never cross; SV-9).
-  if (static int withheld = 0; s.rank != m.rejoined && withheld < env_rounds("TROUPE_WITHHOLD_BUDDY_COPIES")) {
-    ++withheld;
-    spdlog::warn("node {}: withholding its buddy copies (TROUPE_WITHHOLD_BUDDY_COPIES, round {})", s.rank, withheld);
+  if (s.rank != m.rejoined && s.withheld_rounds < env_rounds("TROUPE_WITHHOLD_BUDDY_COPIES")) {
+    ++s.withheld_rounds;
+    spdlog::warn("node {}: withholding its buddy copies (TROUPE_WITHHOLD_BUDDY_COPIES, round {})", s.rank,
+                 s.withheld_rounds);
     return;
   }
   for (int i = 0; i < k; ++i) {

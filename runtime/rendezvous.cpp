@@ -44,8 +44,6 @@ redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return {'ok', '1', redis.call('GET', KEYS[5])}
 )lua";
 
-std::string key(const std::string& job, const char* name) { return "troupe:" + job + ":" + name; }
-
 Status check_request(const RendezvousRequest& r) {
   if (r.job_id.empty()) return make_error("--job: the job ID must not be empty");
   if (r.world < 1) return make_error("--nodes must be >= 1 (got ", std::to_string(r.world), ")");
@@ -101,10 +99,10 @@ Expected<std::vector<std::string>> interpret_peers_reply(const RedisValue& reply
 
 Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest& r) {
   TROUPE_TRY(check_request(r));
-  const std::string release = key(r.job_id, "release");
-  auto reply = redis.command({"EVAL", kJoinScript, "6", key(r.job_id, "nodes"), key(r.job_id, "joined"),
-                              key(r.job_id, "config"), key(r.job_id, "version"), key(r.job_id, "world"),
-                              key(r.job_id, "generation"), std::to_string(r.rank), r.endpoint, r.config_hash,
+  const std::string release = job_key(r.job_id, "release");
+  auto reply = redis.command({"EVAL", kJoinScript, "6", job_key(r.job_id, "nodes"), job_key(r.job_id, "joined"),
+                              job_key(r.job_id, "config"), job_key(r.job_id, "version"), job_key(r.job_id, "world"),
+                              job_key(r.job_id, "generation"), std::to_string(r.rank), r.endpoint, r.config_hash,
                               r.version, std::to_string(r.world), kExpirySeconds});
   if (!reply) return reply.error();
   auto verdict = interpret_join_reply(*reply, r);
@@ -124,7 +122,7 @@ Expected<JoinTicket> rendezvous_join(RedisClient& redis, const RendezvousRequest
 namespace {
 
 Status wait_for_release(RedisClient& redis, const RendezvousRequest& r) {
-  const std::string release = key(r.job_id, "release");
+  const std::string release = job_key(r.job_id, "release");
   // BLPOP's timeout is in seconds (decimals allowed since Redis 6).
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3f", static_cast<double>(r.wait_timeout.count()) / 1000.0);
@@ -132,7 +130,7 @@ Status wait_for_release(RedisClient& redis, const RendezvousRequest& r) {
   auto popped = redis.command({"BLPOP", release, secs});
   if (!popped) return popped.error();
   if (popped->kind == RedisValue::Kind::nil) {
-    auto count = redis.command({"GET", key(r.job_id, "joined")});
+    auto count = redis.command({"GET", job_key(r.job_id, "joined")});
     return make_error("rendezvous timed out after ", std::to_string(r.wait_timeout.count()), " ms: ",
                       count ? count->str : "?", " of ", std::to_string(r.world), " nodes joined job ", r.job_id);
   }
@@ -148,7 +146,7 @@ Expected<Membership> rendezvous_finish(RedisClient& redis, const RendezvousReque
   m.generation = ticket.generation;
   m.endpoints.resize(static_cast<std::size_t>(req.world));
   if (peers.empty()) return m;
-  std::vector<std::string> get{"HMGET", key(req.job_id, "nodes")};
+  std::vector<std::string> get{"HMGET", job_key(req.job_id, "nodes")};
   for (int p : peers) get.push_back(std::to_string(p));
   auto got = redis.command(get);
   if (!got) return got.error();
@@ -173,8 +171,8 @@ Expected<Membership> rendezvous(RedisClient& redis, const RendezvousRequest& req
 
 Expected<Membership> rejoin(RedisClient& redis, const RendezvousRequest& req) {
   TROUPE_TRY(check_request(req));
-  auto reply = redis.command({"EVAL", kRejoinScript, "5", key(req.job_id, "nodes"), key(req.job_id, "config"),
-                              key(req.job_id, "version"), key(req.job_id, "world"), key(req.job_id, "generation"),
+  auto reply = redis.command({"EVAL", kRejoinScript, "5", job_key(req.job_id, "nodes"), job_key(req.job_id, "config"),
+                              job_key(req.job_id, "version"), job_key(req.job_id, "world"), job_key(req.job_id, "generation"),
                               std::to_string(req.rank), req.endpoint, req.config_hash, req.version,
                               std::to_string(req.world)});
   if (!reply) return reply.error();
@@ -190,20 +188,20 @@ Expected<Membership> rejoin(RedisClient& redis, const RendezvousRequest& req) {
 Status forget_job(RedisClient& redis, const std::string& job_id) {
   std::vector<std::string> del{"DEL"};
   for (const char* name : {"nodes", "joined", "config", "version", "world", "generation", "release", "drills", "spares"})
-    del.push_back(key(job_id, name));
+    del.push_back(job_key(job_id, name));
   auto r = redis.command(del);
   if (!r) return r.error();
   return Status::success();
 }
 
 Expected<bool> claim_drill(RedisClient& redis, const std::string& job_id, const std::string& drill) {
-  auto v = redis.command({"HSETNX", key(job_id, "drills"), drill, "1"});
+  auto v = redis.command({"HSETNX", job_key(job_id, "drills"), drill, "1"});
   if (!v) return v.error();
   return v->integer == 1;
 }
 
 Expected<std::uint64_t> bump_generation(RedisClient& redis, const std::string& job_id) {
-  auto v = redis.command({"INCR", key(job_id, "generation")});
+  auto v = redis.command({"INCR", job_key(job_id, "generation")});
   if (!v) return v.error();
   return static_cast<std::uint64_t>(v->integer);
 }

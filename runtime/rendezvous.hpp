@@ -74,6 +74,9 @@ Expected<Membership> rejoin(RedisClient& redis, const RendezvousRequest& req);
 /// D-3: claims fault drill `drill` for the job (its "drills" hash); true for the first claim only.
 Expected<bool> claim_drill(RedisClient& redis, const std::string& job_id, const std::string& drill);
 
+/// The Redis key `name` of job `job_id`: "troupe:<job>:<name>".
+inline std::string job_key(const std::string& job_id, const std::string& name) { return "troupe:" + job_id + ":" + name; }
+
 /// Deletes every key of the job (at its end; the job ID may then be reused).
 Status forget_job(RedisClient& redis, const std::string& job_id);
 

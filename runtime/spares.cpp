@@ -1,20 +1,14 @@
 // Spare node processes (SP-1, SP-2).
 #include "runtime/spares.hpp"
 
+#include "runtime/rendezvous.hpp"
+
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstdlib>
 
 namespace troupe {
-namespace {
-
-std::string key(const std::string& job, const std::string& name) { return "troupe:" + job + ":" + name; }
-
-}  // namespace
-
 std::string spare_id() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
@@ -22,14 +16,14 @@ std::string spare_id() {
 }
 
 Status offer_spare(RedisClient& redis, const std::string& job_id, const std::string& id) {
-  auto r = redis.command({"RPUSH", key(job_id, "spares"), id});
+  auto r = redis.command({"RPUSH", job_key(job_id, "spares"), id});
   if (!r) return r.error();
   return Status::success();
 }
 
 Expected<std::optional<int>> await_assignment(RedisClient& redis, const std::string& job_id, const std::string& id,
                                               int world, std::chrono::seconds wait) {
-  const std::string k = key(job_id, "spare:" + id);
+  const std::string k = job_key(job_id, "spare:" + id);
   // BLPOP answers [key, value]; LPOP (no wait) the value.
   auto r = wait.count() > 0 ? redis.command({"BLPOP", k, std::to_string(wait.count())}) : redis.command({"LPOP", k});
   if (!r) return r.error();
@@ -55,14 +49,14 @@ return id
 )lua";
 
 Expected<std::optional<std::string>> assign_spare(RedisClient& redis, const std::string& job_id, int rank) {
-  auto r = redis.command({"EVAL", kAssignScript, "1", key(job_id, "spares"), key(job_id, "spare:"), std::to_string(rank)});
+  auto r = redis.command({"EVAL", kAssignScript, "1", job_key(job_id, "spares"), job_key(job_id, "spare:"), std::to_string(rank)});
   if (!r) return r.error();
   if (r->kind != RedisValue::Kind::string) return std::optional<std::string>{};
   return std::optional<std::string>{r->str};
 }
 
 Expected<bool> still_offered(RedisClient& redis, const std::string& job_id, const std::string& id) {
-  auto r = redis.command({"LRANGE", key(job_id, "spares"), "0", "-1"});
+  auto r = redis.command({"LRANGE", job_key(job_id, "spares"), "0", "-1"});
   if (!r) return r.error();
   for (auto& e : r->elements)
     if (e.kind == RedisValue::Kind::string && e.str == id) return true;
@@ -70,7 +64,7 @@ Expected<bool> still_offered(RedisClient& redis, const std::string& job_id, cons
 }
 
 Expected<bool> job_running(RedisClient& redis, const std::string& job_id) {
-  auto r = redis.command({"EXISTS", key(job_id, "nodes")});
+  auto r = redis.command({"EXISTS", job_key(job_id, "nodes")});
   if (!r) return r.error();
   return r->integer > 0;
 }

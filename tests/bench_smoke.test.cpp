@@ -144,9 +144,6 @@ TEST_CASE("bench pipeline: bubble beside the simulator, blocked time and hidden 
   CHECK(j["grad_sync"]["buckets_hidden_by_backward"].get<double>() >= 0);
 }
 
-}  // namespace troupe::testing
-
-namespace troupe::testing {
 
 TEST_CASE("bench recovery --simulate-nodes: one recovery's control traffic per survivor, at two sizes", "[bench][recovery]") {
   const auto j = bench("recovery --simulate-nodes 8,96");

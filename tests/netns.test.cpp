@@ -72,11 +72,12 @@ namespace {
 // Redis with a password on host A, for a job whose nodes run on both hosts.
 struct TwoHostJob {
   ScratchDir dir;
+  std::string tag;  ///< prefixes its jobs' IDs (and so their rings): tests beside each other never share one
   const VethHosts& hosts;
   int port = free_loopback_port();
   std::string password = random_password();
   pid_t redis = -1;
-  TwoHostJob(const std::string& tag, const VethHosts& h) : dir(tag), hosts(h) {
+  TwoHostJob(const std::string& t, const VethHosts& h) : dir(t), tag(t), hosts(h) {
     write_file(dir / "redis.conf", "bind " + hosts.address(0) + "\nport " + std::to_string(port) + "\nrequirepass " +
                                        password + "\nsave \"\"\nappendonly no\n");
     write_file(dir / "password", password + "\n");
@@ -97,13 +98,28 @@ struct TwoHostJob {
   // `troupe node` of rank `rank` on host `rank`, in the background of a shell command.
   std::string node(const std::string& cfg, int rank, const std::string& job, const std::string& extra) const {
     return "ip netns exec " + hosts.name(rank) + " timeout 120 " + troupe_bin() + " node " + cfg + " --redis " + url() + " --host " +
-           hosts.address(rank) + " --node-rank " + std::to_string(rank) + " --nodes 2 --job " + job +
+           hosts.address(rank) + " --node-rank " + std::to_string(rank) + " --nodes 2 --job " + tag + "-" + job +
            " --redis-password-file " + (dir / "password") + " " + extra;
+  }
+  // The synthetic corpus the recovery configs read, prepared in `dir`.
+  void prepare_corpus() const {
+    write_file(dir / "corpus.txt", synthetic_text(40000));
+    REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  }
+  // `cfg` without faults on hosts 0 and 1 (job "clean"), saving clean.safetensors:
+  // node 0's result, both nodes' logs in its err.
+  RunResult run_clean(const std::string& cfg) const {
+    RunResult c0, c1;
+    std::thread n1([&] { c1 = run(node(cfg, 1, "clean", "")); });
+    c0 = run(node(cfg, 0, "clean", "--save " + (dir / "clean.safetensors")));
+    n1.join();
+    c0.err = "clean node 0: " + c0.err + "\nclean node 1: " + c1.err;
+    return c0;
   }
   // `troupe node --spare` on host `host`: it waits to play whichever rank is lost.
   std::string spare(const std::string& cfg, int host, const std::string& job, const std::string& extra) const {
     return "ip netns exec " + hosts.name(host) + " timeout 120 " + troupe_bin() + " node " + cfg + " --redis " + url() + " --host " +
-           hosts.address(host) + " --spare --nodes 2 --job " + job + " --redis-password-file " + (dir / "password") + " " +
+           hosts.address(host) + " --spare --nodes 2 --job " + tag + "-" + job + " --redis-password-file " + (dir / "password") + " " +
            extra;
   }
 };
@@ -125,26 +141,14 @@ TEST_CASE("a node killed on its own host is restarted there and rejoins over TCP
   if (!made) skip(made.error().message);
   TwoHostJob job("netrec", **made);
   const ScratchDir& dir = job.dir;
-  write_file(dir / "corpus.txt", synthetic_text(40000));
-  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  job.prepare_corpus();
   auto config = [&](const std::string& name) {
-    const std::string cfg = dir / (name + ".toml");
-    write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 12\n"
-                    "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n[recovery]\nmax_failures_per_hour = 2\n"
-                    "restarts = 1\n[checkpoint]\ndir = \"" + (dir / (name + "-ck")) + "\"\nevery = 2\n[data]\ntrain = \"" +
-                        (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
-    return cfg;
+    return recovery_config(dir, name, "restarts = 1\n[checkpoint]\ndir = \"" + (dir / (name + "-ck")) + "\"\nevery = 2\n");
   };
   // Fault-free, on the two hosts.
-  const std::string clean = config("clean");
-  RunResult c0, c1;
-  {
-    std::thread n1([&] { c1 = run(job.node(clean, 1, "clean", "")); });
-    c0 = run(job.node(clean, 0, "clean", "--save " + (dir / "clean.safetensors")));
-    n1.join();
-  }
-  INFO("clean node 0: " << c0.err << "\nclean node 1: " << c1.err);
-  REQUIRE(c0.exit_code == 0);
+  const RunResult clean = job.run_clean(config("clean"));
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
   // Node 1 kills itself at step 9; the test restarts it on its host with --rejoin.
   const std::string faulty = config("faulty");
   RunResult f0, f1, f1b;
@@ -165,9 +169,6 @@ TEST_CASE("a node killed on its own host is restarted there and rejoins over TCP
   CHECK(slurp(dir / "faulty.safetensors") == slurp(dir / "clean.safetensors"));
 }
 
-}  // namespace troupe::testing
-
-namespace troupe::testing {
 
 TEST_CASE("a node killed on its host is replaced by a spare waiting on a third host, with the fault-free weights",
           "[netns][recovery]") {
@@ -175,17 +176,11 @@ TEST_CASE("a node killed on its host is replaced by a spare waiting on a third h
   if (!made) skip(made.error().message);
   TwoHostJob job("netspare", **made);
   const ScratchDir& dir = job.dir;
-  write_file(dir / "corpus.txt", synthetic_text(40000));
-  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  job.prepare_corpus();
   const std::string cfg = recovery_config(dir, "job", "spares = 1\n[checkpoint]\ndir = \"" + (dir / "ck") + "\"\nevery = 2\n");
-  RunResult c0, c1;
-  {
-    std::thread n1([&] { c1 = run(job.node(cfg, 1, "clean", "")); });
-    c0 = run(job.node(cfg, 0, "clean", "--save " + (dir / "clean.safetensors")));
-    n1.join();
-  }
-  INFO("clean node 0: " << c0.err << "\nclean node 1: " << c1.err);
-  REQUIRE(c0.exit_code == 0);
+  const RunResult clean = job.run_clean(cfg);
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
   // Node 1 kills itself at step 9; the spare on host 2 takes rank 1, over TCP from its own address.
   const std::string kill = "--fault kind=kill,node=1,step=9";
   RunResult f0, f1, sp;

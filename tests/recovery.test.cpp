@@ -55,6 +55,13 @@ void run_fault_free(const ScratchDir& dir, const std::string& cfg) {
   REQUIRE(clean.exit_code == 0);
 }
 
+// Run `name` (its name.safetensors and name.jsonl in `dir`) ended with the
+// fault-free run's weights and per-step losses, bit for bit.
+void check_fault_free(const ScratchDir& dir, const std::string& name) {
+  CHECK(slurp(dir / (name + ".safetensors")) == slurp(dir / "clean.safetensors"));
+  CHECK(losses(dir / (name + ".jsonl")) == losses(dir / "clean.jsonl"));
+}
+
 }  // namespace
 
 TEST_CASE("a stage actor's exception is recovered in place: fault-free weights and losses, bit for bit", "[recovery]") {
@@ -101,8 +108,7 @@ TEST_CASE("a stalled stage actor is judged stuck and replaced, and the weights a
   REQUIRE(stalled.exit_code == 0);
   CHECK(stalled.err.find("verdict stuck_actor: node 1, stage actor 2") != std::string::npos);
   CHECK(stalled.err.find("coordinator: recovered: stage actor 2") != std::string::npos);
-  CHECK(slurp(dir / "stall.safetensors") == slurp(dir / "clean.safetensors"));
-  CHECK(losses(dir / "stall.jsonl") == losses(dir / "clean.jsonl"));
+  check_fault_free(dir, "stall");
 }
 
 TEST_CASE("past recovery.max_failures_per_hour the next failure ends the job, saying why", "[recovery]") {
@@ -143,8 +149,7 @@ TEST_CASE("a killed node process is restarted and its actors restored from their
     if (e["name"] == "redo") CHECK(e["args"]["through_step"].get<int>() >= e["args"]["from_step"].get<int>());
   }
   CHECK(phases == std::set<std::string>{"place", "abort", "rewire", "redo"});
-  CHECK(slurp(dir / "kill.safetensors") == slurp(dir / "clean.safetensors"));
-  CHECK(losses(dir / "kill.jsonl") == losses(dir / "clean.jsonl"));
+  check_fault_free(dir, "kill");
   // The recovery's metrics name the source and the bytes; each step's line the copy's cost.
   bool recovered = false, costed = false;
   std::istringstream in(slurp(dir / "kill.jsonl"));
@@ -182,8 +187,7 @@ TEST_CASE("a killed node's place is taken by a waiting spare, restored from its 
   CHECK(killed.err.find("takes the place of node 1") != std::string::npos);
   CHECK(killed.err.find("replaced on node 1 (spare ") != std::string::npos);
   CHECK(killed.err.find("from its buddy copies on node 0") != std::string::npos);
-  CHECK(slurp(dir / "kill.safetensors") == slurp(dir / "clean.safetensors"));
-  CHECK(losses(dir / "kill.jsonl") == losses(dir / "clean.jsonl"));
+  check_fault_free(dir, "kill");
   CHECK(slurp(dir / "kill.jsonl").find("\"replaced_by\":\"spare ") != std::string::npos);
   // A spare is given its rank, never asked for one.
   auto bad = run(troupe_bin() + " node " + cfg + " --redis redis://127.0.0.1:1 --nodes 2 --spare --node-rank 1");
@@ -206,8 +210,7 @@ TEST_CASE("SV-9: buddy copies that do not cross are sent again in a new generati
   CHECK(once.err.find("coordinator: buddy copies for node 1 did not cross within 2000 ms; rewiring again in generation 3\n") !=
         std::string::npos);
   CHECK(once.err.find("from its buddy copies on node 0") != std::string::npos);
-  CHECK(slurp(dir / "once.safetensors") == slurp(dir / "clean.safetensors"));
-  CHECK(losses(dir / "once.jsonl") == losses(dir / "clean.jsonl"));
+  check_fault_free(dir, "once");
   // Withheld in every round: after the third, everyone restores the checkpoint.
   std::filesystem::remove_all(ck);
   auto never = run("TROUPE_WITHHOLD_BUDDY_COPIES=3 " +
@@ -216,8 +219,7 @@ TEST_CASE("SV-9: buddy copies that do not cross are sent again in a new generati
   REQUIRE(never.exit_code == 0);
   CHECK(never.err.find("rewiring again in generation 5, from checkpoint " + ck + "/step-0000000") != std::string::npos);
   CHECK(never.err.find("replaced on node 1 (a restarted process) from checkpoint " + ck) != std::string::npos);
-  CHECK(slurp(dir / "never.safetensors") == slurp(dir / "clean.safetensors"));
-  CHECK(losses(dir / "never.jsonl") == losses(dir / "clean.jsonl"));
+  check_fault_free(dir, "never");
 }
 
 TEST_CASE("a killed node process is restarted and its actors restored from the checkpoint, bit for bit", "[recovery]") {
@@ -235,8 +237,7 @@ TEST_CASE("a killed node process is restarted and its actors restored from the c
   CHECK(killed.err.find("troupe launch: node 1 was killed by signal 9; restarting it (0 restarts left)") != std::string::npos);
   CHECK(killed.err.find("coordinator: node 1 rejoined") != std::string::npos);
   CHECK(killed.err.find("from checkpoint " + ck + "/step-0000000") != std::string::npos);
-  CHECK(slurp(dir / "kill.safetensors") == slurp(dir / "clean.safetensors"));
-  CHECK(losses(dir / "kill.jsonl") == losses(dir / "clean.jsonl"));
+  check_fault_free(dir, "kill");
   CHECK(slurp(dir / "kill.jsonl").find("\"source\":\"disk\"") != std::string::npos);
 }
 
@@ -307,6 +308,5 @@ TEST_CASE("two actors failing in the same step are both replaced, bit for bit", 
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("verdict actor_exception: node 0, stage actor 1") != std::string::npos);
   CHECK(r.err.find("verdict actor_exception: node 1, stage actor 2") != std::string::npos);
-  CHECK(slurp(dir / "two.safetensors") == slurp(dir / "clean.safetensors"));
-  CHECK(losses(dir / "two.jsonl") == losses(dir / "clean.jsonl"));
+  check_fault_free(dir, "two");
 }

@@ -138,7 +138,7 @@ class Trainer {
     TROUPE_TRY(log_step(step, f, *report, *val_loss));
     if (a_.hooks.after_step) a_.hooks.after_step(step, state_->model(0), loss);
     TROUPE_TRY(take_recovery_snapshot());
-    if (redo_) trace_redo();
+    trace_redo();
     return loss;
   }
 

@@ -152,7 +152,7 @@ Expected<nlohmann::json> simulate_one(int n, RedisServer& server) {
                sim->nodes[static_cast<std::size_t>(r)].sent - sent_before[static_cast<std::size_t>(r)];
     return total;
   }();
-  // The INFO calls themselves are two of the commands counted.
+  // The server counts a command once it ran: the first INFO is in `after`, the second in neither.
   const long long redis_commands = *after - *before - 1;
   return nlohmann::json{{"nodes", n},
                         {"messages_per_survivor", {{"received", spread(in)}, {"sent", spread(out)}}},
