@@ -92,7 +92,9 @@ std::optional<Verdict> HealthJudge::silent_node(Clock::time_point now) const {
         evidence += "; its stage actor " + std::to_string(b.actor) + " was at step " + std::to_string(b.step);
         break;
       }
-    return Verdict{"hung_process", static_cast<int>(i), -1, evidence};
+    Verdict v{"hung_process", static_cast<int>(i), -1, evidence};
+    v.silent_ms = silent;
+    return v;
   }
   return std::nullopt;
 }
@@ -130,7 +132,9 @@ std::optional<Verdict> HealthJudge::stuck_actor(Clock::time_point now) const {
       if (waiting_elsewhere > 0)
         evidence += (waiting.empty() ? "; " : ", and ") + std::to_string(waiting_elsewhere) +
                     " stage actors counted by relays wait";
-      return Verdict{"stuck_actor", node, b.actor, evidence};
+      Verdict v{"stuck_actor", node, b.actor, evidence};
+      v.silent_ms = idle;
+      return v;
     }
   }
   return std::nullopt;

@@ -63,6 +63,9 @@ struct Verdict {
   int actor = -1;     ///< -1: the whole node
   std::string evidence;
   int reported_by = -1;  ///< the node that judged it, where that is not the coordinator (coordinator_loss)
+  /// How long the evidence accrued before the verdict: the silence or the
+  /// lack of progress judged (0: the fault was reported as it happened).
+  std::int64_t silent_ms = 0;
   /// "hung_process: node 1 — no heartbeat for 812 ms (...)".
   std::string line() const;
   /// The metrics line: {"fault": {kind, node, actor, evidence, at_ms[, reported_by]}}.

@@ -22,6 +22,7 @@ TEST_CASE("H-2: a node silent for more than miss_limit x heartbeat is hung, and 
   CHECK(v->kind == "hung_process");
   CHECK(v->node == 1);
   CHECK(v->actor == -1);
+  CHECK(v->silent_ms == 801);  // the detection's span begins at the last beat heard
   CHECK_THAT(v->line(), Catch::StartsWith("hung_process: node 1 — no heartbeat for 801 ms (health.miss_limit 4 x "
                                           "health.heartbeat_ms 200); its stage actor 1 was at step 1"));
   judge.forget(1);  // judged or finished: no longer watched
@@ -49,6 +50,7 @@ TEST_CASE("H-3: the actor without progress that waits on nobody is named, never 
   CHECK(v->kind == "stuck_actor");
   CHECK(v->node == 1);
   CHECK(v->actor == 1);
+  CHECK(v->silent_ms == 1001);
   CHECK_THAT(v->evidence, Catch::Contains("no progress for 1001 ms at step 5 after instruction 3"));
   CHECK_THAT(v->evidence, Catch::Contains("stage actors 0 wait"));
 }

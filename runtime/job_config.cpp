@@ -156,7 +156,8 @@ std::map<std::string, Reader> fault_keys(FaultSpec& f) {
           {"step", integer(f.step, 0, kMaxInt)},
           {"instruction", integer(f.instruction, 0, kMaxInt)},
           {"factor", real(f.factor, 1, 1000, true)},
-          {"steps", integer(f.steps, 1, kMaxInt)}};
+          {"steps", integer(f.steps, 1, kMaxInt)},
+          {"when", string(f.when)}};
 }
 
 // Edit distance, for suggesting the key a typo meant.
@@ -218,6 +219,10 @@ Status check_fault(const FaultSpec& f, const std::string& where) {
     return make_error(where, ": kind = ", f.kind, " needs actor (a stage actor's rank), not node");
   if (f.kind != "slow" && (f.factor != 2 || f.steps != 1))
     return make_error(where, ": factor and steps apply to kind = slow only");
+  if (f.when != "step" && f.when != "recovery")
+    return make_error(where, ": when must be step or recovery (got \"", f.when, "\")");
+  if (f.when == "recovery" && (!whole_node || f.node < 0 || f.step != 0 || f.instruction >= 0))
+    return make_error(where, ": when = recovery applies to kind = kill or hang of a node, without step or instruction");
   return Status::success();
 }
 

@@ -91,7 +91,7 @@ struct CheckpointSection {
 struct RecoverySection {
   int max_failures_per_hour = 0;  ///< recoveries allowed per hour of the job (0: a failure ends the job)
   int snapshot_every = 1;         ///< steps between each actor's host-memory snapshot (the rollback points)
-  int restarts = 0;  ///< troupe launch restarts a killed node process (not node 0) this many times in all
+  int restarts = 0;  ///< troupe launch restarts a killed node process (node 0 too: SV-10) this many times in all
   /// Each snapshot is also copied in the background to the next node's host
   /// memory (its buddy), so a lost node process is restored from there
   /// instead of from disk (needs 2 nodes or more).
@@ -113,6 +113,7 @@ struct FaultSpec {
   int instruction = -1;  ///< before this instruction of the actor's step program (-1: at the step's start)
   double factor = 2;     ///< slow: compute time multiplied by this
   int steps = 1;         ///< slow: for this many steps from `step`
+  std::string when = "step";  ///< kill, hang: "step" (at `step`), or "recovery" (when the node hears its first Recover)
 };
 
 struct JobConfig {

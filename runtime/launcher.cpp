@@ -19,6 +19,7 @@
 #include <optional>
 #include <thread>
 
+#include "runtime/coordinator_lease.hpp"
 #include "runtime/redis_client.hpp"
 #include "runtime/redis_server.hpp"
 #include "runtime/rendezvous.hpp"
@@ -202,6 +203,10 @@ int launch(const LaunchOptions& o) {
   }
   int failed_child = -1;
   int restarts_left = o.restarts;
+  // LE-4: the coordinator's requests to kill a silent node's process, so that it is restarted.
+  std::optional<RedisClient> fences;
+  if (o.restarts > 0)
+    if (auto c = RedisClient::connect(url, std::chrono::milliseconds(1000), password)) fences.emplace(std::move(*c));
   std::optional<std::chrono::steady_clock::time_point> nodes_done;  // when every node process had exited
   while (true) {
     std::vector<pollfd> fds;
@@ -209,6 +214,20 @@ int launch(const LaunchOptions& o) {
     ::poll(fds.data(), fds.size(), 50);
     for (std::size_t i = 0; i < children.size(); ++i)
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(children[i], false);
+    if (fences && restarts_left > 0) {
+      auto requests = take_fence_requests(*fences, job, o.nodes);
+      if (!requests) {
+        std::fprintf(stderr, "troupe launch: %s; no silent node will be restarted\n", requests.error().message.c_str());
+        fences.reset();
+      }
+      for (const FenceRequest& f : requests ? *requests : std::vector<FenceRequest>{})
+        for (auto& c : children)
+          if (!c.spare && !c.exited && c.rank == f.rank && c.pid == static_cast<pid_t>(f.pid)) {
+            std::fprintf(stderr, "troupe launch: node %d does not answer (the coordinator's verdict); killing it so that "
+                                 "it is restarted\n", c.rank);
+            ::kill(c.pid, SIGKILL);
+          }
+    }
     bool all_done = true;
     for (auto& c : children) {
       if (!c.exited && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
@@ -216,8 +235,9 @@ int launch(const LaunchOptions& o) {
         relay(c, true);
         const bool ok = WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
         // A node killed while the job runs comes back (recovery.restarts):
-        // the job's coordinator (node 0) replaces its actors.
-        if (!ok && !c.spare && WIFSIGNALED(c.status) && c.rank != 0 && restarts_left > 0 && failed_child < 0 &&
+        // the job's coordinator replaces its actors (node 0's own process: a
+        // successor on another node does, SV-10).
+        if (!ok && !c.spare && WIFSIGNALED(c.status) && restarts_left > 0 && failed_child < 0 &&
             !g_interrupted.load()) {
           --restarts_left;
           std::fprintf(stderr, "troupe launch: node %d was killed by signal %d; restarting it (%d restart%s left)\n",
@@ -233,7 +253,7 @@ int launch(const LaunchOptions& o) {
         }
         // No restart left: a spare takes its rank (the coordinator assigns it; if
         // none is left, the job ends and the others exit non-zero).
-        if (!ok && !c.spare && WIFSIGNALED(c.status) && c.rank != 0 && o.spares > 0 && failed_child < 0 &&
+        if (!ok && !c.spare && WIFSIGNALED(c.status) && o.spares > 0 && failed_child < 0 &&
             !g_interrupted.load()) {
           std::fprintf(stderr, "troupe launch: node %d was killed by signal %d; a spare takes its place\n", c.rank,
                        WTERMSIG(c.status));

@@ -1,12 +1,10 @@
 // Spare node processes (SP-1, SP-2).
 #include "runtime/spares.hpp"
 
+#include "common/decimal.hpp"
 #include "runtime/rendezvous.hpp"
 
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstdlib>
 
 namespace troupe {
 std::string spare_id() {
@@ -32,12 +30,10 @@ Expected<std::optional<int>> await_assignment(RedisClient& redis, const std::str
   if (r->kind == RedisValue::Kind::array && r->elements.size() == 2) value = &r->elements[1];
   if (value->kind != RedisValue::Kind::string) return make_error("redis key ", k, ": not an assignment");
   const std::string& v = value->str;  // SP-2
-  errno = 0;
-  char* end = nullptr;
-  const long rank = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || errno != 0 || *end != '\0' || rank < 0 || rank >= world)
+  int rank = 0;
+  if (!parse_decimal(v, rank) || rank >= world)
     return make_error("redis key ", k, ": assignment '", v, "' is not a node rank below ", std::to_string(world));
-  return std::optional<int>{static_cast<int>(rank)};
+  return std::optional<int>{rank};
 }
 
 // SP-1, SP-3: the offer goes and the assignment comes in one step.

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <tuple>
 
 #include "common/atomic_file.hpp"
 
@@ -59,36 +61,61 @@ std::string actor_trace_part(const std::string& trace_path, int rank) {
   return trace_path + ".actor" + std::to_string(rank);
 }
 
-std::string verdict_trace_part(const std::string& trace_path) { return trace_path + ".verdicts"; }
+std::string verdict_trace_part(const std::string& trace_path, std::uint64_t successor) {
+  return trace_path + ".verdicts" + (successor > 0 ? std::to_string(successor) : std::string{});
+}
+
+namespace {
+
+// The number that follows `prefix` in a part's file name (none: 0 where `bare`), if the rest is one.
+std::optional<std::uint64_t> part_number(const std::string& name, const std::string& prefix, bool bare) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
+  if ((digits.empty() && !bare) || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  return digits.empty() ? 0 : std::stoull(digits);
+}
+
+}  // namespace
 
 Status merge_traces(const std::string& path) {
   namespace fs = std::filesystem;
-  std::vector<std::pair<std::string, int>> parts;  // file, process id (the rank)
+  struct Part {
+    std::string file;
+    std::uint64_t number = 0;  // the rank, or the successor's generation (0: the first coordinator)
+  };
+  std::vector<Part> actors, verdicts;
   const fs::path target(path);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const std::string prefix = target.filename().string() + ".actor";
+  const std::string base = target.filename().string();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string digits = name.substr(prefix.size());
-    if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    const int rank = std::stoi(digits);
-    if (actor_trace_part(path, rank) == (dir / name).string() || actor_trace_part(path, rank) == name)
-      parts.emplace_back(actor_trace_part(path, rank), rank);
+    // Only the names the writers give (e.g. not "actor07"), beside `path` itself.
+    auto is = [&](const std::string& part) { return part == (dir / name).string() || part == name; };
+    if (auto rank = part_number(name, base + ".actor", false); rank && is(actor_trace_part(path, static_cast<int>(*rank))))
+      actors.push_back({actor_trace_part(path, static_cast<int>(*rank)), *rank});
+    else if (auto g = part_number(name, base + ".verdicts", true); g && is(verdict_trace_part(path, *g)))
+      verdicts.push_back({verdict_trace_part(path, *g), *g});
   }
-  std::sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-  const int verdict_pid = parts.empty() ? 0 : parts.back().second + 1;
-  if (fs::exists(verdict_trace_part(path), ec)) parts.emplace_back(verdict_trace_part(path), verdict_pid);
-  if (parts.empty()) return make_error(path, ": no stage actor wrote its part of the trace");
+  if (actors.empty() && verdicts.empty()) return make_error(path, ": no stage actor wrote its part of the trace");
+  auto by_number = [](const Part& a, const Part& b) { return a.number < b.number; };
+  std::sort(actors.begin(), actors.end(), by_number);
+  std::sort(verdicts.begin(), verdicts.end(), by_number);
+  // Process ids: each stage actor its rank, then the verdicts' parts after the last of them.
+  std::vector<std::tuple<std::string, std::uint64_t, std::string>> parts;  // file, process id, process name
+  for (const Part& a : actors) parts.emplace_back(a.file, a.number, "stage actor " + std::to_string(a.number));
+  std::uint64_t next = actors.empty() ? 0 : actors.back().number + 1;
+  for (const Part& v : verdicts)
+    parts.emplace_back(v.file, next++, v.number == 0 ? std::string("health verdicts")
+                                                    : "health verdicts (successor coordinator, generation " +
+                                                          std::to_string(v.number) + ")");
   nlohmann::json events = nlohmann::json::array();
-  for (const auto& [file, pid] : parts) {
+  for (const auto& [file, pid, name] : parts) {
     std::ifstream in(file);
     if (!in) return make_error(file, ": cannot open trace part");
     auto part = nlohmann::json::parse(in, nullptr, false);
     if (part.is_discarded() || !part.contains("traceEvents")) return make_error(file, ": not a trace");
-    const bool verdicts = file == verdict_trace_part(path);
-    const std::string name = verdicts ? "health verdicts" : "stage actor " + std::to_string(pid);
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
     for (auto& e : part["traceEvents"]) {
       e["pid"] = pid;
@@ -97,7 +124,7 @@ Status merge_traces(const std::string& path) {
   }
   const std::string text = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
   TROUPE_TRY(write_file_atomically(path, [&](std::ostream& out) { out << text; }));
-  for (const auto& part : parts) std::remove(part.first.c_str());
+  for (const auto& part : parts) std::remove(std::get<0>(part).c_str());
   return Status::success();
 }
 

@@ -39,9 +39,11 @@ class TraceWriter {
 };
 
 /// The part of a job's trace each writer leaves beside `trace_path`: a stage
-/// actor's ("<path>.actor<rank>") and the health verdicts' ("<path>.verdicts").
+/// actor's ("<path>.actor<rank>") and the health verdicts' ("<path>.verdicts",
+/// and a successor coordinator's "<path>.verdicts<G>", G the generation it
+/// took over in, SV-10).
 std::string actor_trace_part(const std::string& trace_path, int rank);
-std::string verdict_trace_part(const std::string& trace_path);
+std::string verdict_trace_part(const std::string& trace_path, std::uint64_t successor = 0);
 
 /// Merges the parts a job left beside `path` into one Chrome trace: stage
 /// actor r's part becomes process r ("stage actor r"), the verdicts' part the

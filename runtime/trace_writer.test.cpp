@@ -58,6 +58,10 @@ TEST_CASE("a failed job's trace merges the parts that exist, by rank, and its ve
   TraceWriter v;
   v.span(v.track("verdicts"), "verdict hung_process", "verdict", 10, 1, {{"node", 1}});
   REQUIRE(v.write(verdict_trace_part(path)).ok());
+  TraceWriter successor;  // SV-10: a successor coordinator's part beside the first one's
+  successor.span(successor.track("recovery"), "rewire", "recovery", 20, 1);
+  REQUIRE(successor.write(verdict_trace_part(path, 12)).ok());
+  std::ofstream(dir / "job.json.verdicts1x") << "not a successor's part";
   std::ofstream(dir / "job.json.actor07") << "not a part of this job";  // not a rank's name
   std::ofstream(dir / "other.json.actor1") << "another job's";
   REQUIRE(merge_traces(path).ok());
@@ -69,8 +73,13 @@ TEST_CASE("a failed job's trace merges the parts that exist, by rank, and its ve
     if (e["ph"] == "M" && e["name"] == "process_name") processes[e["pid"].get<int>()] = e["args"]["name"];
     if (e["name"] == "verdict hung_process") verdicts += e["pid"] == 3;
   }
-  CHECK(processes == std::map<int, std::string>{{0, "stage actor 0"}, {2, "stage actor 2"}, {3, "health verdicts"}});
+  CHECK(processes == std::map<int, std::string>{{0, "stage actor 0"},
+                                                 {2, "stage actor 2"},
+                                                 {3, "health verdicts"},
+                                                 {4, "health verdicts (successor coordinator, generation 12)"}});
   CHECK(verdicts == 1);
+  CHECK_FALSE(fs::exists(verdict_trace_part(path, 12)));
+  CHECK(fs::exists(dir / "job.json.verdicts1x"));
   CHECK_FALSE(fs::exists(actor_trace_part(path, 0)));  // merged parts are removed
   CHECK_FALSE(fs::exists(verdict_trace_part(path)));
   CHECK(fs::exists(dir / "other.json.actor1"));

@@ -39,6 +39,7 @@ FaultDrill::FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node,
   for (std::size_t i = 0; i < faults.size(); ++i) {
     const FaultSpec& f = faults[i];
     const bool whole_node = f.kind == "kill" || f.kind == "hang";
+    if (f.when != "step") continue;  // the node actor's (drill_during_recovery)
     if (f.actor == rank || (whole_node && f.actor < 0 && f.node == node && local == 0)) {  // D-2
       mine_.push_back(f);
       index_.push_back(i);
@@ -88,6 +89,17 @@ Status FaultDrill::before(int step, int pc, const Transport& transport) const {
     }
   }
   return Status::success();
+}
+
+void drill_during_recovery(const std::vector<FaultSpec>& faults, int node) {
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const FaultSpec& f = faults[i];
+    if (f.when != "recovery" || f.node != node || !first_time(i, f)) continue;
+    spdlog::warn("fault drill: node {} {} during a recovery", node,
+                 f.kind == "kill" ? "kills itself (SIGKILL)" : "stops itself (SIGSTOP)");
+    std::fflush(nullptr);
+    ::raise(f.kind == "kill" ? SIGKILL : SIGSTOP);
+  }
 }
 
 double FaultDrill::compute_factor(int step) const {

@@ -7,7 +7,8 @@
 //  D-1  An actor with no drill does no work for them: the runner's hooks are
 //       left empty, so a job without faults pays nothing.
 //  D-2  kill and hang aimed at a node are carried out by that node's first
-//       stage actor, so they happen once per process.
+//       stage actor, so they happen once per process (with when = recovery,
+//       by its node actor: drill_during_recovery).
 //  D-3  A drill acts at most once per process, and once per job where the job
 //       shares a claim (set_drill_claim: the node's Redis): the step it hit,
 //       redone after a recovery (by the replacement of the actor it hit, or a
@@ -49,6 +50,11 @@ class FaultDrill {
   int rank_;
   int node_;
 };
+
+/// Drills with when = recovery aimed at `node`: carried out when the node
+/// hears its first Recover (a fault during a recovery); kill and hang signal
+/// the process (D-3 holds).
+void drill_during_recovery(const std::vector<FaultSpec>& faults, int node);
 
 /// D-3: a job-wide claim of a drill by its key; true only for the first claim.
 /// Set once per process before any stage actor runs (unset: per process).
