@@ -28,6 +28,21 @@
 //        holds a snapshot of (a restarted node's actors: their buddy copies on
 //        the next node), else the newest checkpoint. One recovery at a
 //        time; one that does not complete by its RecoveryDeadline (health.rendezvous_timeout_ms) ends the job.
+//  SV-10 A successor (succession.hpp) starts with no Plan: the node whose
+//        lease it took is lost, and it recovers that node at once like a
+//        killed one (a restart or a spare, SV-8), with the restarts and the
+//        hourly budget its predecessors used (LE-2, LE-3). Any other node it
+//        could not reach ends the job, named.
+//  SV-11 A fault during a recovery: another stage actor's failure is
+//        replaced at the same Redo; a node process lost during a stage
+//        actor's recovery starts it over as that node's (a new generation,
+//        Recover to every node; the actor that failed first stays ended and
+//        is replaced at the same Redo); a node lost during another node's
+//        recovery ends the job (one lost node at a time).
+//  SV-12 A node process judged lost without being seen to die (silent: a
+//        hung_process or coordinator_loss verdict) that a launcher restart
+//        replaces is fenced first: the coordinator asks the launcher to kill
+//        that process id (LE-4), which then restarts it.
 //  SV-9  buddy copies that have not crossed kCopiesTimeoutMs after a Rewire
 //        are sent again in a new generation (everything in flight fails
 //        first); after three rounds everyone restores the newest checkpoint.
@@ -48,7 +63,7 @@ inline constexpr int kBlameGraceMs = 1000;
 inline constexpr int kHealthCheckMs = 50;
 
 struct CoordinatorConfig {
-  std::vector<caf::actor> nodes;  ///< by rank
+  std::vector<caf::actor> nodes;  ///< by rank (a successor's: none for a node it could not reach)
   std::string redis_url;
   std::string redis_password;
   std::string job_id;
@@ -64,6 +79,9 @@ struct CoordinatorConfig {
   int restarts = 0;               ///< recovery.restarts: killed node processes the launcher brings back
   std::string checkpoint_root;    ///< checkpoint.dir: where a restarted node's actors restore from
   int rejoin_timeout_ms = 30000;  ///< how long a restarted node may take to rejoin
+  int rank = 0;                   ///< the node whose process hosts it
+  int successor_of = -1;          ///< SV-10: the lost node whose lease it took (-1: the job's first coordinator)
+  std::uint32_t successor_of_pid = 0;  ///< that node's process id (to fence it if it is only silent, LE-4)
 };
 
 caf::actor spawn_coordinator(caf::actor_system& sys, CoordinatorConfig cfg);

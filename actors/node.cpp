@@ -27,6 +27,8 @@
 #include "training/recovery_snapshots.hpp"
 #include "actors/protocol.hpp"
 #include "actors/scheduler_policy.hpp"
+#include "actors/succession.hpp"
+#include "runtime/coordinator_lease.hpp"
 #include "backends/transport/ucx_transport.hpp"
 #include "runtime/spares.hpp"
 #include "common/decimal.hpp"
@@ -136,6 +138,29 @@ Expected<std::optional<int>> wait_as_spare(RedisClient& redis, const NodeOptions
   }
 }
 
+// What the coordinator of this job is given, on node 0 or a successor
+// (everything but the nodes and the generation).
+CoordinatorConfig coordinator_config(const NodeOptions& o, const JobConfig& job, const JobFiles& files,
+                                     const std::string& type) {
+  CoordinatorConfig cc;
+  cc.redis_url = o.redis_url;
+  cc.redis_password = o.redis_password;
+  cc.job_id = o.job_id;
+  cc.hold_seconds = o.hold_seconds;
+  cc.check_checksum = type == "troupe.fabric_check";
+  cc.health = HealthLimits{job.health.heartbeat_ms, job.health.miss_limit, job.health.progress_timeout_ms};
+  cc.relay_group = job.health.relay_group;
+  cc.metrics_path = files.metrics;
+  cc.trace_path = files.trace;
+  cc.max_failures_per_hour = job.recovery.max_failures_per_hour;
+  cc.restarts = job.recovery.restarts;
+  cc.checkpoint_root = job.checkpoint.dir;
+  cc.rejoin_timeout_ms = job.health.rendezvous_timeout_ms;
+  cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
+  cc.rank = o.rank;
+  return cc;
+}
+
 }  // namespace
 
 int run_node(NodeOptions o, const ActorRegistry& registry) {
@@ -143,8 +168,6 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   if (o.rank == -1 && !o.spare) o.rank = env_int("SLURM_PROCID", "RANK");
   if (o.world == -1) o.world = env_int("SLURM_NTASKS", "WORLD_SIZE");
   if (o.world < 1) return fail(make_error("--nodes is required and must be >= 1 (or SLURM_NTASKS / WORLD_SIZE)"));
-  if (o.rejoin && o.rank == 0)
-    return fail(make_error("--rejoin: node 0 hosts the coordinator and cannot rejoin its job"));
   if (!o.spare && (o.rank < 0 || o.rank >= o.world))
     return fail(make_error("--node-rank ", std::to_string(o.rank), " is out of range for ", std::to_string(o.world),
                            " nodes"));
@@ -237,6 +260,11 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       }
     }
     init.rejoining = o.rejoin;
+    std::shared_ptr<Succession> succession;  // N-8: before the node actor, which may use it until it ends
+    if (job->recovery.max_failures_per_hour > 0 && o.world > 1) {
+      succession = std::make_shared<Succession>(sys, o.rank, o.world, coordinator_config(o, *job, files, type));
+      init.succession = succession;
+    }
     if (loader_spec) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);
       init.ring_name = ring->name();
@@ -278,26 +306,29 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     }
     for (auto& t : transports)
       if (auto st = t->connect(ucx); !st) return abort(st.error());
-    // Node 0's actor system, as node 0 itself published it in Redis. Only node
-    // 0 connects out (to every node, below): connections opened from both ends
-    // at once race in CAF 0.17's handshake.
-    tell_members(sys, node, peers[0].system_id, ucx);
-    if (o.rejoin) {  // back in a running job: node 0 hands this node to the coordinator
-      auto node0 = sys.middleman().remote_actor(peers[0].host, peers[0].port);
-      if (!node0) return abort(make_error("--rejoin: cannot reach node 0: ", sys.render(node0.error())));
-      if (caf::to_string(node0->node()) != peers[0].system_id)
-        return abort(make_error("--rejoin: node 0's address answered as another actor system"));
-      announce_rejoin(sys, node, *node0);
+    // The coordinator's actor system, as its node published it in Redis: node
+    // 0's at the start; a restarted process asks the lease (a successor's,
+    // SV-10). Only the coordinator's node connects out (to every node, below):
+    // connections opened from both ends at once race in CAF 0.17's handshake.
+    auto host = o.rejoin ? lease_holder(*redis, o.job_id, o.world) : Expected<int>(0);
+    if (!host) return abort(host.error());
+    const NodeEndpoint& coordinator_node = peers[static_cast<std::size_t>(*host)];
+    if (o.rejoin && *host == o.rank)
+      return abort(make_error("--rejoin: node ", std::to_string(o.rank), " held the coordinator's lease and no node took it over"));
+    tell_members(sys, node, *host, coordinator_node.system_id, ucx);
+    if (o.rejoin) {  // back in a running job: the coordinator's node hands this node to the coordinator
+      const std::string who = "node " + std::to_string(*host);
+      auto remote = sys.middleman().remote_actor(coordinator_node.host, coordinator_node.port);
+      if (!remote) return abort(make_error("--rejoin: cannot reach the coordinator on ", who, ": ", sys.render(remote.error())));
+      if (caf::to_string(remote->node()) != coordinator_node.system_id)
+        return abort(make_error("--rejoin: ", who, "'s address answered as another actor system"));
+      announce_rejoin(sys, node, *remote);
     }
     spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}, {} work actor{}", o.rank, o.world,
                  o.job_id, members->generation, o.host, *port, k, k > 1 ? "s" : "");
-    if (o.rank == 0) {
-      CoordinatorConfig cc;
-      cc.redis_url = o.redis_url;
-      cc.redis_password = o.redis_password;
-      cc.job_id = o.job_id;
+    if (o.rank == 0 && !o.rejoin) {
+      CoordinatorConfig cc = coordinator_config(o, *job, files, type);
       cc.generation = members->generation;
-      cc.hold_seconds = o.hold_seconds;
       for (int r = 0; r < o.world; ++r) {
         if (r == 0) {
           cc.nodes.push_back(node);
@@ -310,20 +341,13 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
           return abort(make_error("node ", std::to_string(r), "'s address answered as another actor system"));
         cc.nodes.push_back(*remote);
       }
-      cc.check_checksum = type == "troupe.fabric_check";
-      cc.health = HealthLimits{job->health.heartbeat_ms, job->health.miss_limit, job->health.progress_timeout_ms};
-      cc.relay_group = job->health.relay_group;
-      cc.metrics_path = files.metrics;
-      cc.trace_path = files.trace;
-      cc.max_failures_per_hour = job->recovery.max_failures_per_hour;
-      cc.restarts = job->recovery.restarts;
-      cc.checkpoint_root = job->checkpoint.dir;
-      cc.rejoin_timeout_ms = job->health.rendezvous_timeout_ms;
-      cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
       spawn_coordinator(sys, std::move(cc));
     }
     sys.await_all_actors_done();
     result = exit_code->load();
+    // The job is over: its keys go now, before a teardown that can block (N-4),
+    // so that an idle spare sees the job end (SP-3).
+    if (o.rank == 0) (void)forget_job(*redis, o.job_id);
     if (result != 0) {
       // N-5: a failed node does not tear its actor system down. With a peer
       // stopped (SIGSTOP) CAF 0.17's teardown has been seen to wait forever for
@@ -332,13 +356,11 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       // process ends with the job's outcome.
       transports.clear();
       if (!ring_path->empty()) ::unlink(ring_path->c_str());
-      if (o.rank == 0) (void)forget_job(*redis, o.job_id);
       spdlog::default_logger()->flush();
       std::fflush(nullptr);
       std::_Exit(result);
     }
   }
-  if (o.rank == 0) (void)forget_job(*redis, o.job_id);  // the job is over: its keys go
   return result;
 }
 

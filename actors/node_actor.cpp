@@ -1,15 +1,24 @@
 // The node actor (see node_actor.hpp).
 //
-//  N-1  Coordinator messages count only from node 0's actor system (as
-//       recorded at rendezvous) and, after the first Plan, only from that
-//       Plan's sender (P-2); work-actor reports only from the actors this node
+//  N-1  Coordinator messages count only from the actor system hosting the
+//       coordinator (node 0's as recorded at rendezvous, or a successor's,
+//       N-8) and, after the first Plan, only from that Plan's sender (P-2); work-actor reports only from the actors this node
 //       spawned, naming their own rank (P-3). The rest is dropped and counted.
 //  N-2  Every work actor is monitored: one that ends without reporting is a
 //       failure with its exit reason; a report of failure fails the job.
-//  N-3  Losing the coordinator (node 0 dead, its heartbeat answers missing
+//  N-3  Losing the coordinator (its node dead, its heartbeat answers missing
 //       for health.miss_limit beats, or silent for health.peer_timeout_ms)
-//       fails every transfer and ends the node non-zero, naming node 0; so
-//       does a Plan that does not come within health.rendezvous_timeout_ms.
+//       fails every transfer and ends the node non-zero, naming that node,
+//       unless a successor takes over (N-8); so does a Plan that does not
+//       come within health.rendezvous_timeout_ms.
+//  N-8  In a job that recovers (without relays), a node that lost the
+//       coordinator fails every transfer (its actors park) and waits for a
+//       successor: the surviving nodes try the lease in rank order, the
+//       lowest first, kSuccessionStaggerMs apart (LE-1), and the taker runs
+//       the coordinator (SU-1). The node follows the first coordinator
+//       message whose sender's actor system the lease holder published
+//       (SU-2), from then on only that sender; none within
+//       health.peer_timeout_ms plus the stagger of every node ends it.
 //  N-4  A node that stopped exits within kShutdownGraceMs (node.cpp): its
 //       shutdown is bounded like every wait; a persist still in flight when a
 //       failed job stops it may be cut (no manifest: never chosen).
@@ -37,9 +46,11 @@
 
 #include "actors/health_monitor.hpp"
 #include "actors/protocol.hpp"
+#include "actors/succession.hpp"
 #include "actors/verdict_record.hpp"
 #include "backends/transport/ucx_transport.hpp"
 #include "training/recovery_snapshots.hpp"
+#include "training/fault_drill.hpp"
 #include "training/snapshot_wire.hpp"
 
 namespace troupe {
@@ -47,8 +58,11 @@ namespace {
 
 struct NodeState : NodeActorConfig {
   std::uint64_t generation = 0;
-  std::string coordinator_system;  // node 0's actor system (caf::to_string of its node id), from rendezvous
-  caf::actor coordinator;           // pinned at the first Plan
+  std::string coordinator_system;  // its host's actor system (caf::to_string of its node id), from Redis
+  int coordinator_rank = 0;         // its host's rank
+  caf::actor coordinator;           // pinned at the first Plan (or a successor's first message, N-8)
+  bool orphaned = false;            // lost the coordinator, waiting for a successor (N-8)
+  std::uint64_t orphan_epoch = 0;   // which loss a TryLease or SuccessionDeadline is about
   caf::actor health_monitor;        // beats to the coordinator (or its relay) from the Plan on
   bool relays = false;              // its monitor hears members' beats
   std::vector<caf::actor_addr> work;  // this node's work actors, by local index
@@ -80,32 +94,55 @@ using NodeSelf = caf::stateful_actor<NodeState>;
 // run_node -> its node actor (same process, never announced, so it cannot
 // arrive from the network): node 0's actor system, learnt at rendezvous.
 struct KnownMembers {
+  int coordinator_rank = 0;
   std::string coordinator_system;
   std::vector<std::string> ucx;  ///< every actor's UCX worker address, by actor rank
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, KnownMembers& x) {
-  return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_system, x.ucx);
+  return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_rank, x.coordinator_system, x.ucx);
 }
 
-// run_node -> a restarted node's node actor (same process, never announced): node 0's node actor.
+// N-8, the node actor to itself (never announced): try the lease now; give
+// up waiting for a successor.
+struct TryLease {
+  std::uint64_t epoch = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, TryLease& x) {
+  return f(caf::meta::type_name("troupe.TryLease"), x.epoch);
+}
+struct SuccessionDeadline {
+  std::uint64_t epoch = 0;
+};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, SuccessionDeadline& x) {
+  return f(caf::meta::type_name("troupe.SuccessionDeadline"), x.epoch);
+}
+
+// N-8: between two surviving nodes' attempts at the lease (the lowest first).
+constexpr int kSuccessionStaggerMs = 250;
+
+// run_node -> a restarted node's node actor (same process, never announced):
+// the node actor of the node hosting the coordinator.
 struct RejoinVia {
-  caf::actor node0;
+  caf::actor host;
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RejoinVia& x) {
-  return f(caf::meta::type_name("troupe.RejoinVia"), x.node0);
+  return f(caf::meta::type_name("troupe.RejoinVia"), x.host);
 }
 
 // A transport's completion -> the node actor (same process, never announced):
 // one buddy copy of a Rewire's refill or serve crossed, or failed.
 struct CopyCrossed {
   std::uint64_t generation = 0;
-  std::string error;  ///< "" = crossed
+  std::int32_t slot = 0;  ///< the local actor slot
+  std::string error;      ///< "" = crossed
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CopyCrossed& x) {
-  return f(caf::meta::type_name("troupe.CopyCrossed"), x.generation, x.error);
+  return f(caf::meta::type_name("troupe.CopyCrossed"), x.generation, x.slot, x.error);
 }
 
 int local_actors(const NodeState& s) { return static_cast<int>(s.transports.size()); }
@@ -127,9 +164,44 @@ void arm_wards(NodeState& s) {
   for (int i = 0; i < k; ++i) ward_loop(s.wards, s.transports[static_cast<std::size_t>(i)], i, previous * k + i, s.ward_epoch, mine);
 }
 
-// P-2: from node 0's actor system, and after the Plan from the Plan's sender.
+void start_health_monitor(NodeSelf* self, const caf::actor& upstream, const std::vector<caf::actor>& members,
+                          const std::vector<std::int32_t>& member_ranks) {
+  auto& s = self->state;
+  if (!s.progress) return;
+  HealthMonitorConfig hm{upstream, caf::actor_cast<caf::actor>(self), s.generation, s.live_generation, s.rank,
+                         s.rank * local_actors(s),
+                         HealthLimits{s.job.health.heartbeat_ms, s.job.health.miss_limit, s.job.health.progress_timeout_ms},
+                         s.progress, members, {}};
+  for (std::int32_t r : member_ranks) hm.member_ranks.push_back(r);
+  s.relays = !members.empty();
+  s.health_monitor = spawn_health_monitor(self->system(), std::move(hm));
+}
+
+// N-8, SU-2: the first message of a successor, whose actor system the lease holder published.
+bool adopt_successor(NodeSelf* self) {
+  auto& s = self->state;
+  const auto& sender = self->current_sender();
+  const std::string system = sender ? caf::to_string(sender->node()) : std::string{};
+  auto host = sender ? s.succession->coordinator_host(system) : Expected<int>(make_error("no sender"));
+  if (!host || *host == s.coordinator_rank) {
+    ++s.foreign;
+    return false;
+  }
+  s.orphaned = false;
+  ++s.orphan_epoch;
+  s.coordinator = caf::actor_cast<caf::actor>(sender);
+  s.coordinator_rank = *host;
+  s.coordinator_system = system;
+  self->monitor(s.coordinator);
+  start_health_monitor(self, s.coordinator, {}, {});
+  spdlog::warn("node {}: node {} coordinates the job now", s.rank, *host);
+  return true;
+}
+
+// P-2: from the coordinator's actor system, and after the Plan from the Plan's sender.
 bool from_coordinator(NodeSelf* self) {
   auto& s = self->state;
+  if (s.orphaned) return adopt_successor(self);
   const auto& sender = self->current_sender();
   const bool ok = sender && (s.coordinator ? sender->address() == s.coordinator.address()
                                            : caf::to_string(sender->node()) == s.coordinator_system);
@@ -254,8 +326,11 @@ void report_if_aborted(NodeSelf* self) {
   const auto limit = std::chrono::milliseconds(s.job.health.wait_timeout_ms);
   self->request(s.checkpoint_writer, limit, msg::CheckpointRollback{})
       .then([self, out](bool) {
-        self->state.aborting = false;
-        if (self->state.recovering && self->state.generation == out.generation) self->send(self->state.coordinator, out);
+        auto& s = self->state;
+        s.aborting = false;
+        if (!s.recovering) return;
+        if (s.generation == out.generation) return self->send(s.coordinator, out);
+        report_if_aborted(self);  // a newer Recover came meanwhile (SV-11): answer it
       },
       [self](caf::error& e) {
         spdlog::error("node {}: the checkpoint writer did not roll back ({})", self->state.rank, self->system().render(e));
@@ -264,13 +339,32 @@ void report_if_aborted(NodeSelf* self) {
       });
 }
 
-void on_down(NodeSelf* self, const caf::down_msg& dm) {
+// N-3, N-8: the coordinator is lost; unless a successor may take over, the node stops.
+void lose_coordinator(NodeSelf* self, const std::string& why) {
   auto& s = self->state;
-  if (s.coordinator && dm.source == s.coordinator.address()) {  // N-3
-    spdlog::error("node {}: lost the coordinator on node 0 ({}); stopping", s.rank, self->system().render(dm.reason));
-    fail_all_transfers(s);
+  if (s.orphaned) return;
+  fail_all_transfers(s);  // in a job that recovers, its actors park
+  if (!s.succession || !s.recovery || s.relays || s.nodes < 2) {
+    spdlog::error("node {}: lost the coordinator on node {} ({}); stopping", s.rank, s.coordinator_rank, why);
     return stop(self, 1);
   }
+  spdlog::warn("node {}: lost the coordinator on node {} ({}); waiting for a successor", s.rank, s.coordinator_rank, why);
+  s.orphaned = true;
+  const std::uint64_t epoch = ++s.orphan_epoch;
+  if (s.health_monitor) {  // it beats the lost coordinator; the successor's gets a new one
+    self->send_exit(s.health_monitor, caf::exit_reason::user_shutdown);
+    s.health_monitor = nullptr;
+  }
+  const int position = s.rank - (s.coordinator_rank < s.rank ? 1 : 0);  // among the survivors, lowest first
+  self->delayed_send(self, std::chrono::milliseconds(position * kSuccessionStaggerMs), TryLease{epoch});
+  self->delayed_send(self, std::chrono::milliseconds(s.job.health.peer_timeout_ms + s.nodes * kSuccessionStaggerMs),
+                     SuccessionDeadline{epoch});
+}
+
+void on_down(NodeSelf* self, const caf::down_msg& dm) {
+  auto& s = self->state;
+  if (s.coordinator && dm.source == s.coordinator.address())  // N-3
+    return lose_coordinator(self, self->system().render(dm.reason));
   for (std::size_t i = 0; i < s.work.size(); ++i) {
     if (dm.source != s.work[i] || s.reported[i]) continue;
     s.reported[i] = true;
@@ -294,9 +388,11 @@ void start_copies(NodeSelf* self, const msg::Rewire& m, int buddy, std::uint64_t
 
   const caf::actor_addr me = self->address();
   const std::uint64_t gen = s.generation;
-  auto report = [me, gen](Status st) {
-    if (auto node = caf::actor_cast<caf::actor>(me))
-      caf::anon_send(node, CopyCrossed{gen, st ? std::string{} : st.error().message});
+  auto report_for = [me, gen](int slot) {
+    return [me, gen, slot](Status st) {
+      if (auto node = caf::actor_cast<caf::actor>(me))
+        caf::anon_send(node, CopyCrossed{gen, slot, st ? std::string{} : st.error().message});
+    };
   };
   // A test's fault: the buddy serves nothing for this many rounds (the copies never cross; SV-9).
   if (s.rank != m.rejoined && s.withheld_rounds < env_rounds("TROUPE_WITHHOLD_BUDDY_COPIES")) {
@@ -305,12 +401,15 @@ void start_copies(NodeSelf* self, const msg::Rewire& m, int buddy, std::uint64_t
                  s.withheld_rounds);
     return;
   }
+  spdlog::info("node {}: {} the buddy copies of step {} ({} actor{}, generation {})", s.rank,
+               s.rank == m.rejoined ? "receiving from node " + std::to_string(buddy) : "serving node " + std::to_string(m.rejoined),
+               m.refill_step, k, k == 1 ? "" : "s", s.generation);
   for (int i = 0; i < k; ++i) {
     auto& t = *s.transports[static_cast<std::size_t>(i)];
     if (s.rank == m.rejoined) {
-      s.recovery->receive(i, t, buddy * k + i, kServeChannel, report);
-    } else if (auto st = s.wards->serve(i, m.refill_step, t, m.rejoined * k + i, kServeChannel, report); !st) {
-      report(st);
+      s.recovery->receive(i, t, buddy * k + i, kServeChannel, report_for(i));
+    } else if (auto st = s.wards->serve(i, m.refill_step, t, m.rejoined * k + i, kServeChannel, report_for(i)); !st) {
+      report_for(i)(st);
     }
   }
 }
@@ -345,6 +444,7 @@ caf::behavior node_actor(NodeSelf* self, NodeActorConfig config) {
       [self](const KnownMembers& m) {
         const auto& sender = self->current_sender();
         if (!sender || sender->node() != self->system().node()) return;  // only from run_node
+        self->state.coordinator_rank = m.coordinator_rank;
         self->state.coordinator_system = m.coordinator_system;
         self->state.ucx_addresses = m.ucx;
         self->set_default_handler([](caf::scheduled_actor* a, caf::message_view&) -> caf::result<caf::message> {
@@ -372,16 +472,7 @@ caf::behavior running(NodeSelf* self) {
         s.live_generation->store(m.generation);
         s.coordinator = caf::actor_cast<caf::actor>(self->current_sender());
         self->monitor(s.coordinator);
-        if (s.progress) {
-          HealthMonitorConfig hm{m.relay ? m.relay : s.coordinator, caf::actor_cast<caf::actor>(self), s.generation,
-                                 s.live_generation, s.rank, s.rank * local_actors(s),
-                                 HealthLimits{s.job.health.heartbeat_ms, s.job.health.miss_limit,
-                                              s.job.health.progress_timeout_ms},
-                                 s.progress, m.members, {}};
-          for (std::int32_t r : m.member_ranks) hm.member_ranks.push_back(r);
-          s.relays = !m.members.empty();
-          s.health_monitor = spawn_health_monitor(self->system(), std::move(hm));
-        }
+        start_health_monitor(self, m.relay ? m.relay : s.coordinator, m.members, m.member_ranks);
         if (!s.rejoining) arm_wards(s);  // a restarted node's start at its Rewire
         spawn_work(self, m.nodes);
       },
@@ -419,6 +510,7 @@ caf::behavior running(NodeSelf* self) {
                      m.failed >= 0 ? "stage actor " + std::to_string(m.failed) + "'s failure"
                                    : "the loss of node " + std::to_string(m.node) + "'s process",
                      m.generation);
+        drill_during_recovery(s.job.faults, s.rank);
         fail_all_transfers(s);
         report_if_aborted(self);
       },
@@ -445,7 +537,9 @@ caf::behavior running(NodeSelf* self) {
         }
         // SV-9: copies that did not cross are sent again; a restarted node then
         // also renews its own endpoints (those it opened at its start).
-        if (++s.rewire_rounds > 1 && s.rank == m.rejoined && !renew_endpoints(self)) return;
+        if (++s.rewire_rounds > 1 && m.refill_step >= 0)  // the copies did not cross: what the transports were doing
+          for (auto* t : s.transports) spdlog::warn("node {}: before rewire round {}: {}", s.rank, s.rewire_rounds, t->describe());
+        if (s.rewire_rounds > 1 && s.rank == m.rejoined && !renew_endpoints(self)) return;
         for (auto* t : s.transports) dropped += t->begin_generation(m.generation);
         const int buddy = m.rejoined >= 0 ? (m.rejoined + 1) % s.nodes : -1;
         if (m.refill_step >= 0 && s.wards && (s.rank == m.rejoined || s.rank == buddy))
@@ -461,7 +555,11 @@ caf::behavior running(NodeSelf* self) {
           s.copies_pending = 0;
           return;
         }
-        if (--s.copies_pending > 0) return;
+        if (--s.copies_pending > 0) {
+          spdlog::info("node {}: the buddy copy of local slot {} crossed ({} to go)", s.rank, m.slot, s.copies_pending);
+          return;
+        }
+        spdlog::info("node {}: the buddy copies crossed (generation {})", s.rank, s.generation);
         std::uint64_t restored = 0;
         if (s.rejoining)
           for (int i = 0; i < local_actors(s); ++i) restored += s.recovery->bytes(i);
@@ -491,11 +589,11 @@ caf::behavior running(NodeSelf* self) {
         auto& s = self->state;
         const auto& sender = self->current_sender();
         if (!sender || sender->node() != self->system().node() || !s.rejoining) return;
-        self->send(m.node0, msg::Rejoin{s.rank});
+        self->send(m.host, msg::Rejoin{s.rank});
       },
-      [self](const msg::Rejoin& m) {  // on node 0: for the coordinator, which checks it
+      [self](const msg::Rejoin& m) {  // on the coordinator's node: for the coordinator, which checks it
         auto& s = self->state;
-        if (!s.coordinator || s.rank != 0) {
+        if (!s.coordinator || s.coordinator.node() != self->system().node()) {
           ++s.foreign;
           return;
         }
@@ -548,8 +646,19 @@ caf::behavior running(NodeSelf* self) {
                       std::to_string(s.job.health.heartbeat_ms) + ")",
                   s.rank};
         VerdictRecord("node " + std::to_string(s.rank) + ": ", s.files.metrics, "").record(v);
-        spdlog::error("node {}: stopping", s.rank);
-        fail_all_transfers(s);
+        lose_coordinator(self, "its heartbeats unanswered for " + std::to_string(m.silent_ms) + " ms");
+      },
+      [self](const TryLease& m) {  // N-8
+        auto& s = self->state;
+        if (self->current_sender() != self->ctrl() || !s.orphaned || m.epoch != s.orphan_epoch) return;
+        s.succession->take_over(caf::actor_cast<caf::actor>(self), s.coordinator_rank, process_of(s.coordinator),
+                                s.generation);
+      },
+      [self](const SuccessionDeadline& m) {  // N-8
+        auto& s = self->state;
+        if (self->current_sender() != self->ctrl() || !s.orphaned || m.epoch != s.orphan_epoch) return;
+        spdlog::error("node {}: no node took over the coordinator of node {} within {} ms; stopping", s.rank,
+                      s.coordinator_rank, s.job.health.peer_timeout_ms + s.nodes * kSuccessionStaggerMs);
         stop(self, 1);
       },
       [self](msg::HoldOver) {  // N-3: the Plan is overdue
@@ -569,15 +678,15 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config) {
   return sys.spawn(node_actor, std::move(config));
 }
 
-void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system,
-                  std::vector<std::string> ucx) {
+void tell_members(caf::actor_system& sys, const caf::actor& node, int coordinator_rank,
+                  const std::string& coordinator_system, std::vector<std::string> ucx) {
   caf::scoped_actor main_thread{sys};
-  main_thread->send(node, KnownMembers{coordinator_system, std::move(ucx)});
+  main_thread->send(node, KnownMembers{coordinator_rank, coordinator_system, std::move(ucx)});
 }
 
-void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& node0) {
+void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& host) {
   caf::scoped_actor main_thread{sys};
-  main_thread->send(node, RejoinVia{node0});
+  main_thread->send(node, RejoinVia{host});
 }
 
 }  // namespace troupe

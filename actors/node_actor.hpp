@@ -19,6 +19,7 @@ class UcxTransport;
 class SnapshotPool;
 class RecoverySnapshots;
 class ProgressBoard;
+class Succession;
 
 struct NodeActorConfig {
   int rank = 0;   ///< the node's
@@ -37,6 +38,7 @@ struct NodeActorConfig {
   std::shared_ptr<std::atomic<bool>> stopped;   ///< set when the node stops (its shutdown is then bounded)
   std::shared_ptr<RecoverySnapshots> recovery;  ///< rollback points, when the job recovers (recovery.*)
   std::shared_ptr<RecoverySnapshots> wards;     ///< buddy copies of the previous node's actors (recovery.buddy)
+  std::shared_ptr<Succession> succession;      ///< takes the coordinator's lease when its node is lost (N-8; recovery)
   bool rejoining = false;  ///< a restarted process: its actors start at the recovery's Redo, not at the Plan
 };
 
@@ -44,17 +46,18 @@ struct NodeActorConfig {
 /// (tell_members), which run_node learns at rendezvous.
 caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config);
 
-/// Tells the node actor which actor system hosts the coordinator: node 0's,
-/// as caf::to_string of its node id, which node 0 published at rendezvous.
+/// Tells the node actor which actor system hosts the coordinator (node
+/// `coordinator_rank`'s, as caf::to_string of its node id, which that node
+/// published in Redis; node 0 at the job's start).
 /// Only a local actor can send this: the message type is never announced, so
 /// it cannot arrive from the network. `ucx`: every actor's UCX worker address
 /// (by actor rank), as published at rendezvous.
-void tell_members(caf::actor_system& sys, const caf::actor& node, const std::string& coordinator_system,
-                  std::vector<std::string> ucx);
+void tell_members(caf::actor_system& sys, const caf::actor& node, int coordinator_rank,
+                  const std::string& coordinator_system, std::vector<std::string> ucx);
 
-/// A restarted node (`rejoining`) announces itself to node 0's node actor,
-/// which hands it to the coordinator (from the node actor, so that the
-/// coordinator learns its handle).
-void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& node0);
+/// A restarted node (`rejoining`) announces itself to the node actor of the
+/// node hosting the coordinator, which hands it to the coordinator (from the
+/// node actor, so that the coordinator learns its handle).
+void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& host);
 
 }  // namespace troupe

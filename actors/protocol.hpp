@@ -5,8 +5,9 @@
 //  P-1  Every message that concerns the job carries the membership generation;
 //       a receiver drops (and counts) a message of an older generation.
 //  P-2  A node acts on coordinator messages (Plan, PeerLost, Finish) only from
-//       the job's node 0 as recorded at rendezvous, and after the first Plan
-//       only from that Plan's sender; on work-actor reports only from the work
+//       the job's node 0 as recorded at rendezvous (or the successor that
+//       holds the coordinator's lease, SV-10), and after the first Plan only
+//       from that Plan's sender; on work-actor reports only from the work
 //       actors it spawned. Anything else is dropped and counted.
 //  P-3  Every index a message carries (node, actor) is range-checked before
 //       use; an out-of-range index is dropped and counted like a non-member.

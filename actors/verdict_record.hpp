@@ -16,7 +16,8 @@ namespace troupe {
 class VerdictRecord {
  public:
   /// `log_prefix` starts the log line ("coordinator: "); empty paths record nothing there.
-  VerdictRecord(std::string log_prefix, std::string metrics_path, std::string trace_path);
+  /// A successor coordinator's (SV-10) trace part is its own (`successor`: the generation it took over in).
+  VerdictRecord(std::string log_prefix, std::string metrics_path, std::string trace_path, std::uint64_t successor = 0);
   /// Logs `v`, appends it to the metrics, and writes the verdicts' trace part.
   void record(const Verdict& v);
   /// The trace's clock (µs), for spans of what follows a verdict.
@@ -27,6 +28,7 @@ class VerdictRecord {
 
  private:
   std::string log_prefix_, metrics_path_, trace_path_;
+  std::uint64_t successor_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   TraceWriter trace_;  ///< created with the job, so its times line up with the stage actors'
 };

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -15,21 +16,21 @@ using namespace troupe::testing;
 
 namespace {
 
-// pp = 2 x dp = 2 on two launched nodes, `steps` steps, weights saved to `save`.
+// `cfg` on `nodes` launched nodes (two by default), weights saved to `save`.
 std::string launch(const std::string& cfg, const std::string& save, const std::string& metrics,
-                   const std::string& extra) {
-  return troupe_bin() + " launch " + cfg + " --nodes 2 --save " + save + " --metrics " + metrics + " " + extra +
-         "";
+                   const std::string& extra, int nodes = 2) {
+  return troupe_bin() + " launch " + cfg + " --nodes " + std::to_string(nodes) + " --save " + save + " --metrics " +
+         metrics + " " + extra;
 }
 
-// A tiny pp = 2 x dp = 2 job of `steps` steps over a prepared synthetic corpus, with `extra` config; its path.
-std::string tiny_job(const ScratchDir& dir, const std::string& extra, int steps = 8) {
+// A tiny pp = 2 x dp = `dp` job of `steps` steps over a prepared synthetic corpus, with `extra` config; its path.
+std::string tiny_job(const ScratchDir& dir, const std::string& extra, int steps = 8, int dp = 2) {
   write_file(dir / "corpus.txt", synthetic_text(40000));
   REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
   const std::string cfg = dir / "job.toml";
   write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = " +
                       std::to_string(steps) + "\n"
-                  "eval_every = 0\n[parallel]\ndp = 2\npp = 2\nmicrobatches = 2\n" + extra +
+                  "eval_every = 0\n[parallel]\ndp = " + std::to_string(dp) + "\npp = 2\nmicrobatches = 2\n" + extra +
                   "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
   return cfg;
 }
@@ -45,12 +46,36 @@ std::vector<double> losses(const std::string& path) {
   return out;
 }
 
+// The recovery's phases on the merged trace: detect, place, abort, rewire
+// (with the restore's source and bytes), redo.
+void check_recovery_trace(const std::string& path, const std::string& source) {
+  auto trace = nlohmann::json::parse(slurp(path), nullptr, false);
+  REQUIRE_FALSE(trace.is_discarded());
+  std::set<std::string> phases;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") != "recovery") continue;
+    phases.insert(e["name"].get<std::string>());
+    if (e["name"] == "rewire") {
+      CHECK(e["args"]["restore_source"] == source);
+      CHECK(e["args"]["restored_mb"].get<double>() > 0);
+    }
+    if (e["name"] == "redo") CHECK(e["args"]["through_step"].get<int>() >= e["args"]["from_step"].get<int>());
+  }
+  CHECK(phases == std::set<std::string>{"detect", "place", "abort", "rewire", "redo"});
+}
+
+// A step in [lo, hi], drawn afresh in each run (the test names it on failure).
+int random_step(int lo, int hi) {
+  static std::mt19937 draw{std::random_device{}()};
+  return std::uniform_int_distribution<int>(lo, hi)(draw);
+}
+
 // A finite figure, not negative.
 bool figure_or_zero(const nlohmann::json& x) { return x.is_number() && std::isfinite(x.get<double>()) && x.get<double>() >= 0; }
 
 // The fault-free run of `cfg`: clean.safetensors and clean.jsonl in `dir`.
-void run_fault_free(const ScratchDir& dir, const std::string& cfg) {
-  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", ""));
+void run_fault_free(const ScratchDir& dir, const std::string& cfg, int nodes = 2) {
+  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", "", nodes));
   INFO(clean.err);
   REQUIRE(clean.exit_code == 0);
 }
@@ -70,9 +95,11 @@ TEST_CASE("a stage actor's exception is recovered in place: fault-free weights a
   run_fault_free(dir, cfg);
   const auto expected = losses(dir / "clean.jsonl");
   REQUIRE(expected.size() == 8);
-  // Actor 1 and actor 3 (the two stages of a replica, Megatron order), at several steps; two faults in one run.
-  for (const std::string faults : {"--fault kind=exception,actor=1,step=3",
-                                   "--fault kind=exception,actor=3,step=1 --fault kind=exception,actor=0,step=6"}) {
+  // Actor 1 and actor 3 (the two stages of a replica, Megatron order), at random steps; two faults in one run.
+  const int a = random_step(0, 7), b = random_step(0, 3), c = random_step(b + 1, 7);
+  for (const std::string faults : {"--fault kind=exception,actor=1,step=" + std::to_string(a),
+                                   "--fault kind=exception,actor=3,step=" + std::to_string(b) +
+                                       " --fault kind=exception,actor=0,step=" + std::to_string(c)}) {
     INFO(faults);
     const std::string save = dir / "fault.safetensors", metrics = dir / "fault.jsonl";
     std::filesystem::remove(metrics);
@@ -103,12 +130,27 @@ TEST_CASE("a stalled stage actor is judged stuck and replaced, and the weights a
   ScratchDir dir("recstall");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n[health]\nprogress_timeout_ms = 2000\n");
   run_fault_free(dir, cfg);
-  auto stalled = run(launch(cfg, dir / "stall.safetensors", dir / "stall.jsonl", "--fault kind=stall,actor=2,step=3"));
+  const int step = random_step(1, 6);
+  INFO("stalled at step " << step);
+  auto stalled = run(launch(cfg, dir / "stall.safetensors", dir / "stall.jsonl",
+                            "--fault kind=stall,actor=2,step=" + std::to_string(step) + " --trace " + (dir / "stall.trace.json")));
   INFO(stalled.err);
   REQUIRE(stalled.exit_code == 0);
   CHECK(stalled.err.find("verdict stuck_actor: node 1, stage actor 2") != std::string::npos);
   CHECK(stalled.err.find("coordinator: recovered: stage actor 2") != std::string::npos);
   check_fault_free(dir, "stall");
+  // The detection's span reaches back to the actor's last progress: the judged 2 s without it.
+  auto trace = nlohmann::json::parse(slurp(dir / "stall.trace.json"), nullptr, false);
+  REQUIRE_FALSE(trace.is_discarded());
+  int detects = 0;
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("cat", "") == "recovery" && e["name"] == "detect") {
+      ++detects;
+      CHECK(e["args"]["kind"] == "stuck_actor");
+      CHECK(e["dur"].get<double>() >= 2000e3);  // µs
+      CHECK(e["args"]["silent_ms"].get<double>() * 1e3 <= e["dur"].get<double>());
+    }
+  CHECK(detects == 1);
 }
 
 TEST_CASE("past recovery.max_failures_per_hour the next failure ends the job, saying why", "[recovery]") {
@@ -129,26 +171,15 @@ TEST_CASE("a killed node process is restarted and its actors restored from their
   // No checkpoint at all: the new process's state comes from node 0's memory (recovery.buddy, on by default).
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
   run_fault_free(dir, cfg);
+  const int step = random_step(2, 10);
+  INFO("killed at step " << step);
   auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
-                           "--fault kind=kill,node=1,step=7 --trace " + (dir / "kill.trace.json")));
+                           "--fault kind=kill,node=1,step=" + std::to_string(step) + " --trace " + (dir / "kill.trace.json")));
   INFO(killed.err);
   REQUIRE(killed.exit_code == 0);
   CHECK(killed.err.find("troupe launch: node 1 was killed by signal 9; restarting it (0 restarts left)") != std::string::npos);
   CHECK(killed.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 0") != std::string::npos);
-  // The recovery's phases on the trace: place, abort, rewire (with the restore's source and bytes), redo.
-  auto trace = nlohmann::json::parse(slurp(dir / "kill.trace.json"), nullptr, false);
-  REQUIRE_FALSE(trace.is_discarded());
-  std::set<std::string> phases;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e.value("cat", "") != "recovery") continue;
-    phases.insert(e["name"].get<std::string>());
-    if (e["name"] == "rewire") {
-      CHECK(e["args"]["restore_source"] == "buddy node 0");
-      CHECK(e["args"]["restored_mb"].get<double>() > 0);
-    }
-    if (e["name"] == "redo") CHECK(e["args"]["through_step"].get<int>() >= e["args"]["from_step"].get<int>());
-  }
-  CHECK(phases == std::set<std::string>{"place", "abort", "rewire", "redo"});
+  check_recovery_trace(dir / "kill.trace.json", "buddy node 0");
   check_fault_free(dir, "kill");
   // The recovery's metrics name the source and the bytes; each step's line the copy's cost.
   bool recovered = false, costed = false;
@@ -159,7 +190,7 @@ TEST_CASE("a killed node process is restarted and its actors restored from their
       recovered = true;
       CHECK(j["recovery"]["source"] == "buddy");
       CHECK(j["recovery"]["restored_mb"].get<double>() > 0);
-      CHECK(j["recovery"]["rollback_step"].get<int>() >= 6);  // a host-memory step, not step 0
+      CHECK(j["recovery"]["rollback_step"].get<int>() >= step - 1);  // a host-memory step, not step 0
     }
     if (j.contains("buddy_copy_mb")) {
       costed = true;
@@ -171,6 +202,115 @@ TEST_CASE("a killed node process is restarted and its actors restored from their
   CHECK(costed);
 }
 
+TEST_CASE("SV-10: node 0, the coordinator's host, killed: node 1 takes the lease and node 0's new process rejoins, bit for bit",
+          "[recovery]") {
+  ScratchDir dir("reccoord");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
+  run_fault_free(dir, cfg);
+  const int step = random_step(4, 10);
+  INFO("node 0 killed at step " << step);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
+                           "--fault kind=kill,node=0,step=" + std::to_string(step) + " --trace " + (dir / "kill.trace.json")));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  CHECK(killed.err.find("troupe launch: node 0 was killed by signal 9; restarting it (0 restarts left)") != std::string::npos);
+  CHECK(killed.err.find("node 1: took the coordinator's lease from node 0") != std::string::npos);
+  CHECK(killed.err.find("verdict coordinator_loss: node 0") != std::string::npos);
+  CHECK(killed.err.find("coordinator: node 0 rejoined") != std::string::npos);
+  CHECK(killed.err.find("replaced on node 0 (a restarted process) from its buddy copies on node 1") != std::string::npos);
+  check_fault_free(dir, "kill");
+  CHECK(slurp(dir / "kill.jsonl").find("\"kind\":\"coordinator_loss\"") != std::string::npos);
+  check_recovery_trace(dir / "kill.trace.json", "buddy node 1");  // the successor's own part of the trace
+  CHECK(slurp(dir / "kill.trace.json").find("health verdicts (successor coordinator, generation 2)") != std::string::npos);
+}
+
+TEST_CASE("SV-10: the lease moves twice, from node 0 to node 1 and back to node 0's new process, bit for bit",
+          "[recovery]") {
+  ScratchDir dir("reccoord3");
+  // Three nodes: node 2 follows each successor it did not connect to before.
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 2\n", 12, 3);
+  run_fault_free(dir, cfg, 3);
+  const int first = random_step(3, 6), second = random_step(first + 2, 10);
+  INFO("node 0 killed at step " << first << ", node 1 at step " << second);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
+                           "--fault kind=kill,node=0,step=" + std::to_string(first) +
+                               " --fault kind=kill,node=1,step=" + std::to_string(second), 3));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  CHECK(killed.err.find("node 1: took the coordinator's lease from node 0") != std::string::npos);
+  CHECK(killed.err.find("node 2: node 1 coordinates the job now") != std::string::npos);
+  CHECK(killed.err.find("node 0: took the coordinator's lease from node 1") != std::string::npos);
+  CHECK(killed.err.find("node 2: node 0 coordinates the job now") != std::string::npos);
+  CHECK(killed.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 2") != std::string::npos);
+  check_fault_free(dir, "kill");
+  // Without a restart left, the successor ends the job saying why.
+  const std::string none = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n", 12, 3);
+  auto ended = run(launch(none, dir / "w.safetensors", dir / "m.jsonl", "--fault kind=kill,node=0,step=4", 3));
+  INFO(ended.err);
+  CHECK(ended.exit_code != 0);
+  CHECK(ended.err.find("node 1: took the coordinator's lease from node 0") != std::string::npos);
+  CHECK(ended.err.find("coordinator: no replacement for node 0: recovery.restarts used up (or none configured) and no "
+                       "spare waiting") != std::string::npos);
+  CHECK(ended.err.find("node 2: the job failed: coordinator_loss: node 0") != std::string::npos);
+}
+
+TEST_CASE("SV-11: a node killed during a stage actor's recovery, node 1 or node 0 (the coordinator's host), bit for bit",
+          "[recovery]") {
+  ScratchDir dir("recduring");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
+  run_fault_free(dir, cfg);
+  const int step = random_step(3, 9);
+  INFO("the exception at step " << step);
+  // Stage actor 0 (node 0) throws; node 1 dies as it hears the Recover.
+  auto one = run(launch(cfg, dir / "one.safetensors", dir / "one.jsonl",
+                        "--fault kind=exception,actor=0,step=" + std::to_string(step) +
+                            " --fault kind=kill,node=1,when=recovery"));
+  INFO(one.err);
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.err.find("fault drill: node 1 kills itself (SIGKILL) during a recovery") != std::string::npos);
+  CHECK(one.err.find("coordinator: node 1 lost during the recovery from actor_exception: node 0, stage actor 0") !=
+        std::string::npos);
+  CHECK(one.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 0") != std::string::npos);
+  check_fault_free(dir, "one");
+  // Stage actor 2 (node 1) throws; node 0, which hosts the coordinator, dies as it hears the Recover.
+  auto zero = run(launch(cfg, dir / "zero.safetensors", dir / "zero.jsonl",
+                         "--fault kind=exception,actor=2,step=" + std::to_string(step) +
+                             " --fault kind=kill,node=0,when=recovery"));
+  INFO(zero.err);
+  REQUIRE(zero.exit_code == 0);
+  CHECK(zero.err.find("fault drill: node 0 kills itself (SIGKILL) during a recovery") != std::string::npos);
+  CHECK(zero.err.find("node 1: took the coordinator's lease from node 0") != std::string::npos);
+  CHECK(zero.err.find("replaced on node 0 (a restarted process) from its buddy copies on node 1") != std::string::npos);
+  check_fault_free(dir, "zero");
+}
+
+TEST_CASE("SV-12: a stopped node, node 1 or node 0 (the coordinator's host), is killed at the coordinator's word, "
+          "restarted and restored, bit for bit",
+          "[recovery]") {
+  ScratchDir dir("recfence");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
+  run_fault_free(dir, cfg);
+  const int step = random_step(3, 9);
+  INFO("stopped at step " << step);
+  auto one = run(launch(cfg, dir / "one.safetensors", dir / "one.jsonl", "--fault kind=hang,node=1,step=" + std::to_string(step)));
+  INFO(one.err);
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.err.find("verdict hung_process: node 1") != std::string::npos);
+  CHECK(one.err.find("troupe launch: node 1 does not answer (the coordinator's verdict); killing it so that it is restarted") !=
+        std::string::npos);
+  CHECK(one.err.find("replaced on node 1 (a restarted process) from its buddy copies on node 0") != std::string::npos);
+  check_fault_free(dir, "one");
+  auto zero = run(launch(cfg, dir / "zero.safetensors", dir / "zero.jsonl", "--fault kind=hang,node=0,step=" + std::to_string(step)));
+  INFO(zero.err);
+  REQUIRE(zero.exit_code == 0);
+  CHECK(zero.err.find("node 1: lost the coordinator on node 0 (its heartbeats unanswered") != std::string::npos);
+  CHECK(zero.err.find("node 1: took the coordinator's lease from node 0") != std::string::npos);
+  CHECK(zero.err.find("troupe launch: node 0 does not answer (the coordinator's verdict); killing it so that it is restarted") !=
+        std::string::npos);
+  CHECK(zero.err.find("replaced on node 0 (a restarted process) from its buddy copies on node 1") != std::string::npos);
+  check_fault_free(dir, "zero");
+}
+
 TEST_CASE("a killed node's place is taken by a waiting spare, restored from its buddy copies, bit for bit", "[recovery]") {
   ScratchDir dir("recspare");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nspares = 1\n", 12);
@@ -180,7 +320,9 @@ TEST_CASE("a killed node's place is taken by a waiting spare, restored from its 
   REQUIRE(clean.exit_code == 0);
   CHECK(clean.err.find("[spare 0] ") != std::string::npos);
   CHECK(clean.err.find("ended without needing it") != std::string::npos);
-  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl", "--fault kind=kill,node=1,step=6"));
+  const int step = random_step(2, 10);
+  INFO("killed at step " << step);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl", "--fault kind=kill,node=1,step=" + std::to_string(step)));
   INFO(killed.err);
   REQUIRE(killed.exit_code == 0);
   CHECK(killed.err.find("troupe launch: node 1 was killed by signal 9; a spare takes its place") != std::string::npos);
@@ -189,6 +331,14 @@ TEST_CASE("a killed node's place is taken by a waiting spare, restored from its 
   CHECK(killed.err.find("from its buddy copies on node 0") != std::string::npos);
   check_fault_free(dir, "kill");
   CHECK(slurp(dir / "kill.jsonl").find("\"replaced_by\":\"spare ") != std::string::npos);
+  // Node 0, the coordinator's host: node 1's successor hands its rank to the spare.
+  auto zero = run(launch(cfg, dir / "zero.safetensors", dir / "zero.jsonl",
+                         "--fault kind=kill,node=0,step=" + std::to_string(random_step(2, 10))));
+  INFO(zero.err);
+  REQUIRE(zero.exit_code == 0);
+  CHECK(zero.err.find("node 1: took the coordinator's lease from node 0") != std::string::npos);
+  CHECK(zero.err.find("replaced on node 0 (spare ") != std::string::npos);
+  check_fault_free(dir, "zero");
   // A spare is given its rank, never asked for one.
   auto bad = run(troupe_bin() + " node " + cfg + " --redis redis://127.0.0.1:1 --nodes 2 --spare --node-rank 1");
   CHECK(bad.exit_code != 0);
@@ -254,6 +404,9 @@ TEST_CASE("a node killed with no restart left, or with no checkpoint to restore,
   CHECK(twice.err.find("coordinator: recovered: every stage actor of node 1") != std::string::npos);
   CHECK(twice.err.find("verdict process_death: node 1") != std::string::npos);
   CHECK(twice.err.find("coordinator: no replacement for node 1: recovery.restarts used up") != std::string::npos);
+  // It stops at its last checkpoint, saying where to go on from.
+  CHECK(twice.err.find("; the newest checkpoint is " + ck + "/step-") != std::string::npos);
+  CHECK(twice.err.find(": run the job again with --resume latest to go on from there") != std::string::npos);
   // No checkpoint: nothing to restore a new process from.
   const std::string none = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\nbuddy = false\n");
   auto bare = run(launch(none, dir / "w.safetensors", dir / "m.jsonl", "--fault kind=kill,node=1,step=3"));
@@ -266,20 +419,20 @@ TEST_CASE("a node killed with no restart left, or with no checkpoint to restore,
 TEST_CASE("bench recovery: every kind of fault recovered, its phases timed, the weights checked", "[recovery][bench]") {
   ScratchDir dir("benchrec");
   const std::string cfg = tiny_job(dir, "");
-  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg + " --faults 3 --steps-between 6");
+  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg + " --faults 4 --steps-between 6");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   REQUIRE_FALSE(j.is_discarded());
   INFO(j.dump());
-  CHECK(j["faults"] == 3);
-  CHECK(j["recovered"].get<int>() >= 3);  // a killed node may first be judged silent (one recovery all the same)
+  CHECK(j["faults"] == 4);
+  CHECK(j["recovered"].get<int>() >= 4);  // a killed node may first be judged silent (one recovery all the same)
   CHECK(j["exit_code"] == 0);
   CHECK(j["weights_identical"] == true);
   CHECK(j["losses_identical"] == true);
   CHECK(j["goals"]["every_fault_recovered"] == true);
-  REQUIRE(j["per_fault"].size() == 3);
-  for (const std::string kind : {"exception", "stall", "kill"}) {
+  REQUIRE(j["per_fault"].size() == 4);
+  for (const std::string kind : {"exception", "stall", "kill", "coordinator_kill"}) {
     const auto& k = j["by_kind"][kind];
     INFO(kind);
     CHECK(k["detect_ms"]["median"].get<double>() >= 0);
@@ -288,6 +441,8 @@ TEST_CASE("bench recovery: every kind of fault recovered, its phases timed, the 
   }
   CHECK(j["per_fault"][2]["source"] == "buddy");  // the killed node's new process: from the next node's memory
   CHECK(j["per_fault"][2]["restored_mb"].get<double>() > 0);
+  CHECK(j["per_fault"][3]["node"] == 0);  // node 0's process, which hosted the coordinator
+  CHECK(j["per_fault"][3]["source"] == "buddy");
   CHECK(j["per_fault"][0]["source"] == "memory");
   CHECK(figure_or_zero(j["snapshot_cost"]["stall_ms"]["median"]));
   CHECK(j["snapshot_cost"]["mb_per_actor"].get<double>() > 0);
@@ -302,8 +457,10 @@ TEST_CASE("two actors failing in the same step are both replaced, bit for bit", 
   ScratchDir dir("rectwo");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n");
   run_fault_free(dir, cfg);
+  const std::string step = std::to_string(random_step(0, 7));
+  INFO("both at step " << step);
   auto r = run(launch(cfg, dir / "two.safetensors", dir / "two.jsonl",
-                      "--fault kind=exception,actor=1,step=4 --fault kind=exception,actor=2,step=4"));
+                      "--fault kind=exception,actor=1,step=" + step + " --fault kind=exception,actor=2,step=" + step));
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.err.find("verdict actor_exception: node 0, stage actor 1") != std::string::npos);

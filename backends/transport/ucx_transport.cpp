@@ -594,6 +594,32 @@ Status UcxTransport::reconnect(int peer, const std::string& address) {
   return done.get();
 }
 
+std::string UcxTransport::describe() const {
+  std::string out;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    out = "rank " + std::to_string(impl_->rank) + ": " + std::to_string(impl_->queue.size()) + " queued, " +
+          std::to_string(impl_->drivers.load()) + " driving, progress thread " +
+          (impl_->sleeping.load() ? "asleep" : "awake");
+  }
+  std::unique_lock<std::mutex> worker(impl_->worker_mu, std::defer_lock);
+  for (int i = 0; i < 100 && !worker.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
+  if (!worker.owns_lock()) return out + "; the worker is busy";
+  char gen[32];
+  std::snprintf(gen, sizeof gen, "0x%llx", static_cast<unsigned long long>(impl_->generation_bits >> kTagBits));
+  out += "; generation bits " + std::string(gen) + "; " + std::to_string(impl_->inflight.size()) + " in flight";
+  int shown = 0;
+  for (const auto& [r, owned] : impl_->inflight) {
+    if (++shown > 8) break;
+    char tag[32];
+    std::snprintf(tag, sizeof tag, "0x%llx", static_cast<unsigned long long>(r->op.tag));
+    out += std::string(shown == 1 ? ": " : ", ") + (r->op.kind == Impl::Kind::send ? "send to " : "recv from ") +
+           std::to_string(r->op.peer) + " tag " + tag + " (" + std::to_string(r->op.bytes) + " B" +
+           (r->op.done ? "" : ", reported") + (impl_->failed[static_cast<std::size_t>(r->op.peer)] ? ", peer failed" : "") + ")";
+  }
+  return out;
+}
+
 void UcxTransport::mark_failed(int peer) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

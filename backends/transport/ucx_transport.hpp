@@ -68,6 +68,10 @@ class UcxTransport final : public Transport {
   /// endpoint is closed (what was in flight to it fails) and one to its
   /// worker `address` opened. Then begin_generation revives it.
   Status reconnect(int peer, const std::string& address);
+  /// What the transport is doing, for a diagnosis in the log: queued
+  /// operations, drivers, whether its progress thread sleeps, the generation
+  /// and each operation in flight (kind, peer, tag).
+  std::string describe() const;
 
   struct Impl;
 

@@ -1,0 +1,91 @@
+// The coordinator's state and the functions its two files share
+// (coordinator.cpp: plan, reports, heartbeats, verdicts;
+// coordinator_recovery.cpp: recoveries). Internal to the coordinator.
+#pragma once
+
+#include <caf/all.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/coordinator.hpp"
+#include "actors/protocol.hpp"
+#include "actors/verdict_record.hpp"
+#include "runtime/health_judge.hpp"
+
+namespace troupe::coordinator_detail {
+
+struct CoordinatorState {
+  CoordinatorConfig cfg;
+  std::vector<bool> done, alive;
+  int done_count = 0;
+  std::optional<Verdict> from_peer_failure;  ///< held for kBlameGraceMs (SV-6)
+  std::optional<HealthJudge> judge;  ///< SV-7
+  std::shared_ptr<VerdictRecord> verdicts;  ///< SV-7
+  HealthJudge::Clock::time_point start;
+  std::uint64_t stale = 0, foreign = 0;
+  std::uint64_t heartbeats = 0;
+  std::int64_t health_cpu_ns = 0;  ///< spent on heartbeats and health checks (for bench health)
+  bool finished = false;
+  // SV-8: the recovery in progress, and when the past ones began (the budget).
+  struct Recovery {
+    Verdict verdict;
+    HealthJudge::Clock::time_point began, aborted_at;
+    double began_us = 0, aborted_us = 0;  ///< on the trace's clock
+    std::vector<bool> aborted, rewired;
+    std::vector<std::vector<std::vector<int>>> steps, wards;  ///< per node: its actors' rollback points, its buddy copies'
+    int step = -1;
+    bool refill = false;  ///< the restarted node's actors restore their buddy copies (N-7)
+    std::uint64_t restored_bytes = 0;
+    std::uint64_t first_generation = 0;  ///< the recovery's own (its deadline's)
+    int rewires = 0;                     ///< Rewire rounds sent (SV-9)
+    std::string replacement;             ///< what replaces a lost process ("a restarted process", "spare ID")
+    std::uint64_t dropped = 0;
+    int awaiting = -1;                   ///< a node whose killed process must rejoin first
+    std::vector<std::string> addresses;  ///< its actors' new UCX addresses, once it did
+    std::string checkpoint;              ///< where everyone restores from ("" = host memory)
+  };
+  std::optional<Recovery> recovery;
+  std::vector<HealthJudge::Clock::time_point> recoveries;
+  static inline const char* name = "troupe.coordinator";
+};
+
+using Self = caf::stateful_actor<CoordinatorState>;
+
+// Every node this coordinator has a handle of (a successor has none of the lost node until it rejoins).
+template <class Message>
+void tell_every_node(Self* self, const Message& m) {
+  for (auto& node : self->state.cfg.nodes)
+    if (node) self->send(node, m);
+}
+
+// SV-4: only the coordinator ends the job.
+void finish(Self* self, bool ok, const std::string& reason);
+// SV-2: bump the generation in Redis first, then tell the survivors that `node` is lost.
+void lose_node(Self* self, int node, const std::string& why);
+// SV-2: the generation, bumped in Redis first; with `began_recovery` the recovery's start is recorded (LE-3).
+std::uint64_t bump(CoordinatorState& st, bool began_recovery = false);
+// SV-7: a verdict that ends the job.
+void conclude(Self* self, const Verdict& v);
+
+// --- coordinator_recovery.cpp ----------------------------------------------
+
+std::int64_t unix_ms();
+/// SV-8: may a stage actor's failure be replaced (no recovery under way, within the budget)?
+bool recoverable(Self* self, const Verdict& v);
+/// SV-8, SV-11: may node `v.node`'s lost process be replaced?
+bool node_recoverable(Self* self, const Verdict& v);
+void begin_recovery(Self* self, const Verdict& v, int deadline_ms = -1);
+/// Who replaces node `node`'s lost process ("a restarted process", "spare ID"), if anyone.
+std::optional<std::string> place_replacement(Self* self, int node);
+void begin_node_recovery(Self* self, const Verdict& v, const std::string& replacement);
+void on_rejoin(Self* self, const msg::Rejoin& m);
+void on_node_aborted(Self* self, const msg::NodeAborted& m);
+void on_rewired(Self* self, const msg::Rewired& m);
+void on_copies_deadline(Self* self, const msg::CopiesDeadline& m);
+void on_recovery_deadline(Self* self, const msg::RecoveryDeadline& m);
+/// SV-10: a successor's first act.
+void succeed(Self* self);
+
+}  // namespace troupe::coordinator_detail
