@@ -193,13 +193,30 @@ static int rollback_step(CoordinatorState::Recovery& r) {
 // then everyone restores the newest checkpoint instead, if there is one.
 constexpr int kCopiesTimeoutMs = 2000, kCopyRounds = 3;
 
+// N-9: the renewed workers' addresses replace the old ones in Redis, where a
+// process restarted in a later recovery reads them. A failure is logged: the
+// job goes on, and that later process would wait on the old address.
+static void republish_renewed(CoordinatorState& st) {
+  auto& r = *st.recovery;
+  if (r.renewed_ranks.empty()) return;
+  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
+  const int k = r.actors_per_node;
+  for (std::size_t i = 0; i < r.renewed_ranks.size(); ++i) {
+    const int rank = r.renewed_ranks[i];
+    auto st_ok = redis ? republish_ucx(*redis, st.cfg.job_id, rank / k, rank % k, r.renewed_addresses[i]) : Status(redis.error());
+    if (!st_ok) spdlog::error("coordinator: the renewed UCX address of stage actor {} is not in Redis: {}", rank, st_ok.error().message);
+  }
+}
+
 static void send_rewire(Self* self) {
   auto& st = self->state;
   auto& r = *st.recovery;
   ++r.rewires;
   const int rejoined = r.addresses.empty() ? -1 : r.verdict.node;
   const int refill_step = r.refill ? r.step : -1;
-  tell_every_node(self, msg::Rewire{st.cfg.generation, rejoined, r.addresses, refill_step});
+  if (r.rewires == 1) republish_renewed(st);
+  tell_every_node(self, msg::Rewire{st.cfg.generation, rejoined, r.addresses, refill_step, r.renewed_ranks,
+                                    r.renewed_addresses});
   if (r.refill) self->delayed_send(self, std::chrono::milliseconds(kCopiesTimeoutMs), msg::CopiesDeadline{st.cfg.generation});
 }
 
@@ -242,7 +259,16 @@ void on_node_aborted(Self* self, const msg::NodeAborted& m) {
   auto& st = self->state;
   if (!st.recovery || st.recovery->aborted[static_cast<std::size_t>(m.node)]) return;
   auto& r = *st.recovery;
+  const auto k = static_cast<std::int32_t>(m.snapshot_steps.size());
+  if (m.renewed_ranks.size() != m.renewed_addresses.size() ||
+      std::any_of(m.renewed_ranks.begin(), m.renewed_ranks.end(), [&](std::int32_t a) { return a / std::max(k, 1) != m.node || a < 0; })) {
+    ++st.foreign;  // P-3: a node renews only its own actors' workers
+    return;
+  }
   r.aborted[static_cast<std::size_t>(m.node)] = true;
+  r.actors_per_node = std::max(k, 1);
+  r.renewed_ranks.insert(r.renewed_ranks.end(), m.renewed_ranks.begin(), m.renewed_ranks.end());
+  r.renewed_addresses.insert(r.renewed_addresses.end(), m.renewed_addresses.begin(), m.renewed_addresses.end());
   for (auto& steps : m.snapshot_steps) r.steps[static_cast<std::size_t>(m.node)].emplace_back(steps.begin(), steps.end());
   for (auto& steps : m.ward_steps) r.wards[static_cast<std::size_t>(m.node)].emplace_back(steps.begin(), steps.end());
   if (std::find(r.aborted.begin(), r.aborted.end(), false) != r.aborted.end()) return;

@@ -44,6 +44,9 @@ struct CoordinatorState {
     std::uint64_t dropped = 0;
     int awaiting = -1;                   ///< a node whose killed process must rejoin first
     std::vector<std::string> addresses;  ///< its actors' new UCX addresses, once it did
+    std::vector<std::int32_t> renewed_ranks;     ///< survivors' actors with new UCX workers (N-9) ...
+    std::vector<std::string> renewed_addresses;  ///< ... and their addresses
+    int actors_per_node = 1;                     ///< as the nodes' NodeAborted list them
     std::string checkpoint;              ///< where everyone restores from ("" = host memory)
   };
   std::optional<Recovery> recovery;

@@ -304,8 +304,15 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       for (auto& a : ep->ucx) ucx.push_back(a);
       peers.push_back(std::move(*ep));
     }
+    // A restarted process connects to other nodes' actors only at the
+    // recovery's Rewire: a survivor may have renewed its worker since it
+    // published its address (N-9), and the Rewire names every such one.
+    std::vector<std::string> known = ucx;
+    if (o.rejoin)
+      for (int r = 0; r < static_cast<int>(known.size()); ++r)
+        if (r / k != o.rank) known[static_cast<std::size_t>(r)].clear();
     for (auto& t : transports)
-      if (auto st = t->connect(ucx); !st) return abort(st.error());
+      if (auto st = t->connect(known); !st) return abort(st.error());
     // The coordinator's actor system, as its node published it in Redis: node
     // 0's at the start; a restarted process asks the lease (a successor's,
     // SV-10). Only the coordinator's node connects out (to every node, below):

@@ -32,6 +32,12 @@
 //       Plan on; a recovery's failed transfers end that loop and Rewire
 //       starts it again in the new generation. When a restarted node refills
 //       from its buddy, both answer Rewired only once every copy crossed.
+//  N-9  When a node process was lost (UX-5), each surviving node renews
+//       the UCX worker of every local actor that talked to the lost one's
+//       actors in the generation it died in, once its actors parked, and
+//       sends the new addresses with NodeAborted; the Rewire lists every
+//       renewal of the recovery, and each node reconnects every transport to
+//       those ranks (a renewed one: to every rank) before the new generation.
 //  N-5  A failed node, once its actors have ended, closes its transports,
 //       removes its ring and exits without tearing its actor system down
 //       (node.cpp: that teardown can block on a stopped peer).
@@ -85,7 +91,12 @@ struct NodeState : NodeActorConfig {
   std::uint64_t rewire_dropped = 0;
   int rewire_rounds = 0;                   ///< Rewires of this recovery (SV-9 retries copies)
   int withheld_rounds = 0;                 ///< copy rounds a test's fault withheld (TROUPE_WITHHOLD_BUDDY_COPIES)
-  std::vector<std::string> ucx_addresses;  ///< every actor's UCX worker address at rendezvous
+  std::vector<std::string> ucx_addresses;  ///< every actor's UCX worker address (kept current: N-9)
+  // N-9: the node process this recovery lost (-1: none), and what this node
+  // renewed for it: which local transports, and each one's rank and address.
+  int lost_node = -1;
+  std::vector<bool> renewed_slots;
+  std::vector<std::pair<std::int32_t, std::string>> renewed;
   static inline const char* name = "troupe.node";
 };
 
@@ -304,11 +315,65 @@ void spawn_work(NodeSelf* self, int nodes) {
   for (int i = 0; i < k; ++i) spawn_one(self, i, -1);
 }
 
+// N-9: a new worker for each local transport that talked to the lost
+// process's actors (it may hold their half-done protocol state); false (the
+// node stopped) if one could not be made.
+bool renew_workers(NodeSelf* self) {
+  auto& s = self->state;
+  const int k = local_actors(s);
+  if (s.lost_node < 0 || s.lost_node == s.rank || s.rejoining) return true;
+  s.renewed_slots.resize(static_cast<std::size_t>(k), false);
+  for (int i = 0; i < k; ++i) {
+    if (s.renewed_slots[static_cast<std::size_t>(i)]) continue;  // this recovery's earlier generation did
+    auto* t = s.transports[static_cast<std::size_t>(i)];
+    bool talked = false;
+    for (int j = 0; j < k; ++j) talked = talked || t->talked_to(s.lost_node * k + j);
+    if (!talked) continue;
+    auto address = t->renew_worker();
+    if (!address) {
+      spdlog::error("node {}: {}", s.rank, address.error().message);
+      fail_all_transfers(s);
+      stop(self, 1);
+      return false;
+    }
+    const int rank = s.rank * k + i;
+    s.renewed_slots[static_cast<std::size_t>(i)] = true;
+    if (rank < static_cast<int>(s.ucx_addresses.size())) s.ucx_addresses[static_cast<std::size_t>(rank)] = *address;
+    s.renewed.emplace_back(rank, std::move(*address));
+    spdlog::info("node {}: stage actor {} has a new UCX worker (it talked to node {}'s actors)", s.rank, rank, s.lost_node);
+  }
+  return true;
+}
+
+// N-9: reconnects every transport to the ranks whose workers are new in this
+// recovery (`ranks`; a renewed transport, or a restarted process's: to every
+// rank, at the addresses in ucx_addresses); false (the node stopped) on failure.
+bool reconnect_renewed(NodeSelf* self, const std::vector<std::int32_t>& ranks) {
+  auto& s = self->state;
+  const int k = local_actors(s);
+  for (int i = 0; i < k; ++i) {
+    auto* t = s.transports[static_cast<std::size_t>(i)];
+    // A renewed worker, or a restarted process's (which connected only to its own node's at its start).
+    const bool whole = s.rejoining || (i < static_cast<int>(s.renewed_slots.size()) && s.renewed_slots[static_cast<std::size_t>(i)]);
+    std::vector<std::int32_t> all;
+    if (whole)
+      for (int r = 0; r < s.nodes * k; ++r) all.push_back(r);
+    for (std::int32_t r : whole ? all : ranks)
+      if (auto st = t->reconnect(r, s.ucx_addresses[static_cast<std::size_t>(r)]); !st) {
+        spdlog::error("node {}: {}", s.rank, st.error().message);
+        fail_all_transfers(s);
+        stop(self, 1);
+        return false;
+      }
+  }
+  return true;
+}
+
 // N-6: once every local actor parked or ended, the node has aborted.
 void report_if_aborted(NodeSelf* self) {
   auto& s = self->state;
   if (!s.recovering || s.aborting) return;
-  msg::NodeAborted out{s.generation, s.rank, {}};
+  msg::NodeAborted out{s.generation, s.rank, {}, {}, {}, {}};
   for (std::size_t i = 0; i < s.work.size(); ++i) {
     if (!s.parked[i] && !s.ended[i]) return;
     std::vector<std::int32_t> steps;
@@ -319,6 +384,11 @@ void report_if_aborted(NodeSelf* self) {
     if (s.wards)
       for (int step : s.wards->steps(static_cast<int>(i))) wards.push_back(step);
     out.ward_steps.push_back(std::move(wards));
+  }
+  if (!renew_workers(self)) return;
+  for (const auto& [rank, address] : s.renewed) {
+    out.renewed_ranks.push_back(rank);
+    out.renewed_addresses.push_back(address);
   }
   if (!s.checkpoint_writer) return self->send(s.coordinator, out);
   // B-4: the node's checkpoints roll back too before it counts as aborted.
@@ -414,24 +484,6 @@ void start_copies(NodeSelf* self, const msg::Rewire& m, int buddy, std::uint64_t
   }
 }
 
-// Fresh endpoints to every other node's actors; false (the node stopped) on failure.
-bool renew_endpoints(NodeSelf* self) {
-  auto& s = self->state;
-  const int k = local_actors(s);
-  if (static_cast<int>(s.ucx_addresses.size()) != s.nodes * k) return true;  // not known: keep them
-  for (auto* t : s.transports)
-    for (int r = 0; r < s.nodes * k; ++r) {
-      if (r / k == s.rank) continue;
-      if (auto st = t->reconnect(r, s.ucx_addresses[static_cast<std::size_t>(r)]); !st) {
-        spdlog::error("node {}: {}", s.rank, st.error().message);
-        fail_all_transfers(s);
-        stop(self, 1);
-        return false;
-      }
-    }
-  return true;
-}
-
 caf::behavior running(NodeSelf* self);
 
 // Before rendezvous ends the node does not know node 0's actor system: every
@@ -506,6 +558,7 @@ caf::behavior running(NodeSelf* self) {
         s.live_generation->store(m.generation);  // its beats count in the new generation
         s.recovering = true;
         s.rewire_rounds = 0;
+        if (m.failed < 0) s.lost_node = m.node;  // N-9 (an actor's Recover keeps a lost node's renewals)
         spdlog::warn("node {}: recovering from {} (generation {})", s.rank,
                      m.failed >= 0 ? "stage actor " + std::to_string(m.failed) + "'s failure"
                                    : "the loss of node " + std::to_string(m.node) + "'s process",
@@ -522,24 +575,26 @@ caf::behavior running(NodeSelf* self) {
         s.copies_pending = 0;
         std::uint64_t dropped = 0;
         const int k = local_actors(s);
-        if (m.rejoined >= 0 && m.rejoined != s.rank) {  // a restarted process: new endpoints to its actors
-          if (m.rejoined >= s.nodes || static_cast<int>(m.addresses.size()) != k) {
-            ++s.foreign;  // P-3
-            return;
-          }
-          for (auto* t : s.transports)
-            for (int j = 0; j < k; ++j)
-              if (auto st = t->reconnect(m.rejoined * k + j, m.addresses[static_cast<std::size_t>(j)]); !st) {
-                spdlog::error("node {}: {}", s.rank, st.error().message);
-                fail_all_transfers(s);
-                return stop(self, 1);
-              }
+        if ((m.rejoined >= 0 && (m.rejoined >= s.nodes || static_cast<int>(m.addresses.size()) != k)) ||
+            m.renewed_ranks.size() != m.renewed_addresses.size() ||
+            std::any_of(m.renewed_ranks.begin(), m.renewed_ranks.end(), [&](int r) { return r < 0 || r >= s.nodes * k; }) ||
+            static_cast<int>(s.ucx_addresses.size()) != s.nodes * k) {
+          ++s.foreign;  // P-3
+          return;
         }
-        // SV-9: copies that did not cross are sent again; a restarted node then
-        // also renews its own endpoints (those it opened at its start).
+        // New endpoints to a restarted process's actors and to every renewed worker (N-9).
+        std::vector<std::int32_t> changed = m.renewed_ranks;
+        for (std::size_t i = 0; i < m.renewed_ranks.size(); ++i)
+          s.ucx_addresses[static_cast<std::size_t>(m.renewed_ranks[i])] = m.renewed_addresses[i];
+        if (m.rejoined >= 0)
+          for (int j = 0; j < k; ++j) {
+            s.ucx_addresses[static_cast<std::size_t>(m.rejoined * k + j)] = m.addresses[static_cast<std::size_t>(j)];
+            if (m.rejoined != s.rank) changed.push_back(m.rejoined * k + j);
+          }
+        if (!reconnect_renewed(self, changed)) return;
+        // SV-9: copies that did not cross are sent again (every endpoint above is new again).
         if (++s.rewire_rounds > 1 && m.refill_step >= 0)  // the copies did not cross: what the transports were doing
           for (auto* t : s.transports) spdlog::warn("node {}: before rewire round {}: {}", s.rank, s.rewire_rounds, t->describe());
-        if (s.rewire_rounds > 1 && s.rank == m.rejoined && !renew_endpoints(self)) return;
         for (auto* t : s.transports) dropped += t->begin_generation(m.generation);
         const int buddy = m.rejoined >= 0 ? (m.rejoined + 1) % s.nodes : -1;
         if (m.refill_step >= 0 && s.wards && (s.rank == m.rejoined || s.rank == buddy))
@@ -571,6 +626,9 @@ caf::behavior running(NodeSelf* self) {
         if (!from_coordinator(self) || m.generation != s.generation || !s.recovering) return;
         s.recovering = false;
         s.failed = false;
+        s.lost_node = -1;  // N-9: the next recovery renews afresh
+        s.renewed_slots.clear();
+        s.renewed.clear();
         s.live_generation->store(s.generation);
         if (s.loader) self->send(s.loader, msg::LoaderRewind{m.step});
         s.rejoining = false;

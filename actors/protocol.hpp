@@ -69,6 +69,10 @@ struct Rewire {
   std::int32_t rejoined = -1;           ///< a node whose process was restarted (-1: none) ...
   std::vector<std::string> addresses;  ///< ... and its work actors' new UCX worker addresses
   std::int32_t refill_step = -1;        ///< the buddy copies' step the restarted node receives (-1: none)
+  /// Survivors' workers renewed in this recovery (UX-5, N-9): their actor
+  /// ranks and new addresses, which every node reconnects to.
+  std::vector<std::int32_t> renewed_ranks;
+  std::vector<std::string> renewed_addresses;
 };
 /// Recovery, restore and redo: every stage actor rolls back to the snapshot
 /// taken before `step` and carries on from there; the failed actor's node
@@ -116,6 +120,10 @@ struct NodeAborted {
   std::int32_t node = 0;
   std::vector<std::vector<std::int32_t>> snapshot_steps;
   std::vector<std::vector<std::int32_t>> ward_steps;
+  /// The node's actors whose UCX workers it renewed (N-9: they talked to the
+  /// lost process) and their new addresses.
+  std::vector<std::int32_t> renewed_ranks;
+  std::vector<std::string> renewed_addresses;
 };
 /// `node`'s transports run in `generation`; `dropped` stale messages went;
 /// `restored_bytes`: the buddy copies it received (a restarted node).
@@ -295,7 +303,8 @@ typename Inspector::result_type inspect(Inspector& f, Recover& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewire& x) {
-  return f(caf::meta::type_name("troupe.Rewire"), x.generation, x.rejoined, x.addresses, x.refill_step);
+  return f(caf::meta::type_name("troupe.Rewire"), x.generation, x.rejoined, x.addresses, x.refill_step, x.renewed_ranks,
+           x.renewed_addresses);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Redo& x) {
@@ -307,7 +316,8 @@ typename Inspector::result_type inspect(Inspector& f, Rejoin& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAborted& x) {
-  return f(caf::meta::type_name("troupe.NodeAborted"), x.generation, x.node, x.snapshot_steps, x.ward_steps);
+  return f(caf::meta::type_name("troupe.NodeAborted"), x.generation, x.node, x.snapshot_steps, x.ward_steps,
+           x.renewed_ranks, x.renewed_addresses);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewired& x) {

@@ -58,6 +58,18 @@ Expected<NodeEndpoint> published_endpoint(RedisClient& redis, const std::string&
   return decode_endpoint(r->str, who);
 }
 
+Status republish_ucx(RedisClient& redis, const std::string& job_id, int rank, int slot, const std::string& address) {
+  auto ep = published_endpoint(redis, job_id, rank);
+  if (!ep) return ep.error();
+  if (slot < 0 || slot >= static_cast<int>(ep->ucx.size()))
+    return make_error("node ", std::to_string(rank), " published ", std::to_string(ep->ucx.size()),
+                      " UCX addresses, not one for its actor ", std::to_string(slot));
+  ep->ucx[static_cast<std::size_t>(slot)] = address;
+  auto r = redis.command({"HSET", job_key(job_id, "nodes"), std::to_string(rank), encode_endpoint(*ep)});
+  if (!r) return r.error();
+  return Status::success();
+}
+
 Expected<bool> take_lease(RedisClient& redis, const std::string& job_id, int lost, int taker) {
   auto r = redis.command({"EVAL", kTakeScript, "1", job_key(job_id, "coordinator"), std::to_string(lost), std::to_string(taker)});
   if (!r) return r.error();

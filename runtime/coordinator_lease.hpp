@@ -37,6 +37,11 @@ Expected<int> lease_holder(RedisClient& redis, const std::string& job_id, int wo
 /// The endpoint node `rank` published in the job's Redis (at rendezvous, or its rejoin).
 Expected<NodeEndpoint> published_endpoint(RedisClient& redis, const std::string& job_id, int rank);
 
+/// N-9: node `rank`'s published endpoint with its actor `slot`'s UCX worker
+/// address replaced by `address` (a worker renewed in a recovery), so that a
+/// process restarted later reads the current one.
+Status republish_ucx(RedisClient& redis, const std::string& job_id, int rank, int slot, const std::string& address);
+
 /// LE-1: `taker` becomes the holder if `lost` still is; true if it did.
 Expected<bool> take_lease(RedisClient& redis, const std::string& job_id, int lost, int taker);
 

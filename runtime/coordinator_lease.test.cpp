@@ -91,5 +91,23 @@ TEST_CASE("LE-4: fence requests are taken once, in order, and a malformed one is
   CHECK(take_fence_requests(c, "j", 2)->empty());
 }
 
+TEST_CASE("N-9: a renewed worker's address replaces only its own slot of the published endpoint", "[lease][redis]") {
+  auto server = RedisServer::start();
+  REQUIRE(server.ok());
+  auto c = *server->connect(3000ms);
+  const NodeEndpoint published{"127.0.0.1", 4000, "system-1", {"old-0", "old-1"}};
+  REQUIRE(c.command({"HSET", "troupe:j:nodes", "1", encode_endpoint(published)}).ok());
+  REQUIRE(republish_ucx(c, "j", 1, 1, std::string("new\0-1", 6)).ok());
+  auto now = published_endpoint(c, "j", 1);
+  REQUIRE(now.ok());
+  CHECK(now->ucx == std::vector<std::string>{"old-0", std::string("new\0-1", 6)});  // addresses are bytes
+  CHECK(now->system_id == "system-1");
+  CHECK(now->port == 4000);
+  auto out_of_range = republish_ucx(c, "j", 1, 2, "x");
+  REQUIRE_FALSE(out_of_range.ok());
+  CHECK(out_of_range.error().message == "node 1 published 2 UCX addresses, not one for its actor 2");
+  CHECK_FALSE(republish_ucx(c, "j", 0, 0, "x").ok());  // node 0 published nothing
+}
+
 }  // namespace
 }  // namespace troupe

@@ -14,6 +14,12 @@
 // UX-4  Every tag carries the membership generation's low 8 bits: after
 //       begin_generation a message sent in an older generation never matches
 //       a receive (it is dropped and counted instead).
+// UX-5  renew_worker replaces the worker, not only the endpoints: a peer that
+//       died in the middle of a rendezvous could leave the survivor's worker
+//       unable to complete rendezvous with the process that replaced it (new
+//       endpoints did not help: seen in 2 of 530 killed-node runs). No
+//       operation outlives its worker: what is in flight fails first, and a
+//       request UCX still holds is left to it (leaked) rather than freed.
 #include "backends/transport/ucx_transport.hpp"
 
 #include <arpa/inet.h>
@@ -114,11 +120,13 @@ struct UcxTransport::Impl {
     std::promise<Status> done;
   };
   std::vector<Reconnect> to_reconnect;  // reconnect() callers
+  std::vector<std::promise<Expected<std::string>>> to_replace_worker;  // renew_worker() callers
+  std::vector<std::atomic<bool>> talked;  // an operation with the peer was posted in this generation (UX-5)
   Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (worker_mu)
   std::vector<char> trash;  // where stale messages are received to be dropped
   std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
 
-  explicit Impl(int n) : failed(static_cast<std::size_t>(n)) {}
+  explicit Impl(int n) : failed(static_cast<std::size_t>(n)), talked(static_cast<std::size_t>(n)) {}
 
   Error peer_error(int peer) const {
     return make_peer_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
@@ -166,10 +174,12 @@ struct UcxTransport::Impl {
   }
 
   void post(Op op) {
-    if (failed[static_cast<std::size_t>(op.peer)]) {
+    // A peer without an endpoint (a renewed worker not yet reconnected to it) counts as failed.
+    if (failed[static_cast<std::size_t>(op.peer)] || (op.kind == Kind::send && !eps[static_cast<std::size_t>(op.peer)])) {
       op.done(peer_error(op.peer));
       return;
     }
+    talked[static_cast<std::size_t>(op.peer)].store(true, std::memory_order_relaxed);
     auto owned = std::make_unique<Request>(Request{this, std::move(op), nullptr});
     Request* r = owned.get();
     inflight.emplace(r, std::move(owned));
@@ -219,6 +229,7 @@ struct UcxTransport::Impl {
     std::vector<std::promise<void>> aborts;
     std::vector<std::pair<std::uint64_t, std::promise<std::uint64_t>>> renewals;
     std::vector<Reconnect> reconnects;
+    std::vector<std::promise<Expected<std::string>>> replacements;
     {
       std::lock_guard<std::mutex> lock(mu);
       ops.swap(queue);
@@ -226,9 +237,11 @@ struct UcxTransport::Impl {
       aborts.swap(to_abort);
       renewals.swap(to_renew);
       reconnects.swap(to_reconnect);
+      replacements.swap(to_replace_worker);
       queued.store(0, std::memory_order_release);
     }
     for (int peer : fails) fail_peer(peer);
+    for (auto& promise : replacements) promise.set_value(replace_worker());
     for (auto& r : reconnects) {
       fail_peer(r.peer);
       close_ep(r.peer);
@@ -247,6 +260,7 @@ struct UcxTransport::Impl {
   std::uint64_t renew(std::uint64_t generation) {
     fail_everything();
     for (auto& f : failed) f = false;
+    for (auto& t : talked) t.store(false, std::memory_order_relaxed);
     generation_bits = (generation << kTagBits) & kGenerationMask;
     // What arrived while nothing was posted still sits in the transports: in
     // UCX's unexpected queue only once the worker progressed.
@@ -395,8 +409,10 @@ struct UcxTransport::Impl {
     ep.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     ep.err_handler.cb = &Impl::on_ep_error;
     ep.err_handler.arg = &ep_args[static_cast<std::size_t>(peer)];
-    if (auto st = ucp_ep_create(worker.get(), &ep, &eps[static_cast<std::size_t>(peer)]); st != UCS_OK)
+    if (auto st = ucp_ep_create(worker.get(), &ep, &eps[static_cast<std::size_t>(peer)]); st != UCS_OK) {
+      eps[static_cast<std::size_t>(peer)] = nullptr;
       return ucx_error("ucp_ep_create", rank, st);
+    }
     return Status::success();
   }
 
@@ -415,6 +431,46 @@ struct UcxTransport::Impl {
     e = nullptr;
   }
 
+  // A worker from `context`: its address and (event mode) its event fd.
+  Status open_worker() {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // UX-1: one thread at a time, not always the same
+    ucp_worker_h w = nullptr;
+    if (auto st = ucp_worker_create(context.get(), &wp, &w); st != UCS_OK) return ucx_error("ucp_worker_create", rank, st);
+    worker.reset(w);
+    ucp_address_t* addr = nullptr;
+    std::size_t len = 0;
+    if (auto st = ucp_worker_get_address(w, &addr, &len); st != UCS_OK) return ucx_error("ucp_worker_get_address", rank, st);
+    address.assign(reinterpret_cast<const char*>(addr), len);
+    ucp_worker_release_address(w, addr);
+    if (event_mode)
+      if (auto st = ucp_worker_get_efd(w, &worker_fd); st != UCS_OK) return ucx_error("ucp_worker_get_efd", rank, st);
+    return Status::success();
+  }
+
+  // UX-5 (worker_mu): every operation fails and every endpoint closes, then
+  // the worker is destroyed and a new one opened; every peer stays failed.
+  Expected<std::string> replace_worker() {
+    fail_everything();
+    for (int p = 0; p < static_cast<int>(eps.size()); ++p) close_ep(p);
+    for (int i = 0; i < 1000 && !inflight.empty(); ++i) ucp_worker_progress(worker.get());
+    forget_inflight("the worker of rank " + std::to_string(rank) + " was renewed");
+    worker.reset();
+    TROUPE_TRY(open_worker());
+    return address;
+  }
+
+  // What is still in flight is reported with `why` and forgotten; a request
+  // UCX still holds keeps its user_data: leak it rather than free it under UCX.
+  void forget_inflight(const std::string& why) {
+    for (auto& [r, owned] : inflight)
+      if (owned->op.done) std::exchange(owned->op.done, nullptr)(make_error(why));
+    for (auto& [r, owned] : inflight)
+      if (owned->ucx_request) (void)owned.release();
+    inflight.clear();
+  }
+
   void shutdown() {
     if (progress.joinable()) {
       stop = true;
@@ -429,12 +485,7 @@ struct UcxTransport::Impl {
     fail_everything();
     for (int p = 0; p < static_cast<int>(eps.size()); ++p) close_ep(p);
     for (int i = 0; i < 100 && !inflight.empty(); ++i) ucp_worker_progress(worker.get());
-    for (auto& [r, owned] : inflight)
-      if (owned->op.done) std::exchange(owned->op.done, nullptr)(make_error("transport of rank ", std::to_string(rank), " shut down"));
-    // A request UCX still holds keeps its user_data: leak it rather than free it under UCX.
-    for (auto& [r, owned] : inflight)
-      if (owned->ucx_request) (void)owned.release();
-    inflight.clear();
+    forget_inflight("transport of rank " + std::to_string(rank) + " shut down");
   }
 };
 
@@ -493,20 +544,7 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
   ucp_config_release(config);
   if (init != UCS_OK) return ucx_error("ucp_init", rank, init);
   impl->context.reset(ctx);
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // UX-1: one thread at a time, not always the same
-  ucp_worker_h worker = nullptr;
-  if (auto st = ucp_worker_create(ctx, &wp, &worker); st != UCS_OK) return ucx_error("ucp_worker_create", rank, st);
-  impl->worker.reset(worker);
-  ucp_address_t* addr = nullptr;
-  std::size_t len = 0;
-  if (auto st = ucp_worker_get_address(worker, &addr, &len); st != UCS_OK) return ucx_error("ucp_worker_get_address", rank, st);
-  impl->address.assign(reinterpret_cast<const char*>(addr), len);
-  ucp_worker_release_address(worker, addr);
-  if (impl->event_mode)
-    if (auto st = ucp_worker_get_efd(worker, &impl->worker_fd); st != UCS_OK)
-      return ucx_error("ucp_worker_get_efd", rank, st);
+  TROUPE_TRY(impl->open_worker());
   impl->wake.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->wake.fd < 0) return make_error("eventfd failed on rank ", std::to_string(rank));
   return std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
@@ -520,7 +558,12 @@ Status UcxTransport::connect(const std::vector<std::string>& addresses) {
     return make_error("ucx transport: ", std::to_string(addresses.size()), " addresses for ", std::to_string(m.size), " ranks");
   m.eps.assign(static_cast<std::size_t>(m.size), nullptr);
   m.ep_args.resize(static_cast<std::size_t>(m.size));
-  for (int p = 0; p < m.size; ++p) TROUPE_TRY(m.open_ep(p, addresses[static_cast<std::size_t>(p)]));
+  for (int p = 0; p < m.size; ++p) {
+    if (addresses[static_cast<std::size_t>(p)].empty())
+      m.failed[static_cast<std::size_t>(p)] = true;  // not known yet: until reconnect()
+    else
+      TROUPE_TRY(m.open_ep(p, addresses[static_cast<std::size_t>(p)]));
+  }
   m.progress = std::thread([&m] { m.loop(); });
   return Status::success();
 }
@@ -618,6 +661,23 @@ std::string UcxTransport::describe() const {
            (r->op.done ? "" : ", reported") + (impl_->failed[static_cast<std::size_t>(r->op.peer)] ? ", peer failed" : "") + ")";
   }
   return out;
+}
+
+bool UcxTransport::talked_to(int peer) const {
+  return peer >= 0 && peer < impl_->size && impl_->talked[static_cast<std::size_t>(peer)].load(std::memory_order_relaxed);
+}
+
+Expected<std::string> UcxTransport::renew_worker() {
+  if (!impl_->progress.joinable()) return make_error("ucx transport: renew_worker before connect");
+  std::future<Expected<std::string>> done;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->to_replace_worker.emplace_back();
+    done = impl_->to_replace_worker.back().get_future();
+    impl_->queued.fetch_add(1);
+  }
+  impl_->notify();
+  return done.get();
 }
 
 void UcxTransport::mark_failed(int peer) {

@@ -43,7 +43,9 @@ class UcxTransport final : public Transport {
   /// This worker's address, to publish to the other ranks (opaque bytes).
   const std::string& address() const;
   /// Creates endpoints to every other rank (`addresses` indexed by rank) and
-  /// starts the progress thread.
+  /// starts the progress thread. A rank whose address is empty (not known
+  /// yet: a restarted process's peers, whose workers may have been renewed
+  /// since they published, UX-5) counts as failed until reconnect().
   Status connect(const std::vector<std::string>& addresses);
 
   int rank() const override;
@@ -68,6 +70,16 @@ class UcxTransport final : public Transport {
   /// endpoint is closed (what was in flight to it fails) and one to its
   /// worker `address` opened. Then begin_generation revives it.
   Status reconnect(int peer, const std::string& address);
+  /// Whether an operation with `peer` was posted since the generation began
+  /// (UX-5: which transports a lost process may have left mid-protocol).
+  bool talked_to(int peer) const;
+  /// UX-5: replaces the UCX worker. Every endpoint closes (what was in flight
+  /// fails), the old worker goes with whatever protocol state UCX kept in it
+  /// for a peer that died mid-transfer, and every rank, this one's own
+  /// included, counts as failed until reconnect() opens an endpoint to it.
+  /// Returns the new worker's address, which the other ranks must reconnect
+  /// to. Call it while no owner of this endpoint is posting, as begin_generation.
+  Expected<std::string> renew_worker();
   /// What the transport is doing, for a diagnosis in the log: queued
   /// operations, drivers, whether its progress thread sleeps, the generation
   /// and each operation in flight (kind, peer, tag).

@@ -305,6 +305,78 @@ TEST_CASE("UX-4: after begin_generation old messages never match, and failed pee
   CHECK(dropped + later == 3);
 }
 
+// Both ways, an eager-sized and a rendezvous-sized message on tag `tag`, in the transports' current generation.
+void exchange_both_ways(UcxTransport& a, UcxTransport& b, Tag tag) {
+  for (std::size_t n : {std::size_t{16}, std::size_t{200000}}) {
+    std::vector<int> out(n, 3), in(n, 0), back(n, 0);
+    Waiter r, s, r2, s2;
+    b.recv(a.rank(), tag, in.data(), n * sizeof(int), r.cb());
+    a.send(b.rank(), tag, out.data(), n * sizeof(int), s.cb());
+    REQUIRE(r.get().ok());
+    REQUIRE(s.get().ok());
+    CHECK(in == out);
+    a.recv(b.rank(), tag + 1, back.data(), n * sizeof(int), r2.cb());
+    b.send(a.rank(), tag + 1, in.data(), n * sizeof(int), s2.cb());
+    REQUIRE(r2.get().ok());
+    REQUIRE(s2.get().ok());
+    CHECK(back == out);
+  }
+}
+
+TEST_CASE("UX-5: a renewed worker fails what was in flight and is reached at its new address, also by a process that did not know it", "[ucx]") {
+  auto ts = connected(2);
+  std::vector<std::string> addresses{ts[0]->address(), ts[1]->address()};
+  CHECK_FALSE(ts[0]->talked_to(1));
+  // A rendezvous-sized receive left in flight on rank 0, as a dead sender would leave it.
+  std::vector<int> big(200000, 0);
+  Waiter pending;
+  ts[0]->recv(1, 4, big.data(), big.size() * sizeof(int), pending.cb());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK(ts[0]->talked_to(1));
+  CHECK_FALSE(ts[0]->talked_to(0));
+
+  auto renewed = ts[0]->renew_worker();
+  REQUIRE(renewed.ok());
+  CHECK(*renewed != addresses[0]);
+  CHECK_FALSE(pending.get().ok());  // failed, not left in flight
+  CHECK(ts[0]->peer_failed(1));
+  CHECK(ts[0]->peer_failed(0));  // its own rank too, until reconnected
+  std::vector<int> one(4, 1);
+  Waiter refused;
+  ts[0]->send(1, 5, one.data(), one.size() * sizeof(int), refused.cb());
+  CHECK_FALSE(refused.get().ok());
+
+  // A process started now does not know the renewed address yet: it
+  // connects to the ranks it knows, and the others count as failed until
+  // reconnect() names them.
+  auto late = UcxTransport::create(1, 2, {});
+  REQUIRE(late.ok());
+  REQUIRE((*late)->connect({"", (*late)->address()}).ok());
+  CHECK((*late)->peer_failed(0));
+  CHECK_FALSE((*late)->peer_failed(1));
+  Waiter unknown;
+  (*late)->send(0, 5, one.data(), one.size() * sizeof(int), unknown.cb());
+  CHECK_FALSE(unknown.get().ok());
+
+  addresses[0] = *renewed;
+  for (int r = 0; r < 2; ++r) REQUIRE(ts[0]->reconnect(r, addresses[static_cast<std::size_t>(r)]).ok());
+  REQUIRE(ts[1]->reconnect(0, addresses[0]).ok());
+  CHECK(ts[0]->begin_generation(1) == 0);
+  (void)ts[1]->begin_generation(1);
+  CHECK_FALSE(ts[0]->talked_to(1));  // counted per generation
+  exchange_both_ways(*ts[0], *ts[1], 20);
+  exchange_both_ways(*ts[0], *ts[0], 30);  // its own rank, over the new worker
+
+  // The late process, told the renewed address, reaches it too.
+  ts[1].reset();
+  addresses[1] = (*late)->address();
+  REQUIRE((*late)->reconnect(0, addresses[0]).ok());
+  REQUIRE(ts[0]->reconnect(1, addresses[1]).ok());
+  CHECK(ts[0]->begin_generation(2) == 0);
+  CHECK((*late)->begin_generation(2) == 0);
+  exchange_both_ways(*ts[0], **late, 40);
+}
+
 TEST_CASE("a peer replaced by a new process is reconnected and reached in the new generation", "[ucx]") {
   auto ts = connected(2);
   std::vector<std::string> addresses{ts[0]->address(), ts[1]->address()};
