@@ -10,6 +10,7 @@
 #include <set>
 
 #include "training/batches.hpp"
+#include "training/fault_drill.hpp"
 #include "actors/mailbox_inbox.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "actors/protocol.hpp"
@@ -122,7 +123,11 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
 }
 
 void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
-  report_outcome(self, args, run_guarded([&] { return train_gpt_stage(self, args); }));
+  try {
+    report_outcome(self, args, run_guarded([&] { return train_gpt_stage(self, args); }));
+  } catch (const ActorKilled&) {
+    self->fail_state(caf::make_error(caf::exit_reason::kill));  // a kill drill: gone without a word, as a killed actor
+  }
 }
 
 }  // namespace
@@ -135,6 +140,8 @@ static bool from_exception(const Error& e) {
 Expected<double> run_guarded(const std::function<Expected<double>()>& work) {
   try {
     return work();
+  } catch (const ActorKilled&) {
+    throw;  // not an error the actor reports: it ends as a killed one
   } catch (const std::exception& e) {
     return make_error("exception: ", e.what());
   } catch (...) {

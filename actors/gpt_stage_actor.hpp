@@ -20,7 +20,8 @@ namespace troupe {
 Expected<double> train_gpt_stage(caf::blocking_actor* self, const ActorArgs& args, const GptStageHooks& hooks = {});
 
 /// Runs `work`, turning an exception it throws into an Error with its message
-/// (no exception ever leaves a work actor).
+/// (no exception ever leaves a work actor), except ActorKilled (a kill drill
+/// aimed at the actor), which its caller ends the actor with, unreported.
 Expected<double> run_guarded(const std::function<Expected<double>()>& work);
 
 /// Tells the actor's node how its work ended: msg::ActorDone with the result,

@@ -102,12 +102,14 @@ struct RecoverySection {
 };
 
 /// A fault drill: `[[faults]]` in the config or `--fault k=v,...` on the
-/// command line. kill and hang act on a whole node process (SIGKILL / SIGSTOP
-/// of itself); stall stops one actor's progress while its process lives;
-/// slow multiplies one actor's compute time; exception throws out of one actor.
+/// command line. kill and hang of a `node` act on its whole process (SIGKILL /
+/// SIGSTOP of itself); kill of an `actor` ends that stage actor alone, as
+/// CAF's exit_reason::kill does (no report; its process and the other actors
+/// go on); stall stops one actor's progress while its process lives; slow
+/// multiplies one actor's compute time; exception throws out of one actor.
 struct FaultSpec {
   std::string kind;      ///< kill | hang | stall | slow | exception
-  int node = -1;         ///< kill, hang: the node process (or give `actor`: its node)
+  int node = -1;         ///< kill, hang: the node process (hang of an `actor`: its node's)
   int actor = -1;        ///< the stage actor's rank (required for stall, slow, exception)
   int step = 0;          ///< the step it happens in
   int instruction = -1;  ///< before this instruction of the actor's step program (-1: at the step's start)

@@ -47,7 +47,7 @@ std::vector<double> losses(const std::string& path) {
 }
 
 // The recovery's phases on the merged trace: detect, place, abort, rewire
-// (with the restore's source and bytes), redo.
+// (with the restore's source and bytes), each actor's restore, redo.
 void check_recovery_trace(const std::string& path, const std::string& source) {
   auto trace = nlohmann::json::parse(slurp(path), nullptr, false);
   REQUIRE_FALSE(trace.is_discarded());
@@ -59,9 +59,13 @@ void check_recovery_trace(const std::string& path, const std::string& source) {
       CHECK(e["args"]["restore_source"] == source);
       CHECK(e["args"]["restored_mb"].get<double>() > 0);
     }
+    if (e["name"] == "restore") {  // each actor's, from its node's host memory (a restarted node's: the copies)
+      CHECK(e["args"]["source"] == "host memory");
+      CHECK(e["args"]["restored_mb"].get<double>() > 0);
+    }
     if (e["name"] == "redo") CHECK(e["args"]["through_step"].get<int>() >= e["args"]["from_step"].get<int>());
   }
-  CHECK(phases == std::set<std::string>{"detect", "place", "abort", "rewire", "redo"});
+  CHECK(phases == std::set<std::string>{"detect", "place", "abort", "rewire", "restore", "redo"});
 }
 
 // A step in [lo, hi], drawn afresh in each run (the test names it on failure).
@@ -97,7 +101,7 @@ TEST_CASE("a stage actor's exception is recovered in place: fault-free weights a
   REQUIRE(expected.size() == 8);
   // Actor 1 and actor 3 (the two stages of a replica, Megatron order), at random steps; two faults in one run.
   const int a = random_step(0, 7), b = random_step(0, 3), c = random_step(b + 1, 7);
-  for (const std::string faults : {"--fault kind=exception,actor=1,step=" + std::to_string(a),
+  for (const std::string& faults : {"--fault kind=exception,actor=1,step=" + std::to_string(a),
                                    "--fault kind=exception,actor=3,step=" + std::to_string(b) +
                                        " --fault kind=exception,actor=0,step=" + std::to_string(c)}) {
     INFO(faults);
@@ -114,6 +118,33 @@ TEST_CASE("a stage actor's exception is recovered in place: fault-free weights a
     CHECK(recoveries == (faults.find("actor=0") != std::string::npos ? 2u : 1u));
     CHECK(faulty.err.find("coordinator: recovered: stage actor") != std::string::npos);
   }
+}
+
+TEST_CASE("killed stage actors, one of the first stage and one of the last, are replaced in their processes, bit for bit",
+          "[recovery]") {
+  // The fault domain is one actor: a kill drill ends the actor as
+  // exit_reason::kill does (no report), its process and the other actors go on.
+  ScratchDir dir("reckill");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n");
+  run_fault_free(dir, cfg);
+  // Ranks 0 and 1 are stage 0 (node 0), ranks 2 and 3 stage 1 (node 1).
+  const int first = random_step(0, 1), last = random_step(2, 3);
+  const int s1 = random_step(0, 3), s2 = random_step(s1 + 1, 7);
+  const std::string faults = "--fault kind=kill,actor=" + std::to_string(first) + ",step=" + std::to_string(s1) +
+                             " --fault kind=kill,actor=" + std::to_string(last) + ",step=" + std::to_string(s2);
+  INFO(faults);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl", faults));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  for (const auto& [actor, node] : {std::pair{first, 0}, std::pair{last, 1}}) {
+    CHECK(killed.err.find("verdict actor_exit: node " + std::to_string(node) + ", stage actor " + std::to_string(actor) +
+                          " — ended without reporting (exit_reason(kill))") != std::string::npos);
+    CHECK(killed.err.find("recovered: stage actor " + std::to_string(actor) + " of node " + std::to_string(node) +
+                          " (actor_exit) replaced on node " + std::to_string(node) + " from its host-memory snapshot") !=
+          std::string::npos);
+  }
+  CHECK(killed.err.find("was killed by signal") == std::string::npos);  // no process went
+  check_fault_free(dir, "kill");
 }
 
 TEST_CASE("without recovery.max_failures_per_hour an actor's exception still ends the job", "[recovery]") {
@@ -419,30 +450,31 @@ TEST_CASE("a node killed with no restart left, or with no checkpoint to restore,
 TEST_CASE("bench recovery: every kind of fault recovered, its phases timed, the weights checked", "[recovery][bench]") {
   ScratchDir dir("benchrec");
   const std::string cfg = tiny_job(dir, "");
-  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg + " --faults 4 --steps-between 6");
+  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg + " --faults 5 --steps-between 6");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   REQUIRE_FALSE(j.is_discarded());
   INFO(j.dump());
-  CHECK(j["faults"] == 4);
-  CHECK(j["recovered"].get<int>() >= 4);  // a killed node may first be judged silent (one recovery all the same)
+  CHECK(j["faults"] == 5);
+  CHECK(j["recovered"].get<int>() >= 5);  // a killed node may first be judged silent (one recovery all the same)
   CHECK(j["exit_code"] == 0);
   CHECK(j["weights_identical"] == true);
   CHECK(j["losses_identical"] == true);
   CHECK(j["goals"]["every_fault_recovered"] == true);
-  REQUIRE(j["per_fault"].size() == 4);
-  for (const std::string kind : {"exception", "stall", "kill", "coordinator_kill"}) {
+  REQUIRE(j["per_fault"].size() == 5);
+  for (const std::string kind : {"exception", "stall", "actor_kill", "kill", "coordinator_kill"}) {
     const auto& k = j["by_kind"][kind];
     INFO(kind);
     CHECK(k["detect_ms"]["median"].get<double>() >= 0);
     CHECK(k["abort_ms"]["max"].get<double>() > 0);
     CHECK(k["resumed_after_ms"]["max"].get<double>() >= k["detect_ms"]["max"].get<double>());
   }
-  CHECK(j["per_fault"][2]["source"] == "buddy");  // the killed node's new process: from the next node's memory
-  CHECK(j["per_fault"][2]["restored_mb"].get<double>() > 0);
-  CHECK(j["per_fault"][3]["node"] == 0);  // node 0's process, which hosted the coordinator
-  CHECK(j["per_fault"][3]["source"] == "buddy");
+  CHECK(j["per_fault"][2]["source"] == "memory");  // a killed actor: from its own process's memory
+  CHECK(j["per_fault"][3]["source"] == "buddy");  // the killed node's new process: from the next node's memory
+  CHECK(j["per_fault"][3]["restored_mb"].get<double>() > 0);
+  CHECK(j["per_fault"][4]["node"] == 0);  // node 0's process, which hosted the coordinator
+  CHECK(j["per_fault"][4]["source"] == "buddy");
   CHECK(j["per_fault"][0]["source"] == "memory");
   CHECK(figure_or_zero(j["snapshot_cost"]["stall_ms"]["median"]));
   CHECK(j["snapshot_cost"]["mb_per_actor"].get<double>() > 0);

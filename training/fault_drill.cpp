@@ -64,7 +64,10 @@ Status FaultDrill::before(int step, int pc, const Transport& transport) const {
     const FaultSpec& f = mine_[i];
     if (f.kind == "slow" || f.step != step || f.instruction != pc || !first_time(index_[i], f)) continue;
     const std::string where = "step " + std::to_string(step) + (pc >= 0 ? ", instruction " + std::to_string(pc) : "");
-    if (f.kind == "kill") {
+    if (f.kind == "kill" && f.node < 0) {
+      spdlog::warn("fault drill: stage actor {} is killed at {}", rank_, where);
+      throw ActorKilled{where};
+    } else if (f.kind == "kill") {
       spdlog::warn("fault drill: node {} kills itself (SIGKILL) at {} of stage actor {}", node_, where, rank_);
       std::fflush(nullptr);
       ::raise(SIGKILL);

@@ -1,6 +1,7 @@
 // Fault drills: what one stage actor carries out of the job's [[faults]]
 // (runtime/job_config.hpp). A drill is a real fault, not a simulated report:
-// kill and hang signal the whole node process (SIGKILL, SIGSTOP), exception
+// kill and hang of a node signal its whole process (SIGKILL, SIGSTOP), kill
+// of an actor ends that actor without a report (ActorKilled), exception
 // throws out of the actor's work, stall stops its progress while the process
 // lives (until the job ends), slow stretches its compute instructions.
 //
@@ -24,6 +25,13 @@
 
 namespace troupe {
 
+/// Thrown by a kill drill aimed at one stage actor: the actor layer ends that
+/// actor as CAF's exit_reason::kill does, without a report, so that its node
+/// learns of it only from the actor's down message.
+struct ActorKilled {
+  std::string where;
+};
+
 class FaultDrill {
  public:
   /// The drills of `faults` aimed at stage actor `rank`, which runs on `node`
@@ -38,7 +46,7 @@ class FaultDrill {
   bool slows() const;
 
   /// Before instruction `pc` of `step`'s program (`pc` = -1: the step's start).
-  /// kill and hang signal the process; exception throws; stall returns only
+  /// kill and hang signal the process (kill of an actor throws ActorKilled); exception throws; stall returns only
   /// when `transport` has seen an actor fail (the job is ending), with an error.
   Status before(int step, int pc, const Transport& transport) const;
   /// The factor this actor's compute time is multiplied by in `step` (1: none).

@@ -94,7 +94,11 @@ class Trainer {
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
     AbortTransfersOnError abort_on_error(*a_.transport);  // destroyed before the buffers it protects
     if (!a_.resume_dir.empty()) TROUPE_TRY(resume(a_.resume_dir));
-    if (a_.recovery.restore_step >= 0) TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, a_.recovery.restore_step, *state_));
+    if (a_.recovery.restore_step >= 0) {  // a replacement
+      const double t0 = trace_ ? trace_->now_us() : 0;
+      TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, a_.recovery.restore_step, *state_));
+      trace_restore(t0, a_.recovery.restore_step, "");
+    }
     TROUPE_TRY(checkpoints_.prepare(*state_));
     TROUPE_TRY(start_together());
     TROUPE_TRY(take_recovery_snapshot());
@@ -168,15 +172,27 @@ class Trainer {
       to = a_.recovery.park(why);
     }
     if (!to) return to.error();
+    const double restore_start = trace_ ? trace_->now_us() : 0;
     state_.reset();
     TROUPE_TRY(build_state());
     if (to->checkpoint.empty())
       TROUPE_TRY(a_.recovery.snapshots->restore(a_.local, to->step, *state_));
     else
       TROUPE_TRY(resume(to->checkpoint));  // as the restarted node's actors do
+    trace_restore(restore_start, to->step, to->checkpoint);
     if (a_.progress) a_.progress->advanced(-1, -1);  // not judged until it runs again (H-3)
     if (trace_) redo_ = Redoing{trace_->now_us(), to->step, failed_at};
     return start_together();
+  }
+
+  // The recovery's restore on this actor's track: its state rebuilt from the
+  // rollback point of `step` in the node's host memory (for a restarted node:
+  // the buddy copies it received) or from `checkpoint`, and the bytes it took.
+  void trace_restore(double start_us, int step, const std::string& checkpoint) {
+    if (!trace_) return;
+    nlohmann::json args{{"step", step}, {"source", checkpoint.empty() ? "host memory" : "checkpoint " + checkpoint}};
+    if (checkpoint.empty()) args["restored_mb"] = static_cast<double>(a_.recovery.snapshots->bytes(a_.local)) / 1e6;
+    trace_->span(links_.trace_track, "restore", "recovery", start_us, trace_->now_us() - start_us, std::move(args));
   }
 
   // The recovery's redo on this actor's track: from its restore until it
