@@ -315,6 +315,14 @@ void spawn_work(NodeSelf* self, int nodes) {
   for (int i = 0; i < k; ++i) spawn_one(self, i, -1);
 }
 
+// H-3: the failed actor `rank`'s progress is not judged again until its
+// replacement runs (its last beats would otherwise show it idle still, and a
+// beat sent as the recovery ends would name it stuck a second time).
+void forget_progress(NodeState& s, int rank) {
+  const int i = rank - s.rank * local_actors(s);
+  if (s.progress && i >= 0 && i < s.progress->size()) s.progress->slot(i).advanced(-1, -1);
+}
+
 // N-9: a new worker for each local transport that talked to the lost
 // process's actors (it may hold their half-done protocol state); false (the
 // node stopped) if one could not be made.
@@ -559,6 +567,7 @@ caf::behavior running(NodeSelf* self) {
         s.recovering = true;
         s.rewire_rounds = 0;
         if (m.failed < 0) s.lost_node = m.node;  // N-9 (an actor's Recover keeps a lost node's renewals)
+        forget_progress(s, m.failed);
         spdlog::warn("node {}: recovering from {} (generation {})", s.rank,
                      m.failed >= 0 ? "stage actor " + std::to_string(m.failed) + "'s failure"
                                    : "the loss of node " + std::to_string(m.node) + "'s process",
@@ -639,6 +648,7 @@ caf::behavior running(NodeSelf* self) {
           } else if (s.ended[i]) {
             s.ended[i] = false;
             s.reported[i] = false;
+            forget_progress(s, s.rank * local_actors(s) + static_cast<int>(i));
             spawn_one(self, static_cast<int>(i), m.checkpoint.empty() ? m.step : -1, m.checkpoint);
           }
         }

@@ -169,6 +169,11 @@ TEST_CASE("a stalled stage actor is judged stuck and replaced, and the weights a
   REQUIRE(stalled.exit_code == 0);
   CHECK(stalled.err.find("verdict stuck_actor: node 1, stage actor 2") != std::string::npos);
   CHECK(stalled.err.find("coordinator: recovered: stage actor 2") != std::string::npos);
+  // Judged once (H-3): its beats after the Recover do not name it stuck again.
+  std::size_t judged = 0;
+  for (auto at = stalled.err.find("verdict stuck_actor"); at != std::string::npos; at = stalled.err.find("verdict stuck_actor", at + 1))
+    ++judged;
+  CHECK(judged == 1);
   check_fault_free(dir, "stall");
   // The detection's span reaches back to the actor's last progress: the judged 2 s without it.
   auto trace = nlohmann::json::parse(slurp(dir / "stall.trace.json"), nullptr, false);

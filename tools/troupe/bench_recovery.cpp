@@ -142,11 +142,15 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
   nlohmann::json per_fault = nlohmann::json::array();
   std::map<std::string, std::vector<double>> detect, abort_ms, rewire, resumed, redone;
   // Each planned fault's recovery: the first one not yet taken that names it
-  // (an extra verdict's recovery, e.g. a false stuck one, is skipped).
+  // and rolled back to a step of the fault's own window (an extra verdict's
+  // recovery, e.g. a second stuck one, is skipped instead of matching a later
+  // fault of the same actor).
   std::vector<bool> taken(recoveries.size(), false);
+  const int window = std::max(a.steps_between, a.checkpoint_every);
   auto recovery_of = [&](const PlannedFault& f) -> const nlohmann::json* {
     for (std::size_t r = 0; r < recoveries.size(); ++r) {
-      if (taken[r]) continue;
+      const int rollback = recoveries[r].value("rollback_step", -1);
+      if (taken[r] || rollback > f.step || rollback < f.step - window) continue;
       const auto& failed = recoveries[r]["failed"];
       const std::string kind = failed.value("kind", std::string());
       const bool match = f.kills() ? (failed.value("node", -1) == f.target && failed.value("actor", 0) < 0)
