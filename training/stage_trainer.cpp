@@ -172,6 +172,9 @@ class Trainer {
       to = a_.recovery.park(why);
     }
     if (!to) return to.error();
+    // H-3: not judged while it rebuilds its state (that takes longer than a
+    // step: its last progress, a step ago, would make it look stuck).
+    if (a_.progress) a_.progress->advanced(-1, -1);
     const double restore_start = trace_ ? trace_->now_us() : 0;
     state_.reset();
     TROUPE_TRY(build_state());
@@ -180,7 +183,6 @@ class Trainer {
     else
       TROUPE_TRY(resume(to->checkpoint));  // as the restarted node's actors do
     trace_restore(restore_start, to->step, to->checkpoint);
-    if (a_.progress) a_.progress->advanced(-1, -1);  // not judged until it runs again (H-3)
     if (trace_) redo_ = Redoing{trace_->now_us(), to->step, failed_at};
     return start_together();
   }
