@@ -214,9 +214,9 @@ static void send_rewire(Self* self) {
   ++r.rewires;
   const int rejoined = r.addresses.empty() ? -1 : r.verdict.node;
   const int refill_step = r.refill ? r.step : -1;
-  if (r.rewires == 1) republish_renewed(st);
   tell_every_node(self, msg::Rewire{st.cfg.generation, rejoined, r.addresses, refill_step, r.renewed_ranks,
                                     r.renewed_addresses});
+  if (r.rewires == 1) republish_renewed(st);  // after the Rewire: off its path, before any later rejoin is handled
   if (r.refill) self->delayed_send(self, std::chrono::milliseconds(kCopiesTimeoutMs), msg::CopiesDeadline{st.cfg.generation});
 }
 

@@ -123,11 +123,7 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
 }
 
 void gpt_stage_main(caf::blocking_actor* self, ActorArgs args) {
-  try {
-    report_outcome(self, args, run_guarded([&] { return train_gpt_stage(self, args); }));
-  } catch (const ActorKilled&) {
-    self->fail_state(caf::make_error(caf::exit_reason::kill));  // a kill drill: gone without a word, as a killed actor
-  }
+  run_and_report(self, args, [&] { return train_gpt_stage(self, args); });
 }
 
 }  // namespace
@@ -158,6 +154,14 @@ void report_outcome(caf::blocking_actor* self, const ActorArgs& args, const Expe
                msg::ActorFailed{generation, args.rank, outcome.error().message,
                                 outcome.error().origin == Origin::peer,
                                 from_exception(outcome.error()) ? "actor_exception" : "actor_error"});
+}
+
+void run_and_report(caf::blocking_actor* self, const ActorArgs& args, const std::function<Expected<double>()>& work) {
+  try {
+    report_outcome(self, args, run_guarded(work));
+  } catch (const ActorKilled&) {
+    self->fail_state(caf::make_error(caf::exit_reason::kill));  // a kill drill: gone without a word, as a killed actor
+  }
 }
 
 Status validate_gpt_stage_job(const ActorArgs& args) {

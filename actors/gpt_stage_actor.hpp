@@ -28,6 +28,10 @@ Expected<double> run_guarded(const std::function<Expected<double>()>& work);
 /// or msg::ActorFailed with the error. Every work actor ends with this.
 void report_outcome(caf::blocking_actor* self, const ActorArgs& args, const Expected<double>& outcome);
 
+/// A work actor's body: runs `work` guarded and reports its outcome; a kill
+/// drill aimed at the actor (ActorKilled) ends it as exit_reason::kill, unreported.
+void run_and_report(caf::blocking_actor* self, const ActorArgs& args, const std::function<Expected<double>()>& work);
+
 /// Checks the job in `args` for GPT stage actors (for ActorRegistry::add).
 Status validate_gpt_stage_job(const ActorArgs& args);
 

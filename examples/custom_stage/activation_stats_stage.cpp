@@ -29,7 +29,7 @@ void log_stats(int rank, int step, troupe::GptStage& stage) {
 void activation_stats_main(caf::blocking_actor* self, troupe::ActorArgs args) {
   troupe::GptStageHooks hooks;
   hooks.after_step = [rank = args.rank](int step, troupe::GptStage& stage, double) { log_stats(rank, step, stage); };
-  troupe::report_outcome(self, args, troupe::run_guarded([&] { return troupe::train_gpt_stage(self, args, hooks); }));
+  troupe::run_and_report(self, args, [&] { return troupe::train_gpt_stage(self, args, hooks); });
 }
 
 }  // namespace
