@@ -49,10 +49,7 @@ void finish(Self* self, bool ok, const std::string& reason) {
 void lose_node(Self* self, int node, const std::string& why) {
   auto& st = self->state;
   st.alive[static_cast<std::size_t>(node)] = false;
-  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
-  auto gen = redis ? bump_generation(*redis, st.cfg.job_id) : Expected<std::uint64_t>(redis.error());
-  // Monotonic even if Redis is unreachable or was reset.
-  st.cfg.generation = std::max(gen ? *gen : 0, st.cfg.generation + 1);
+  bump(st);
   spdlog::error("coordinator: node {} lost; generation is now {}", node, st.cfg.generation);
   for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r)
     if (st.alive[r] && st.cfg.nodes[r]) self->send(st.cfg.nodes[r], msg::PeerLost{st.cfg.generation, node, why});
