@@ -153,7 +153,7 @@ void on_heartbeat(Self* self, const msg::Heartbeat& m) {
     return;
   }
   st.judge->heartbeat(m.node, HealthJudge::Clock::now(), std::move(*beats),
-                      ActorsElsewhere{m.actors_elsewhere, m.waiting_elsewhere});
+                      ActorsElsewhere{m.actors_elsewhere, m.waiting_elsewhere, m.unblocked_elsewhere});
 }
 
 // a relay's word on its member's silence; a finished member is no failure.

@@ -95,7 +95,7 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
   // lack of progress) to the verdict; a fault reported as it happened is a mark.
   st.verdicts->phase("detect", r.began_us - static_cast<double>(v.silent_ms) * 1e3,
                      {{"kind", v.kind}, {"node", v.node}, {"actor", v.actor}, {"silent_ms", v.silent_ms}});
-  tell_every_node(self, msg::Recover{gen, v.node, v.actor, v.line()});
+  tell_every_node(self, msg::Recover{gen, v.node, v.actor, v.line(), v.kind == "transfer_hang"});
   // SV-8: a recovery that cannot abort (an actor that never ends) ends the job instead of hanging it.
   self->delayed_send(self, std::chrono::milliseconds(deadline_ms), msg::RecoveryDeadline{gen});
 }
@@ -300,6 +300,8 @@ void on_rewired(Self* self, const msg::Rewired& m) {
                                          : r.checkpoint.empty() ? std::string("memory")
                                                                 : "disk " + r.checkpoint},
                       {"restored_mb", static_cast<double>(r.restored_bytes) / 1e6}});
+  st.judge->resumed(now);  // H-6: the parked actors' waits were no hang
+  const bool hang = r.verdict.kind == "transfer_hang";
   const std::string what = r.verdict.actor >= 0 ? "stage actor " + std::to_string(r.verdict.actor) : "every stage actor";
   const std::string where = r.verdict.actor >= 0 ? "" : " (" + r.replacement + ")";
   const std::string source = r.refill ? "buddy" : r.checkpoint.empty() ? "memory" : "disk";
@@ -307,17 +309,26 @@ void on_rewired(Self* self, const msg::Rewired& m) {
       r.refill ? fmt::format("its buddy copies on node {} ({:.1f} MB)", (r.verdict.node + 1) % nodes, r.restored_bytes / 1e6)
       : r.checkpoint.empty() ? "its host-memory snapshot"
                              : "checkpoint " + r.checkpoint;
-  spdlog::warn("coordinator: recovered: {} of node {} ({}) replaced on node {}{} from {}; every actor rolls back to "
-               "step {} and redoes it ({:.1f} ms: abort {:.1f}, rewire {:.1f}; generation {}, {} stale messages dropped)",
-               what, r.verdict.node, r.verdict.kind, r.verdict.node, where, from, r.step, ms_between(r.began, now),
-               ms_between(r.began, r.aborted_at), ms_between(r.aborted_at, now), st.cfg.generation, r.dropped);
+  const std::string outcome =
+      hang ? fmt::format("a transfer hang (stage actor {} waited longest) broken: {} UCX workers renewed, every actor restores "
+                         "{}",
+                         r.verdict.actor, r.renewed_ranks.size(), r.checkpoint.empty() ? "from host memory" : from)
+           : fmt::format("{} of node {} ({}) replaced on node {}{} from {}", what, r.verdict.node, r.verdict.kind,
+                         r.verdict.node, where, from);
+  spdlog::warn("coordinator: recovered: {}; every actor rolls back to step {} and redoes it ({:.1f} ms: abort {:.1f}, "
+               "rewire {:.1f}; generation {}, {} stale messages dropped)",
+               outcome, r.step, ms_between(r.began, now), ms_between(r.began, r.aborted_at), ms_between(r.aborted_at, now),
+               st.cfg.generation, r.dropped);
   if (!st.cfg.metrics_path.empty())
     if (auto w = MetricsWriter::append(st.cfg.metrics_path); w)
       (void)w->write(nlohmann::json{{"recovery",
                                      {{"generation", st.cfg.generation},
                                       {"failed", {{"node", r.verdict.node}, {"actor", r.verdict.actor}, {"kind", r.verdict.kind}}},
                                       {"replaced_on", r.verdict.node},
-                                      {"replaced_by", r.verdict.actor >= 0 ? "its own process" : r.replacement},
+                                      {"replaced_by", hang ? "none (transports renewed)"
+                                                      : r.verdict.actor >= 0 ? "its own process"
+                                                                             : r.replacement},
+                                      {"renewed_workers", r.renewed_ranks.size()},
                                       {"source", source},
                                       {"restored_mb", static_cast<double>(r.restored_bytes) / 1e6},
                                       {"checkpoint", r.checkpoint},

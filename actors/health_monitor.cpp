@@ -51,6 +51,7 @@ msg::Heartbeat beat(MonitorState& st) {
     write_beats(hb, summary.candidates);
     hb.actors_elsewhere = summary.rest.actors;
     hb.waiting_elsewhere = summary.rest.waiting;
+    hb.unblocked_elsewhere = summary.rest.unblocked;
   }
   return hb;
 }

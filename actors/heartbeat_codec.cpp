@@ -9,7 +9,7 @@ std::optional<std::vector<ActorBeat>> read_beats(const msg::Heartbeat& hb) {
   const std::size_t n = hb.actors.size();
   if (hb.steps.size() != n || hb.instructions.size() != n || hb.idle_ms.size() != n || hb.waiting_ms.size() != n ||
       (!hb.nodes.empty() && hb.nodes.size() != n) || hb.actors_elsewhere < 0 || hb.waiting_elsewhere < 0 ||
-      hb.waiting_elsewhere > hb.actors_elsewhere)
+      hb.waiting_elsewhere > hb.actors_elsewhere || hb.unblocked_elsewhere < 0 || hb.unblocked_elsewhere > hb.actors_elsewhere)
     return std::nullopt;
   std::vector<ActorBeat> beats(n);
   for (std::size_t i = 0; i < n; ++i)

@@ -38,6 +38,10 @@
 //       sends the new addresses with NodeAborted; the Rewire lists every
 //       renewal of the recovery, and each node reconnects every transport to
 //       those ranks (a renewed one: to every rank) before the new generation.
+//       The same holds, in any recovery, for a local transport whose own
+//       operations failed with a UCX error (faulted: a broken endpoint stays
+//       broken otherwise), and, in a transfer hang's (Recover's
+//       renew_transports, H-6), for every local transport.
 //  N-5  A failed node, once its actors have ended, closes its transports,
 //       removes its ring and exits without tearing its actor system down
 //       (node.cpp: that teardown can block on a stopped peer).
@@ -95,6 +99,7 @@ struct NodeState : NodeActorConfig {
   // N-9: the node process this recovery lost (-1: none), and what this node
   // renewed for it: which local transports, and each one's rank and address.
   int lost_node = -1;
+  bool renew_all = false;  ///< a transfer hang's recovery (H-6): every local transport
   std::vector<bool> renewed_slots;
   std::vector<std::pair<std::int32_t, std::string>> renewed;
   static inline const char* name = "troupe.node";
@@ -323,20 +328,31 @@ void forget_progress(NodeState& s, int rank) {
   if (s.progress && i >= 0 && i < s.progress->size()) s.progress->slot(i).advanced(-1, -1);
 }
 
+// Why local transport `t` needs a new worker in this recovery (N-9), or "".
+std::string renewal_reason(const NodeState& s, const UcxTransport& t) {
+  if (s.renew_all) return "a transfer hang";
+  if (t.faulted()) return "its transfers failed with a UCX error";
+  if (s.lost_node < 0 || s.lost_node == s.rank) return "";
+  const int k = local_actors(s);
+  for (int j = 0; j < k; ++j)
+    if (t.talked_to(s.lost_node * k + j)) return "it talked to node " + std::to_string(s.lost_node) + "'s actors";
+  return "";
+}
+
 // N-9: a new worker for each local transport that talked to the lost
-// process's actors (it may hold their half-done protocol state); false (the
-// node stopped) if one could not be made.
+// process's actors (it may hold their half-done protocol state), that
+// faulted, or for each one in a transfer hang; false (the node stopped) if
+// one could not be made.
 bool renew_workers(NodeSelf* self) {
   auto& s = self->state;
   const int k = local_actors(s);
-  if (s.lost_node < 0 || s.lost_node == s.rank || s.rejoining) return true;
+  if (s.rejoining) return true;
   s.renewed_slots.resize(static_cast<std::size_t>(k), false);
   for (int i = 0; i < k; ++i) {
     if (s.renewed_slots[static_cast<std::size_t>(i)]) continue;  // this recovery's earlier generation did
     auto* t = s.transports[static_cast<std::size_t>(i)];
-    bool talked = false;
-    for (int j = 0; j < k; ++j) talked = talked || t->talked_to(s.lost_node * k + j);
-    if (!talked) continue;
+    const std::string why = renewal_reason(s, *t);
+    if (why.empty()) continue;
     auto address = t->renew_worker();
     if (!address) {
       spdlog::error("node {}: {}", s.rank, address.error().message);
@@ -348,7 +364,7 @@ bool renew_workers(NodeSelf* self) {
     s.renewed_slots[static_cast<std::size_t>(i)] = true;
     if (rank < static_cast<int>(s.ucx_addresses.size())) s.ucx_addresses[static_cast<std::size_t>(rank)] = *address;
     s.renewed.emplace_back(rank, std::move(*address));
-    spdlog::info("node {}: stage actor {} has a new UCX worker (it talked to node {}'s actors)", s.rank, rank, s.lost_node);
+    spdlog::info("node {}: stage actor {} has a new UCX worker ({})", s.rank, rank, why);
   }
   return true;
 }
@@ -567,10 +583,12 @@ caf::behavior running(NodeSelf* self) {
         s.recovering = true;
         s.rewire_rounds = 0;
         if (m.failed < 0) s.lost_node = m.node;  // N-9 (an actor's Recover keeps a lost node's renewals)
+        s.renew_all = s.renew_all || m.renew_transports;
         forget_progress(s, m.failed);
         spdlog::warn("node {}: recovering from {} (generation {})", s.rank,
-                     m.failed >= 0 ? "stage actor " + std::to_string(m.failed) + "'s failure"
-                                   : "the loss of node " + std::to_string(m.node) + "'s process",
+                     m.renew_transports ? "a transfer hang (stage actor " + std::to_string(m.failed) + " waited longest)"
+                     : m.failed >= 0    ? "stage actor " + std::to_string(m.failed) + "'s failure"
+                                        : "the loss of node " + std::to_string(m.node) + "'s process",
                      m.generation);
         drill_during_recovery(s.job.faults, s.rank);
         fail_all_transfers(s);
@@ -636,6 +654,7 @@ caf::behavior running(NodeSelf* self) {
         s.recovering = false;
         s.failed = false;
         s.lost_node = -1;  // N-9: the next recovery renews afresh
+        s.renew_all = false;
         s.renewed_slots.clear();
         s.renewed.clear();
         s.live_generation->store(s.generation);

@@ -53,11 +53,14 @@ struct Finish {
 /// Recovery, abort phase: a stage actor failed (`failed`, a job rank, on
 /// `node`); `generation` is the bumped one. Every transfer fails, every stage
 /// actor stops where it is and parks; the node answers NodeAborted.
+/// `renew_transports` (a transfer hang, H-6): every node renews the UCX
+/// worker of each of its actors, whose transports' state is suspect.
 struct Recover {
   std::uint64_t generation = 0;
   std::int32_t node = 0;
   std::int32_t failed = 0;
   std::string reason;
+  bool renew_transports = false;
 };
 /// Recovery, rewire phase: start `generation` on every transport (UX-4:
 /// older messages are dropped); the node answers Rewired. With `refill_step`
@@ -151,7 +154,7 @@ struct Heartbeat {
   std::vector<std::int32_t> actors, steps, instructions;
   std::vector<std::int64_t> idle_ms, waiting_ms;
   std::vector<std::int32_t> nodes;
-  std::int32_t actors_elsewhere = 0, waiting_elsewhere = 0;
+  std::int32_t actors_elsewhere = 0, waiting_elsewhere = 0, unblocked_elsewhere = 0;
 };
 /// Relay `relay` heard nothing from its member `member` for too long.
 struct MemberSilent {
@@ -299,7 +302,7 @@ typename Inspector::result_type inspect(Inspector& f, Plan& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Recover& x) {
-  return f(caf::meta::type_name("troupe.Recover"), x.generation, x.node, x.failed, x.reason);
+  return f(caf::meta::type_name("troupe.Recover"), x.generation, x.node, x.failed, x.reason, x.renew_transports);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewire& x) {
@@ -347,7 +350,7 @@ typename Inspector::result_type inspect(Inspector& f, NodeFailed& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
   return f(caf::meta::type_name("troupe.Heartbeat"), x.generation, x.node, x.seq, x.actors, x.steps, x.instructions,
-           x.idle_ms, x.waiting_ms, x.nodes, x.actors_elsewhere, x.waiting_elsewhere);
+           x.idle_ms, x.waiting_ms, x.nodes, x.actors_elsewhere, x.waiting_elsewhere, x.unblocked_elsewhere);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MemberSilent& x) {

@@ -72,9 +72,12 @@ bool HealthJudge::watched(int node) const {
   return node >= 0 && node < static_cast<int>(nodes_.size()) && nodes_[static_cast<std::size_t>(node)].watched;
 }
 
+void HealthJudge::resumed(Clock::time_point at) { resumed_ = at; }
+
 std::optional<Verdict> HealthJudge::check(Clock::time_point now) const {
   if (auto v = silent_node(now)) return v;  // H-4
-  return stuck_actor(now);
+  if (auto v = stuck_actor(now)) return v;
+  return hung_transfers(now);
 }
 
 std::optional<Verdict> HealthJudge::silent_node(Clock::time_point now) const {
@@ -140,6 +143,39 @@ std::optional<Verdict> HealthJudge::stuck_actor(Clock::time_point now) const {
   return std::nullopt;
 }
 
+std::optional<Verdict> HealthJudge::hung_transfers(Clock::time_point now) const {
+  const std::int64_t limit = limits_.progress_timeout_ms;
+  if (resumed_ && ms_between(*resumed_, now) <= limit) return std::nullopt;
+  std::optional<ActorBeat> longest;
+  std::vector<int> waiting;
+  int waiting_elsewhere = 0;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.watched || n.relayed) continue;  // a relayed node's actors come in its relay's beat
+    if (n.elsewhere.unblocked > 0 || (n.beats.empty() && n.elsewhere.actors == 0)) return std::nullopt;  // or unknown yet
+    waiting_elsewhere += n.elsewhere.waiting;
+    const std::int64_t age = ms_between(n.heard, now);
+    for (const ActorBeat& b : n.beats) {
+      if (b.step == kFinishedStep) continue;
+      if (b.step < 0 || b.waiting_ms < 0 || b.waiting_ms + age <= limit) return std::nullopt;  // starting, or working
+      ActorBeat aged = b;
+      aged.waiting_ms += age;
+      if (aged.node < 0) aged.node = static_cast<int>(i);
+      waiting.push_back(b.actor);
+      if (!longest || aged.waiting_ms > longest->waiting_ms) longest = aged;
+    }
+  }
+  if (!longest) return std::nullopt;
+  std::string evidence = "every stage actor waits on a peer, none works: stage actors " + ranks_text(waiting);
+  if (waiting_elsewhere > 0) evidence += ", and " + std::to_string(waiting_elsewhere) + " counted by relays,";
+  evidence += " have waited for more than " + std::to_string(limit) + " ms (health.progress_timeout_ms); stage actor " +
+              std::to_string(longest->actor) + " for " + std::to_string(longest->waiting_ms) + " ms at step " +
+              std::to_string(longest->step);
+  Verdict v{"transfer_hang", longest->node, longest->actor, evidence};
+  v.silent_ms = longest->waiting_ms;
+  return v;
+}
+
 GroupSummary HealthJudge::summarize(Clock::time_point now) const {
   GroupSummary out;
   const std::int64_t candidate_ms = limits_.progress_timeout_ms / 2;
@@ -158,6 +194,8 @@ GroupSummary HealthJudge::summarize(Clock::time_point now) const {
       }
       ++out.rest.actors;
       if (b.waiting_ms >= 0 && b.step != kFinishedStep) ++out.rest.waiting;
+      const bool waits_long = b.step >= 0 && b.waiting_ms >= 0 && b.waiting_ms + age > limits_.progress_timeout_ms;
+      if (b.step != kFinishedStep && !waits_long) ++out.rest.unblocked;
     }
   }
   return out;

@@ -14,7 +14,15 @@
 //  H-5  A relayed node's silence is judged by its relay (HealthRelay), not
 //       here; the relay's report lists every one of its members' actors that
 //       could be stuck (idle for more than half of progress_timeout_ms, not
-//       waiting) and counts the rest, so H-3 judges as if it saw them all.
+//       waiting) and counts the rest, so H-3 and H-6 judge as if they saw
+//       them all.
+//  H-6  The transfers hang when every started actor of the job has finished
+//       or has waited on a peer for more than health.progress_timeout_ms, and
+//       at least one waits: no actor works, so nothing can end the waits (a
+//       message lost in a transport, a broken endpoint). The actor that has
+//       waited longest is named. Waits are not judged for
+//       health.progress_timeout_ms after a recovery ended (resumed), so that
+//       a beat of actors parked during it names no hang.
 #pragma once
 
 #include <chrono>
@@ -44,7 +52,8 @@ struct ActorBeat {
 /// The actors a relay counted but did not list (H-5).
 struct ActorsElsewhere {
   int actors = 0;
-  int waiting = 0;  ///< of them, waiting on a peer
+  int waiting = 0;    ///< of them, waiting on a peer
+  int unblocked = 0;  ///< of them, neither finished nor waiting for longer than progress_timeout_ms (H-6)
 };
 
 /// A relay's view of its group at one instant (H-5): the members' actors that
@@ -58,7 +67,7 @@ inline constexpr int kFinishedStep = -2;
 
 /// What failed, where, and the evidence.
 struct Verdict {
-  std::string kind;   ///< process_death | hung_process | stuck_actor | actor_exception | actor_error | transport_failure | coordinator_loss
+  std::string kind;   ///< process_death | hung_process | stuck_actor | transfer_hang | actor_exception | actor_error | transport_failure | coordinator_loss
   int node = -1;
   int actor = -1;     ///< -1: the whole node
   std::string evidence;
@@ -90,12 +99,17 @@ class HealthJudge {
   void forget_actors();
   /// Node `node` is back (a restarted process): watched again, as if heard at `now`.
   void watch(int node, Clock::time_point now);
-  /// The verdict at `now`, if any (H-2, H-3, H-4).
+  /// A recovery ended at `at`: no transfer hang is judged for
+  /// progress_timeout_ms (H-6: its parked actors' waits are no hang).
+  void resumed(Clock::time_point at);
+  /// The verdict at `now`, if any (H-2, H-3, H-4, H-6).
   std::optional<Verdict> check(Clock::time_point now) const;
   /// H-2 alone: the first watched node silent too long.
   std::optional<Verdict> silent_node(Clock::time_point now) const;
   /// H-3 alone.
   std::optional<Verdict> stuck_actor(Clock::time_point now) const;
+  /// H-6 alone.
+  std::optional<Verdict> hung_transfers(Clock::time_point now) const;
   /// What a relay reports of the nodes it judges (H-5).
   GroupSummary summarize(Clock::time_point now) const;
 
@@ -110,6 +124,7 @@ class HealthJudge {
   };
   std::vector<Node> nodes_;
   HealthLimits limits_;
+  std::optional<Clock::time_point> resumed_;  ///< the end of the last recovery (H-6)
 };
 
 }  // namespace troupe

@@ -1,4 +1,4 @@
-// HealthJudge: hung nodes (H-2), stuck actors and never the ones waiting (H-3), order (H-4).
+// HealthJudge: hung nodes (H-2), stuck actors and never the ones waiting (H-3), order (H-4), hung transfers (H-6).
 #include "runtime/health_judge.hpp"
 
 #include <catch2/catch.hpp>
@@ -70,7 +70,58 @@ TEST_CASE("H-3: nobody is stuck while every actor waits, computes recently, or h
     judge.heartbeat(0, t0 + milliseconds(100), {ActorBeat{0, -1, -1, 5000, -1}});
     judge.heartbeat(1, t0 + milliseconds(100), {ActorBeat{1, kFinishedStep, -1, 5000, -1}, waiting(2, 5, 10)});
   }
-  CHECK_FALSE(judge.check(t0 + milliseconds(200)).has_value());
+  CHECK_FALSE(judge.stuck_actor(t0 + milliseconds(200)).has_value());
+}
+
+TEST_CASE("H-6: when every started actor has finished or waited longer than progress_timeout, the transfers hang", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  judge.heartbeat(0, t0 + milliseconds(100), {waiting(0, 5, 1200), ActorBeat{2, kFinishedStep, -1, 5000, -1}});
+  judge.heartbeat(1, t0 + milliseconds(100), {waiting(1, 5, 950)});
+  CHECK_FALSE(judge.check(t0 + milliseconds(150)).has_value());  // actor 1: 950 + 50, not more than 1000
+  auto v = judge.check(t0 + milliseconds(151));
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "transfer_hang");
+  CHECK(v->node == 0);
+  CHECK(v->actor == 0);  // the longest waiter
+  CHECK(v->silent_ms == 1251);
+  CHECK_THAT(v->evidence, Catch::StartsWith("every stage actor waits on a peer, none works: stage actors 0, 1 have "
+                                            "waited for more than 1000 ms (health.progress_timeout_ms); stage actor 0 "
+                                            "for 1251 ms at step 5"));
+}
+
+TEST_CASE("H-6: no hang while an actor works, starts or is unknown, nor while a recovery is fresh", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  auto at = t0 + milliseconds(5000);
+  SECTION("one computes") {
+    judge.heartbeat(0, at, {waiting(0, 5, 4000)});
+    judge.heartbeat(1, at, {waiting(1, 5, 4000), computing(2, 5, 10)});
+  }
+  SECTION("one waits only briefly") {
+    judge.heartbeat(0, at, {waiting(0, 5, 4000)});
+    judge.heartbeat(1, at, {waiting(1, 5, 500)});
+  }
+  SECTION("one has not started (a slow start is no hang)") {
+    judge.heartbeat(0, at, {waiting(0, 0, 4000)});
+    judge.heartbeat(1, at, {ActorBeat{1, -1, -1, 4000, -1}});
+  }
+  SECTION("a node's actors are not known yet") {
+    judge.heartbeat(0, at, {waiting(0, 5, 4000)});
+    judge.heartbeat(1, at, {});
+  }
+  SECTION("every actor finished") {
+    judge.heartbeat(0, at, {ActorBeat{0, kFinishedStep, -1, 4000, -1}});
+    judge.heartbeat(1, at, {ActorBeat{1, kFinishedStep, -1, 4000, -1}});
+  }
+  SECTION("a recovery ended within progress_timeout (its actors were parked)") {
+    judge.resumed(at - milliseconds(900));
+    judge.heartbeat(0, at, {waiting(0, 5, 4000)});
+    judge.heartbeat(1, at, {waiting(1, 5, 4000)});
+    CHECK_FALSE(judge.check(at + milliseconds(100)).has_value());  // 1000 ms since: not more
+    CHECK(judge.check(at + milliseconds(101)).has_value());
+  }
+  CHECK_FALSE(judge.check(at).has_value());
 }
 
 TEST_CASE("H-3: the only actor of a job is judged without peers", "[health]") {

@@ -99,6 +99,30 @@ TEST_CASE("H-5: a summary never lists waiting, unstarted or finished actors", "[
   CHECK(s.candidates.empty());
   CHECK(s.rest.actors == 4);
   CHECK(s.rest.waiting == 1);
+  CHECK(s.rest.unblocked == 2);  // the unstarted and the computing one; not the long waiter, not the finished one
+}
+
+TEST_CASE("H-6: a hang among relayed members is judged by the coordinator from the relays' counts", "[health]") {
+  const auto t0 = Clock::now();
+  // Nodes 0..3, relay_group 2: node 2 relays node 3, node 0 relays node 1.
+  HealthRelay relay2({3}, kLimits, t0), relay0({1}, kLimits, t0);
+  relay2.heartbeat(3, t0 + milliseconds(1000), {waiting(3, 7, 1500)});
+  relay0.heartbeat(1, t0 + milliseconds(1000), {waiting(1, 7, 600)});
+  HealthJudge coordinator(4, kLimits, t0);
+  coordinator.relayed(1);
+  coordinator.relayed(3);
+  auto beat = [&](Clock::time_point at) {
+    coordinator.heartbeat(0, at, {waiting(0, 7, 2000)}, relay0.summary(at).rest);
+    coordinator.heartbeat(2, at, {waiting(2, 7, 2000)}, relay2.summary(at).rest);
+  };
+  beat(t0 + milliseconds(1400));  // member 1's actor: 600 + 400, not more than 1000
+  CHECK(relay0.summary(t0 + milliseconds(1400)).rest.unblocked == 1);
+  CHECK_FALSE(coordinator.check(t0 + milliseconds(1400)).has_value());
+  beat(t0 + milliseconds(1401));
+  auto v = coordinator.check(t0 + milliseconds(1401));
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "transfer_hang");
+  CHECK_THAT(v->evidence, Catch::Contains("stage actors 0, 2, and 2 counted by relays, have waited"));
 }
 
 }  // namespace

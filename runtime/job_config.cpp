@@ -209,9 +209,9 @@ Status apply_assignment(const std::string& item, std::map<std::string, Reader>& 
 
 // A fault drill's keys and their relations; `where` names it ("job.toml: faults[1]", "--fault ...").
 Status check_fault(const FaultSpec& f, const std::string& where) {
-  static const char* kinds[] = {"kill", "hang", "stall", "slow", "exception"};
+  static const char* kinds[] = {"kill", "hang", "stall", "slow", "exception", "lose"};
   if (std::find(std::begin(kinds), std::end(kinds), f.kind) == std::end(kinds))
-    return make_error(where, ": kind must be kill, hang, stall, slow or exception (got \"", f.kind, "\")");
+    return make_error(where, ": kind must be kill, hang, stall, slow, exception or lose (got \"", f.kind, "\")");
   const bool whole_node = f.kind == "kill" || f.kind == "hang";
   if (whole_node && (f.node < 0) == (f.actor < 0))
     return make_error(where, ": kind = ", f.kind, " needs node or actor (one of them)");

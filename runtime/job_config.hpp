@@ -108,9 +108,9 @@ struct RecoverySection {
 /// go on); stall stops one actor's progress while its process lives; slow
 /// multiplies one actor's compute time; exception throws out of one actor.
 struct FaultSpec {
-  std::string kind;      ///< kill | hang | stall | slow | exception
+  std::string kind;      ///< kill | hang | stall | slow | exception | lose
   int node = -1;         ///< kill, hang: the node process (hang of an `actor`: its node's)
-  int actor = -1;        ///< the stage actor's rank (required for stall, slow, exception)
+  int actor = -1;        ///< the stage actor's rank (required for stall, slow, exception, lose)
   int step = 0;          ///< the step it happens in
   int instruction = -1;  ///< before this instruction of the actor's step program (-1: at the step's start)
   double factor = 2;     ///< slow: compute time multiplied by this

@@ -189,6 +189,46 @@ TEST_CASE("a stalled stage actor is judged stuck and replaced, and the weights a
   CHECK(detects == 1);
 }
 
+TEST_CASE("a lost message hangs every actor: the hang is judged, every UCX worker renewed, and the weights are the fault-free ones",
+          "[recovery]") {
+  // H-6 and N-9: no actor fails and none is stuck, every one waits on a peer
+  // for a message its transport lost; the recovery renews every worker.
+  ScratchDir dir("reclose");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n[health]\nprogress_timeout_ms = 2000\n");
+  run_fault_free(dir, cfg);
+  const int actor = random_step(0, 3), step = random_step(0, 7);
+  const std::string fault = "--fault kind=lose,actor=" + std::to_string(actor) + ",step=" + std::to_string(step);
+  INFO(fault);
+  auto lost = run(launch(cfg, dir / "lose.safetensors", dir / "lose.jsonl", fault));
+  INFO(lost.err);
+  REQUIRE(lost.exit_code == 0);
+  CHECK(lost.err.find("fault drill: stage actor " + std::to_string(actor) + " loses its next message at step " +
+                      std::to_string(step)) != std::string::npos);
+  std::size_t judged = 0;
+  for (auto at = lost.err.find("coordinator: verdict "); at != std::string::npos; at = lost.err.find("coordinator: verdict ", at + 1)) {
+    ++judged;
+    CHECK(lost.err.compare(at, 35, "coordinator: verdict transfer_hang:") == 0);
+  }
+  CHECK(judged == 1);
+  CHECK(lost.err.find("every stage actor waits on a peer, none works: stage actors 0, 1, 2, 3 have waited for more than "
+                      "2000 ms") != std::string::npos);
+  CHECK(lost.err.find("broken: 4 UCX workers renewed") != std::string::npos);
+  for (int a = 0; a < 4; ++a)
+    CHECK(lost.err.find("stage actor " + std::to_string(a) + " has a new UCX worker (a transfer hang)") != std::string::npos);
+  std::istringstream in(slurp(dir / "lose.jsonl"));
+  int recoveries = 0;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("recovery")) continue;
+    ++recoveries;
+    CHECK(j["recovery"]["failed"]["kind"] == "transfer_hang");
+    CHECK(j["recovery"]["renewed_workers"] == 4);
+    CHECK(j["recovery"]["replaced_by"] == "none (transports renewed)");
+  }
+  CHECK(recoveries == 1);
+  check_fault_free(dir, "lose");
+}
+
 TEST_CASE("past recovery.max_failures_per_hour the next failure ends the job, saying why", "[recovery]") {
   ScratchDir dir("recbudget");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 1\n");
@@ -455,31 +495,32 @@ TEST_CASE("a node killed with no restart left, or with no checkpoint to restore,
 TEST_CASE("bench recovery: every kind of fault recovered, its phases timed, the weights checked", "[recovery][bench]") {
   ScratchDir dir("benchrec");
   const std::string cfg = tiny_job(dir, "");
-  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg + " --faults 5 --steps-between 6");
+  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg + " --faults 6 --steps-between 6");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   auto j = nlohmann::json::parse(r.out, nullptr, false);
   REQUIRE_FALSE(j.is_discarded());
   INFO(j.dump());
-  CHECK(j["faults"] == 5);
-  CHECK(j["recovered"].get<int>() >= 5);  // a killed node may first be judged silent (one recovery all the same)
+  CHECK(j["faults"] == 6);
+  CHECK(j["recovered"].get<int>() >= 6);  // a killed node may first be judged silent (one recovery all the same)
   CHECK(j["exit_code"] == 0);
   CHECK(j["weights_identical"] == true);
   CHECK(j["losses_identical"] == true);
   CHECK(j["goals"]["every_fault_recovered"] == true);
-  REQUIRE(j["per_fault"].size() == 5);
-  for (const std::string kind : {"exception", "stall", "actor_kill", "kill", "coordinator_kill"}) {
+  REQUIRE(j["per_fault"].size() == 6);
+  for (const std::string kind : {"exception", "stall", "lose", "actor_kill", "kill", "coordinator_kill"}) {
     const auto& k = j["by_kind"][kind];
     INFO(kind);
     CHECK(k["detect_ms"]["median"].get<double>() >= 0);
     CHECK(k["abort_ms"]["max"].get<double>() > 0);
     CHECK(k["resumed_after_ms"]["max"].get<double>() >= k["detect_ms"]["max"].get<double>());
   }
-  CHECK(j["per_fault"][2]["source"] == "memory");  // a killed actor: from its own process's memory
-  CHECK(j["per_fault"][3]["source"] == "buddy");  // the killed node's new process: from the next node's memory
-  CHECK(j["per_fault"][3]["restored_mb"].get<double>() > 0);
-  CHECK(j["per_fault"][4]["node"] == 0);  // node 0's process, which hosted the coordinator
-  CHECK(j["per_fault"][4]["source"] == "buddy");
+  CHECK(j["per_fault"][2]["source"] == "memory");  // a lost message: every actor from its own process's memory
+  CHECK(j["per_fault"][3]["source"] == "memory");  // a killed actor: from its own process's memory
+  CHECK(j["per_fault"][4]["source"] == "buddy");  // the killed node's new process: from the next node's memory
+  CHECK(j["per_fault"][4]["restored_mb"].get<double>() > 0);
+  CHECK(j["per_fault"][5]["node"] == 0);  // node 0's process, which hosted the coordinator
+  CHECK(j["per_fault"][5]["source"] == "buddy");
   CHECK(j["per_fault"][0]["source"] == "memory");
   CHECK(figure_or_zero(j["snapshot_cost"]["stall_ms"]["median"]));
   CHECK(j["snapshot_cost"]["mb_per_actor"].get<double>() > 0);

@@ -43,6 +43,7 @@ FaultDrill::FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node,
     if (f.actor == rank || (whole_node && f.actor < 0 && f.node == node && local == 0)) {  // D-2
       mine_.push_back(f);
       index_.push_back(i);
+      if (f.kind == "lose" && !to_lose_) to_lose_ = std::make_shared<std::atomic<int>>(0);
     }
   }
 }
@@ -89,6 +90,9 @@ Status FaultDrill::before(int step, int pc, const Transport& transport) const {
       };
       while (!job_failed()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
       return make_error("fault drill: stalled at ", where, " until the job ended");
+    } else if (f.kind == "lose") {
+      spdlog::warn("fault drill: stage actor {} loses its next message at {}", rank_, where);
+      to_lose_->fetch_add(1);
     }
   }
   return Status::success();

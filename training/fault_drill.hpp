@@ -3,7 +3,9 @@
 // kill and hang of a node signal its whole process (SIGKILL, SIGSTOP), kill
 // of an actor ends that actor without a report (ActorKilled), exception
 // throws out of the actor's work, stall stops its progress while the process
-// lives (until the job ends), slow stretches its compute instructions.
+// lives (until the job ends), slow stretches its compute instructions, lose
+// loses the actor's next message in its transport (the sender sees it sent,
+// the receiver waits: a transfer hang, H-6).
 //
 //  D-1  An actor with no drill does no work for them: the runner's hooks are
 //       left empty, so a job without faults pays nothing.
@@ -16,6 +18,8 @@
 //       restarted node process), runs clean.
 #pragma once
 
+#include <atomic>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,10 +48,13 @@ class FaultDrill {
   bool acts_before_instructions() const;
   /// Whether it has a slow drill.
   bool slows() const;
+  /// The count of this actor's sends still to be lost (a LossyTransport's),
+  /// or null if it has no lose drill.
+  const std::shared_ptr<std::atomic<int>>& losses() const { return to_lose_; }
 
   /// Before instruction `pc` of `step`'s program (`pc` = -1: the step's start).
   /// kill and hang signal the process (kill of an actor throws ActorKilled); exception throws; stall returns only
-  /// when `transport` has seen an actor fail (the job is ending), with an error.
+  /// when `transport` has seen an actor fail (the job is ending), with an error; lose has the next send lost.
   Status before(int step, int pc, const Transport& transport) const;
   /// The factor this actor's compute time is multiplied by in `step` (1: none).
   double compute_factor(int step) const;
@@ -55,6 +62,7 @@ class FaultDrill {
  private:
   std::vector<FaultSpec> mine_;
   std::vector<std::size_t> index_;  ///< each one's place in the job's [[faults]] (D-3)
+  std::shared_ptr<std::atomic<int>> to_lose_;
   int rank_;
   int node_;
 };

@@ -17,6 +17,7 @@
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "backends/transport/collectives.hpp"
+#include "backends/transport/lossy_transport.hpp"
 #include "backends/transport/wait.hpp"
 #include "common/cpu_time.hpp"
 #include "ops/model/weights.hpp"
@@ -71,11 +72,13 @@ class Trainer {
         me_(coord_of(plan_.dims, a.rank)),
         device_(resolved_threads(job_.train, a.actors_on_node)),
         s_(device_.default_stream()),
-        coll_(*a.transport),
+        drill_(job_.faults, a.rank, a.node, a.local),
+        lossy_(drill_.losses() ? std::make_unique<LossyTransport>(*a.transport, drill_.losses()) : nullptr),
+        transport_(lossy_ ? *lossy_ : *a.transport),
+        coll_(transport_),
         limit_(a.wait_timeout_ms),
         lrs_(lr_schedule(job_)),
-        checkpoints_(a.checkpoints, job_.checkpoint.every, me_.dp),
-        drill_(job_.faults, a.rank, a.node, a.local) {
+        checkpoints_(a.checkpoints, job_.checkpoint.every, me_.dp) {
     for (int st = 0; st < plan_.dims.pp; ++st) stage_ranks_.push_back(rank_of(plan_.dims, Coord{me_.dp, st, 0}));
     for (int r = 0; r < plan_.actors(); ++r) everyone_.push_back(r);
   }
@@ -92,7 +95,7 @@ class Trainer {
     if (a_.progress) a_.progress->advanced(-1, -1);  // starting: not judged before step 0 (H-3)
     TROUPE_TRY(build_state());
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
-    AbortTransfersOnError abort_on_error(*a_.transport);  // destroyed before the buffers it protects
+    AbortTransfersOnError abort_on_error(transport_);  // destroyed before the buffers it protects
     if (!a_.resume_dir.empty()) TROUPE_TRY(resume(a_.resume_dir));
     if (a_.recovery.restore_step >= 0) {  // a replacement
       const double t0 = trace_ ? trace_->now_us() : 0;
@@ -126,7 +129,7 @@ class Trainer {
   Expected<double> run_step() {
     const int step = state_->next_step();
     if (a_.progress) a_.progress->advanced(step, -1);
-    if (drill_.any()) TROUPE_TRY(drill_.before(step, -1, *a_.transport));
+    if (drill_.any()) TROUPE_TRY(drill_.before(step, -1, transport_));
     StepFigures f;
     TROUPE_TRY(forward_backward(f));
     TROUPE_TRY(sync_gradients(f));
@@ -162,7 +165,7 @@ class Trainer {
   // which the recovery did before answering) and meets the others there.
   Status recover(const Error& why) {
     const int failed_at = state_->next_step();
-    a_.transport->abort_all();
+    transport_.abort_all();
     a_.inbox->forget_all();
     coll_.restart_sequences();  // as the replacement's fresh ones
     if (a_.batches.forget) a_.batches.forget();
@@ -227,7 +230,7 @@ class Trainer {
   // A collective over `ranks` of `count` floats at `data`, waited for within the bound.
   Status all_reduce(const std::vector<int>& ranks, float* data, std::size_t count, const std::string& what) {
     WaitScope waiting(a_.progress);  // H-1
-    return wait_for([&](Completion c) { coll_.all_reduce(ranks, data, count, std::move(c)); }, limit_, *a_.transport,
+    return wait_for([&](Completion c) { coll_.all_reduce(ranks, data, count, std::move(c)); }, limit_, transport_,
                     what);
   }
 
@@ -235,7 +238,7 @@ class Trainer {
     Inbox* inbox = a_.inbox;
     if (inbox && a_.progress) inbox = &progress_inbox_.emplace(*a_.inbox, a_.progress);  // H-1
     StageLinks links;
-    links.transport = a_.transport;
+    links.transport = &transport_;
     links.inbox = inbox;
     links.stage_ranks = stage_ranks_;
     links.batch = a_.batches.get;
@@ -272,7 +275,7 @@ class Trainer {
 
   // Continues from a checkpoint (of any layout): one reader per replica group, then a broadcast.
   Status resume(const std::string& dir) {
-    auto r = restore_stage(*state_, plan_, a_.rank, coll_, *a_.transport, dir, limit_);
+    auto r = restore_stage(*state_, plan_, a_.rank, coll_, transport_, dir, limit_);
     if (!r) return r.error();
     float read_mb = static_cast<float>(r->bytes_read / 1e6);
     TROUPE_TRY(all_reduce(everyone_, &read_mb, 1, "the restore figures' all-reduce"));
@@ -532,6 +535,9 @@ class Trainer {
   const Coord me_;
   CpuDevice device_;
   Stream& s_;
+  const FaultDrill drill_;                        ///< this actor's fault drills (none: no cost, D-1)
+  std::unique_ptr<LossyTransport> lossy_;        ///< a lose drill's: every transfer goes through it (else none)
+  Transport& transport_;                          ///< the actor's transport (or lossy_ over it)
   Collectives coll_;
   const std::chrono::milliseconds limit_;
   const LrSchedule lrs_;
@@ -542,7 +548,6 @@ class Trainer {
   std::optional<RootDuties> root_;
   std::optional<StageEvaluator> eval_;  ///< opened at the first evaluation
   StageCheckpoints checkpoints_;
-  const FaultDrill drill_;                      ///< this actor's fault drills (none: no cost, D-1)
   std::optional<ProgressInbox> progress_inbox_;  ///< the inbox, marking waits for the health monitor
   nlohmann::json resumed_;             ///< restore figures for the first step's metrics line
   int last_logged_ = -1;               ///< the newest step in the metrics

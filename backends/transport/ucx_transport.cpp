@@ -21,6 +21,11 @@
 //       with renewal). No
 //       operation outlives its worker: what is in flight fails first, and a
 //       request UCX still holds is left to it (leaked) rather than freed.
+// UX-6  An operation that fails with a UCX error of its own (not a
+//       cancellation, not a peer marked failed: an endpoint timeout, say)
+//       marks the transport faulted until its worker is renewed; the node
+//       renews a faulted transport's worker in the next recovery (N-9), since
+//       an endpoint in error stays in error.
 #include "backends/transport/ucx_transport.hpp"
 
 #include <arpa/inet.h>
@@ -123,6 +128,7 @@ struct UcxTransport::Impl {
   std::vector<Reconnect> to_reconnect;  // reconnect() callers
   std::vector<std::promise<Expected<std::string>>> to_replace_worker;  // renew_worker() callers
   std::vector<std::atomic<bool>> talked;  // an operation with the peer was posted in this generation (UX-5)
+  std::atomic<bool> faulted{false};        // an operation failed with a UCX error of its own (UX-6)
   Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (worker_mu)
   std::vector<char> trash;  // where stale messages are received to be dropped
   std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
@@ -163,6 +169,7 @@ struct UcxTransport::Impl {
     if (st == UCS_ERR_CANCELED || failed[static_cast<std::size_t>(r->op.peer)]) {
       result = peer_error(r->op.peer);
     } else if (st != UCS_OK) {
+      faulted.store(true);
       result = ucx_error(r->op.kind == Kind::send ? "ucp_tag_send_nbx" : "ucp_tag_recv_nbx", rank, st);
     } else if (r->op.kind == Kind::recv && received != r->op.bytes) {
       result = make_error("rank ", std::to_string(r->op.peer), " sent ", std::to_string(received),
@@ -459,6 +466,7 @@ struct UcxTransport::Impl {
     forget_inflight("the worker of rank " + std::to_string(rank) + " was renewed");
     worker.reset();
     TROUPE_TRY(open_worker());
+    faulted.store(false);
     return address;
   }
 
@@ -663,6 +671,8 @@ std::string UcxTransport::describe() const {
   }
   return out;
 }
+
+bool UcxTransport::faulted() const { return impl_->faulted.load(); }
 
 bool UcxTransport::talked_to(int peer) const {
   return peer >= 0 && peer < impl_->size && impl_->talked[static_cast<std::size_t>(peer)].load(std::memory_order_relaxed);

@@ -73,6 +73,9 @@ class UcxTransport final : public Transport {
   /// Whether an operation with `peer` was posted since the generation began
   /// (UX-5: which transports a lost process may have left mid-protocol).
   bool talked_to(int peer) const;
+  /// UX-6: whether an operation failed with a UCX error of its own (not a
+  /// cancellation, not a failed peer) since the worker was made or renewed.
+  bool faulted() const;
   /// UX-5: replaces the UCX worker. Every endpoint closes (what was in flight
   /// fails), the old worker goes with whatever protocol state UCX kept in it
   /// for a peer that died mid-transfer, and every rank, this one's own

@@ -377,6 +377,31 @@ TEST_CASE("UX-5: a renewed worker fails what was in flight and is reached at its
   exchange_both_ways(*ts[0], **late, 40);
 }
 
+TEST_CASE("UX-6: a UCX error of the transport's own marks it faulted until its worker is renewed, a peer's failure does not", "[ucx]") {
+  auto ts = connected(2);
+  CHECK_FALSE(ts[0]->faulted());
+  // A receive into a buffer smaller than the message: UCX fails it (message truncated).
+  std::vector<int> big(64, 7), small(4, 0);
+  Waiter r, s;
+  ts[0]->recv(1, 3, small.data(), small.size() * sizeof(int), r.cb());
+  ts[1]->send(0, 3, big.data(), big.size() * sizeof(int), s.cb());
+  const Status received = r.get();
+  REQUIRE_FALSE(received.ok());
+  CHECK_THAT(received.error().message, Catch::Contains("ucp_tag_recv_nbx failed on rank 0"));
+  (void)s.get();
+  CHECK(ts[0]->faulted());
+  CHECK_FALSE(ts[1]->faulted());
+  // A failed peer is the peer's fault, not the transport's.
+  ts[1]->mark_failed(0);
+  Waiter refused;
+  ts[1]->send(0, 4, big.data(), big.size() * sizeof(int), refused.cb());
+  CHECK_FALSE(refused.get().ok());
+  CHECK_FALSE(ts[1]->faulted());
+  auto renewed = ts[0]->renew_worker();
+  REQUIRE(renewed.ok());
+  CHECK_FALSE(ts[0]->faulted());
+}
+
 TEST_CASE("a peer replaced by a new process is reconnected and reached in the new generation", "[ucx]") {
   auto ts = connected(2);
   std::vector<std::string> addresses{ts[0]->address(), ts[1]->address()};

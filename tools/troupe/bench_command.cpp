@@ -125,7 +125,7 @@ void register_bench(CLI::App& app, Action& action) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   rc->add_option("--nodes", recovery->nodes, "Node processes")->check(CLI::Range(2, 64));
-  rc->add_option("--faults", recovery->faults, "Faults in the run (exception, stall and kill in turn)")
+  rc->add_option("--faults", recovery->faults, "Faults in the run (exception, stall, lost message, actor kill, node kill and coordinator kill in turn)")
       ->check(CLI::Range(1, 1000));
   rc->add_option("--seed", recovery->seed, "Seed of the faults' actors, nodes and steps");
   rc->add_option("--steps-between", recovery->steps_between, "Steps from one fault to the next")->check(CLI::Range(3, 1000));

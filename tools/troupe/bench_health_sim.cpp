@@ -143,7 +143,7 @@ caf::behavior coordinator_sim(caf::stateful_actor<CoordinatorSim>* self, Setup s
           if (decode(self->system(), w, hb))
             if (auto beats = read_beats(hb)) {
               st.judge->heartbeat(hb.node, Clock::now(), std::move(*beats),
-                                  ActorsElsewhere{hb.actors_elsewhere, hb.waiting_elsewhere});
+                                  ActorsElsewhere{hb.actors_elsewhere, hb.waiting_elsewhere, hb.unblocked_elsewhere});
               msg::HeartbeatAck ack{hb.generation, hb.seq, 0};
               self->send(caf::actor_cast<caf::actor>(self->current_sender()), encode(self->system(), Wire::ack, ack));
             }
@@ -221,6 +221,7 @@ caf::behavior relay_sim(caf::stateful_actor<RelaySim>* self, Setup setup, int no
           write_beats(hb, summary.candidates);
           hb.actors_elsewhere = summary.rest.actors;
           hb.waiting_elsewhere = summary.rest.waiting;
+          hb.unblocked_elsewhere = summary.rest.unblocked;
           self->send(st.coordinator, encode(self->system(), Wire::heartbeat, hb));
         }
         st.setup.stats->relay_cpu_ns += thread_cpu_ns() - cpu0;

@@ -19,9 +19,10 @@ namespace troupe::cli {
 namespace {
 
 struct PlannedFault {
-  /// exception | stall | actor_kill (one stage actor) | kill (a node process) | coordinator_kill (node 0's: SV-10)
+  /// exception | stall | lose (one stage actor's next message: a transfer hang) | actor_kill (one stage actor) |
+  /// kill (a node process) | coordinator_kill (node 0's: SV-10)
   std::string kind;
-  int target = 0;    ///< the actor (exception, stall, actor_kill) or the node (kill; 0 for coordinator_kill)
+  int target = 0;    ///< the actor (exception, stall, lose, actor_kill) or the node (kill; 0 for coordinator_kill)
   int step = 0;
   bool kills() const { return kind == "kill" || kind == "coordinator_kill"; }  // a node process
   std::string flag() const {
@@ -31,10 +32,14 @@ struct PlannedFault {
   std::string drill_line() const {  // what the drill logs when it acts
     if (kills()) return "fault drill: node " + std::to_string(target) + " kills itself (SIGKILL) at step " + std::to_string(step) + " ";
     return "fault drill: stage actor " + std::to_string(target) +
-           (kind == "stall" ? " stalls" : kind == "actor_kill" ? " is killed" : " throws") + " at step " + std::to_string(step);
+           (kind == "stall"        ? " stalls"
+            : kind == "lose"       ? " loses its next message"
+            : kind == "actor_kill" ? " is killed"
+                                   : " throws") +
+           " at step " + std::to_string(step);
   }
   std::string verdict() const {  // what the coordinator judges of the actor's fault
-    return kind == "stall" ? "stuck_actor" : kind == "actor_kill" ? "actor_exit" : "actor_exception";
+    return kind == "stall" ? "stuck_actor" : kind == "lose" ? "transfer_hang" : kind == "actor_kill" ? "actor_exit" : "actor_exception";
   }
 };
 
@@ -81,7 +86,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
   // The faults: kinds in turn, each at a random actor or node (a kill: not
   // node 0, whose process the coordinator_kill takes) and at a random step
   // in its own window of steps.
-  const std::vector<std::string> kinds{"exception", "stall", "actor_kill", "kill", "coordinator_kill"};
+  const std::vector<std::string> kinds{"exception", "stall", "lose", "actor_kill", "kill", "coordinator_kill"};
   std::mt19937 rng(a.seed);
   std::vector<PlannedFault> plan;
   int kills = 0;
@@ -153,8 +158,10 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
       if (taken[r] || rollback > f.step || rollback < f.step - window) continue;
       const auto& failed = recoveries[r]["failed"];
       const std::string kind = failed.value("kind", std::string());
-      const bool match = f.kills() ? (failed.value("node", -1) == f.target && failed.value("actor", 0) < 0)
-                                          : failed.value("actor", -1) == f.target && kind == f.verdict();
+      // A transfer hang names the actor that waited longest, not the one whose message was lost.
+      const bool match = f.kills()           ? (failed.value("node", -1) == f.target && failed.value("actor", 0) < 0)
+                         : f.kind == "lose" ? kind == f.verdict()
+                                            : failed.value("actor", -1) == f.target && kind == f.verdict();
       if (match) return taken[r] = true, &recoveries[r];
     }
     return nullptr;
