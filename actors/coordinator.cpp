@@ -59,11 +59,11 @@ void lose_node(Self* self, int node, const std::string& why) {
 // unreachable or was reset); with `began_recovery`, the recovery's start is
 // recorded there too (LE-3).
 std::uint64_t bump(CoordinatorState& st, bool began_recovery) {
-  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
-  auto gen = redis ? bump_generation(*redis, st.cfg.job_id) : Expected<std::uint64_t>(redis.error());
+  auto gen = on_redis(st, [&](RedisClient& redis) { return bump_generation(redis, st.cfg.job_id); });
   st.cfg.generation = std::max(gen ? *gen : 0, st.cfg.generation + 1);
-  if (redis && began_recovery)
-    if (auto recorded = record_recovery(*redis, st.cfg.job_id, unix_ms()); !recorded)
+  if (gen && began_recovery)
+    if (auto recorded = on_redis(st, [&](RedisClient& redis) { return record_recovery(redis, st.cfg.job_id, unix_ms()); });
+        !recorded)
       spdlog::warn("coordinator: the recovery's start is not in Redis ({}): a successor would not count it",
                    recorded.error().message);
   return st.cfg.generation;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <caf/all.hpp>
 
+#include "actors/coordinator_state.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/redis_server.hpp"
 
@@ -224,6 +225,40 @@ TEST_CASE("SV-7: nodes whose heartbeats never come are judged hung within the bo
   CHECK_THAT((*job.reasons)[0], Catch::StartsWith("hung_process: node 0 — no heartbeat for "));
   CHECK_THAT((*job.reasons)[0], Catch::Contains("never heard from since the plan"));
   CHECK((*job.reasons)[1] == (*job.reasons)[0]);
+}
+
+TEST_CASE("the coordinator keeps one Redis connection, and a command on a closed one is tried once more on a fresh one",
+          "[coordinator]") {
+  auto server = RedisServer::start();
+  REQUIRE(server.ok());
+  auto checker = server->connect();
+  REQUIRE(checker.ok());
+  auto connections = [&] {
+    auto info = checker->command({"INFO", "stats"});
+    REQUIRE(info.ok());
+    const std::string key = "total_connections_received:";
+    const auto at = info->str.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stoll(info->str.substr(at + key.size()));
+  };
+  coordinator_detail::CoordinatorState st;
+  st.cfg.redis_url = server->url();
+  st.cfg.redis_password = server->password();
+  auto ping = [](RedisClient& r) { return r.command({"PING"}); };
+  const long long before = connections();
+  for (int i = 0; i < 5; ++i) REQUIRE(coordinator_detail::on_redis(st, ping).ok());
+  CHECK(connections() == before + 1);
+  // The server drops it (an idle timeout, a restart): the next command still succeeds, on a new connection.
+  auto id = coordinator_detail::on_redis(st, [](RedisClient& r) { return r.command({"CLIENT", "ID"}); });
+  REQUIRE(id.ok());
+  REQUIRE(checker->command({"CLIENT", "KILL", "ID", std::to_string(id->integer)}).ok());
+  CHECK(coordinator_detail::on_redis(st, ping).ok());
+  CHECK(connections() == before + 2);
+  // A command that fails on the fresh connection too (a Redis error reply) is not tried a third time.
+  auto wrong = coordinator_detail::on_redis(st, [](RedisClient& r) { return r.command({"NO_SUCH_COMMAND"}); });
+  CHECK_FALSE(wrong.ok());
+  CHECK_FALSE(st.redis.has_value());
+  CHECK(connections() == before + 3);  // tried on the kept one, then once on a fresh one
 }
 
 }  // namespace troupe

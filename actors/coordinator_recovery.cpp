@@ -105,11 +105,10 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
 // told the rank to play. False if neither is left.
 std::optional<std::string> place_replacement(Self* self, int node) {
   auto& st = self->state;
-  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
-  auto restart = redis ? claim_restart(*redis, st.cfg.job_id, st.cfg.restarts) : Expected<bool>(redis.error());  // LE-2
+  auto restart = on_redis(st, [&](RedisClient& redis) { return claim_restart(redis, st.cfg.job_id, st.cfg.restarts); });  // LE-2
   if (!restart) spdlog::error("coordinator: cannot count the restarts placed: {}", restart.error().message);
   if (restart && *restart) return "a restarted process";
-  auto spare = redis ? assign_spare(*redis, st.cfg.job_id, node) : Expected<std::optional<std::string>>(redis.error());
+  auto spare = on_redis(st, [&](RedisClient& redis) { return assign_spare(redis, st.cfg.job_id, node); });
   if (!spare) {
     spdlog::error("coordinator: cannot take a spare for node {}: {}", node, spare.error().message);
     return std::nullopt;
@@ -125,10 +124,8 @@ static void fence(Self* self, const Verdict& v) {
   auto& st = self->state;
   const std::uint32_t pid = v.node == st.cfg.successor_of ? st.cfg.successor_of_pid
                                                           : process_of(st.cfg.nodes[static_cast<std::size_t>(v.node)]);
-  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
   auto asked = pid == 0 ? Status(make_error("its process id is unknown"))
-               : redis  ? request_fence(*redis, st.cfg.job_id, v.node, pid)
-                        : Status(redis.error());
+                        : on_redis(st, [&](RedisClient& redis) { return request_fence(redis, st.cfg.job_id, v.node, pid); });
   if (!asked) spdlog::error("coordinator: cannot ask for node {}'s silent process to be stopped: {}", v.node, asked.error().message);
 }
 
@@ -150,8 +147,7 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
     ++st.foreign;
     return;
   }
-  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
-  auto ep = redis ? published_endpoint(*redis, st.cfg.job_id, m.node) : Expected<NodeEndpoint>(redis.error());
+  auto ep = on_redis(st, [&](RedisClient& redis) { return published_endpoint(redis, st.cfg.job_id, m.node); });
   if (!ep || ep->system_id != caf::to_string(sender->node())) {
     ++st.foreign;  // P-2: not the process that took the rank back
     return;
@@ -199,11 +195,12 @@ constexpr int kCopiesTimeoutMs = 2000, kCopyRounds = 3;
 static void republish_renewed(CoordinatorState& st) {
   auto& r = *st.recovery;
   if (r.renewed_ranks.empty()) return;
-  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
   const int k = r.actors_per_node;
   for (std::size_t i = 0; i < r.renewed_ranks.size(); ++i) {
     const int rank = r.renewed_ranks[i];
-    auto st_ok = redis ? republish_ucx(*redis, st.cfg.job_id, rank / k, rank % k, r.renewed_addresses[i]) : Status(redis.error());
+    auto st_ok = on_redis(st, [&](RedisClient& redis) {
+      return republish_ucx(redis, st.cfg.job_id, rank / k, rank % k, r.renewed_addresses[i]);
+    });
     if (!st_ok) spdlog::error("coordinator: the renewed UCX address of stage actor {} is not in Redis: {}", rank, st_ok.error().message);
   }
 }
@@ -364,9 +361,8 @@ void succeed(Self* self) {
   auto& st = self->state;
   const int lost = st.cfg.successor_of;
   st.alive[static_cast<std::size_t>(lost)] = false;
-  auto redis = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
   const std::int64_t now_ms = unix_ms();
-  auto past = redis ? recoveries_since(*redis, st.cfg.job_id, now_ms - 3600 * 1000) : Expected<std::vector<std::int64_t>>(redis.error());
+  auto past = on_redis(st, [&](RedisClient& redis) { return recoveries_since(redis, st.cfg.job_id, now_ms - 3600 * 1000); });
   if (!past) return finish(self, false, "the coordinator's successor on node " + std::to_string(st.cfg.rank) +
                                             " cannot read the job's recoveries: " + past.error().message);
   for (std::int64_t t : *past) st.recoveries.push_back(st.start - std::chrono::milliseconds(now_ms - t));

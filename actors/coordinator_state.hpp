@@ -13,6 +13,7 @@
 #include "actors/protocol.hpp"
 #include "actors/verdict_record.hpp"
 #include "runtime/health_judge.hpp"
+#include "runtime/redis_client.hpp"
 
 namespace troupe::coordinator_detail {
 
@@ -51,6 +52,7 @@ struct CoordinatorState {
   };
   std::optional<Recovery> recovery;
   std::vector<HealthJudge::Clock::time_point> recoveries;
+  std::optional<RedisClient> redis;  ///< the job's Redis, connected at first use (on_redis)
   static inline const char* name = "troupe.coordinator";
 };
 
@@ -61,6 +63,24 @@ template <class Message>
 void tell_every_node(Self* self, const Message& m) {
   for (auto& node : self->state.cfg.nodes)
     if (node) self->send(node, m);
+}
+
+// `command` on the coordinator's one Redis connection, connected at its first
+// use (within 1 s, which bounds every command too). A command that fails on
+// the kept connection (the server closed it when idle, or restarted) is tried
+// once more on a fresh one.
+template <class Command>
+auto on_redis(CoordinatorState& st, Command&& command) -> decltype(command(std::declval<RedisClient&>())) {
+  const bool kept = st.redis.has_value();
+  if (!kept) {
+    auto connected = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
+    if (!connected) return connected.error();
+    st.redis.emplace(std::move(*connected));
+  }
+  auto out = command(*st.redis);
+  if (out) return out;
+  st.redis.reset();
+  return kept ? on_redis(st, command) : out;
 }
 
 // SV-4: only the coordinator ends the job.
