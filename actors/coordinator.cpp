@@ -152,6 +152,10 @@ void on_heartbeat(Self* self, const msg::Heartbeat& m) {
     ++st.foreign;  // P-3
     return;
   }
+  if (st.judge->is_relayed(m.node)) {  // its relay was lost, or it is a new process
+    spdlog::info("coordinator: node {} beats directly (no relay any more)", m.node);
+    st.judge->unrelayed(m.node, HealthJudge::Clock::now());
+  }
   st.judge->heartbeat(m.node, HealthJudge::Clock::now(), std::move(*beats),
                       ActorsElsewhere{m.actors_elsewhere, m.waiting_elsewhere, m.unblocked_elsewhere});
 }
@@ -172,6 +176,7 @@ void on_member_silent(Self* self, const msg::MemberSilent& m) {
     return;
   }
   if (st.done[static_cast<std::size_t>(m.member)] || !st.judge->watched(m.member)) return;
+  if (!st.judge->is_relayed(m.member)) return;  // it beats the coordinator directly now
   on_judged(self, Verdict{"hung_process", m.member, -1, m.evidence + " (seen by its relay, node " + std::to_string(m.relay) + ")"});
 }
 

@@ -162,9 +162,9 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
   spdlog::warn("coordinator: node {} rejoined (a new process); generation {}", m.node, st.cfg.generation);
   st.verdicts->phase("place", st.recovery->began_us, {{"node", m.node}, {"replacement", st.recovery->replacement}});
   const int n = static_cast<int>(st.cfg.nodes.size());
-  msg::Plan plan{st.cfg.generation, n, {}, {}, {}};
-  if (const int relay = relay_of(m.node, n, st.cfg.relay_group); relay >= 0) plan.relay = st.cfg.nodes[static_cast<std::size_t>(relay)];
-  self->send(st.cfg.nodes[r], plan);  // its actors wait for the Redo; it answers NodeAborted
+  // a new process beats the coordinator directly (its relay knows the old one), and relays nobody.
+  st.judge->unrelayed(m.node, HealthJudge::Clock::now());
+  self->send(st.cfg.nodes[r], msg::Plan{st.cfg.generation, n, {}, {}, {}});  // its actors wait for the Redo; it answers NodeAborted
 }
 
 // The newest step every actor can restore from host memory: its own node's

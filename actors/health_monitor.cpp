@@ -22,7 +22,8 @@ struct MonitorState {
   HealthMonitorConfig cfg;
   std::optional<HealthRelay> relay;  ///< when it relays for members
   std::uint64_t seq = 0;
-  Clock::time_point acked = Clock::now();
+  Clock::time_point acked = Clock::now();        ///< the upstream's last word on the coordinator (R-3)
+  Clock::time_point upstream_heard = Clock::now();  ///< the upstream's last acknowledgement itself (R-4)
   Clock::time_point beaten{};  ///< when the last heartbeat went out
   std::uint64_t dropped = 0;   ///< member beats from non-members or other generations
   bool told = false;
@@ -56,6 +57,16 @@ msg::Heartbeat beat(MonitorState& st) {
   return hb;
 }
 
+// A beat upstream, once every heartbeat_ms.
+void on_tick_beat(Self* self) {
+  auto& st = self->state;
+  const auto now = Clock::now();
+  if (now - st.beaten < std::chrono::milliseconds(st.cfg.limits.heartbeat_ms)) return;
+  st.beaten = now;
+  self->send(st.cfg.upstream, beat(st));
+  ++*st.beats;
+}
+
 void on_tick(Self* self) {
   auto& st = self->state;
   if (st.cfg.live_generation) st.cfg.generation = st.cfg.live_generation->load();
@@ -67,16 +78,30 @@ void on_tick(Self* self) {
       self->send(st.cfg.upstream, msg::MemberSilent{st.cfg.generation, st.cfg.node, v->node, v->evidence});
   // The coordinator's silence is looked at every tick, not only when beating,
   // so that its loss is noticed within the bound plus a tick.
+  const std::int64_t bound = static_cast<std::int64_t>(st.cfg.limits.miss_limit) * st.cfg.limits.heartbeat_ms;
+  // A relay in the coordinator's own process is silent only when the coordinator is.
+  const bool via_relay = st.cfg.coordinator && st.cfg.upstream.node() != st.cfg.coordinator.node();
+  const std::int64_t upstream_silent = ms_since(st.upstream_heard);
+  if (via_relay && upstream_silent > bound) {
+    spdlog::warn("health monitor of node {}: its relay answered no heartbeat for {} ms; beating the coordinator directly",
+                 st.cfg.node, upstream_silent);
+    // The coordinator gets the whole bound to answer directly: the relay's
+    // silence says nothing of it (a member connects to its relay itself, so
+    // their traffic does not go through node 0, R-5).
+    const auto now = Clock::now();
+    st.cfg.upstream = st.cfg.coordinator;
+    st.acked = st.upstream_heard = now;
+    st.beaten = {};
+    return on_tick_beat(self);
+  }
+  // R-3 through a relay holds only while the relay answers; a silent relay is R-4's.
+  const bool relay_answers = !via_relay || upstream_silent <= 2 * static_cast<std::int64_t>(st.cfg.limits.heartbeat_ms);
   const std::int64_t silent = ms_since(st.acked);
-  if (!st.told && silent > static_cast<std::int64_t>(st.cfg.limits.miss_limit) * st.cfg.limits.heartbeat_ms) {
+  if (!st.told && relay_answers && silent > bound) {
     st.told = true;
     self->send(st.cfg.node_actor, msg::CoordinatorSilent{silent});
   }
-  const auto now = Clock::now();
-  if (now - st.beaten < std::chrono::milliseconds(st.cfg.limits.heartbeat_ms)) return;
-  st.beaten = now;
-  self->send(st.cfg.upstream, beat(st));
-  ++*st.beats;
+  on_tick_beat(self);
 }
 
 // A member's beat, delegated by this relay's node actor: from that member's
@@ -120,6 +145,7 @@ caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
         auto& st = self->state;
         const auto& sender = self->current_sender();
         if (!sender || sender->node() != st.cfg.upstream.node() || m.generation < st.cfg.generation) return;
+        st.upstream_heard = Clock::now();
         // as fresh as the relay's own view of the coordinator.
         st.acked = std::max(st.acked, Clock::now() - std::chrono::milliseconds(std::max<std::int64_t>(0, m.upstream_silent_ms)));
         st.cpu_ns->store(thread_cpu_ns());

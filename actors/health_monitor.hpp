@@ -6,7 +6,9 @@
 // verdict and a lack of progress into a stuck_actor one. The upstream
 // acknowledges each beat; a monitor that hears no acknowledgement for
 // health.miss_limit beats tells its node actor (CoordinatorSilent), which ends
-// the node naming node 0 (coordinator_loss) — the same bound both ways.
+// the node naming node 0 (coordinator_loss) — the same bound both ways. A
+// relay that stops answering is not the coordinator: its member then beats
+// the coordinator directly, and only that one's silence ends the node.
 //
 // A relay's monitor also hears its members' beats (delegated by its node
 // actor), judges their silence and adds their summary to its own beat (H-5).
@@ -25,6 +27,7 @@ namespace troupe {
 
 struct HealthMonitorConfig {
   caf::actor upstream;    ///< the coordinator, or this node's relay's node actor
+  caf::actor coordinator;  ///< beaten directly when the relay upstream stops answering (R-4; unset: never)
   caf::actor node_actor;  ///< told when the coordinator falls silent
   std::uint64_t generation = 0;
   /// The node's generation as recoveries bump it (optional; else `generation` for good).

@@ -22,6 +22,7 @@
 #include "actors/fabric_check.hpp"
 #include "actors/gpt_stage_actor.hpp"
 #include "actors/node_actor.hpp"
+#include "runtime/health_relay.hpp"
 #include "training/fault_drill.hpp"
 #include "training/progress.hpp"
 #include "training/recovery_snapshots.hpp"
@@ -323,6 +324,14 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     if (o.rejoin && *host == o.rank)
       return abort(make_error("--rejoin: node ", std::to_string(o.rank), " held the coordinator's lease and no node took it over"));
     tell_members(sys, node, *host, coordinator_node.system_id, ucx);
+    // a member connects to its relay itself (node 0, a relay too,
+    // connects out to every node; a restarted process beats the coordinator).
+    if (const int relay = relay_of(o.rank, o.world, job->health.relay_group); relay > 0 && !o.rejoin) {
+      const NodeEndpoint& r = peers[static_cast<std::size_t>(relay)];
+      if (auto linked = sys.middleman().connect(r.host, r.port); !linked)
+        spdlog::warn("node {}: cannot connect to its relay, node {} ({}); their traffic goes through node 0", o.rank,
+                     relay, sys.render(linked.error()));
+    }
     if (o.rejoin) {  // back in a running job: the coordinator's node hands this node to the coordinator
       const std::string who = "node " + std::to_string(*host);
       auto remote = sys.middleman().remote_actor(coordinator_node.host, coordinator_node.port);

@@ -11,7 +11,8 @@
 //       fails every transfer and ends the node non-zero, naming that node,
 //       unless a successor takes over (N-8); so does a Plan that does not
 //       come within health.rendezvous_timeout_ms.
-//  N-8  In a job that recovers (without relays), a node that lost the
+//  N-8  In a job that recovers (relays or not: every node beats a successor
+//       directly, R-4), a node that lost the
 //       coordinator fails every transfer (its actors park) and waits for a
 //       successor: the surviving nodes try the lease in rank order, the
 //       lowest first, kSuccessionStaggerMs apart (LE-1), and the taker runs
@@ -184,7 +185,7 @@ void start_health_monitor(NodeSelf* self, const caf::actor& upstream, const std:
                           const std::vector<std::int32_t>& member_ranks) {
   auto& s = self->state;
   if (!s.progress) return;
-  HealthMonitorConfig hm{upstream, caf::actor_cast<caf::actor>(self), s.generation, s.live_generation, s.rank,
+  HealthMonitorConfig hm{upstream, s.coordinator, caf::actor_cast<caf::actor>(self), s.generation, s.live_generation, s.rank,
                          s.rank * local_actors(s),
                          HealthLimits{s.job.health.heartbeat_ms, s.job.health.miss_limit, s.job.health.progress_timeout_ms},
                          s.progress, members, {}};
@@ -215,14 +216,25 @@ bool adopt_successor(NodeSelf* self) {
 }
 
 // P-2: from the coordinator's actor system, and after the Plan from the Plan's sender.
+void lose_coordinator(NodeSelf* self, const std::string& why);
+
 bool from_coordinator(NodeSelf* self) {
   auto& s = self->state;
   if (s.orphaned) return adopt_successor(self);
   const auto& sender = self->current_sender();
   const bool ok = sender && (s.coordinator ? sender->address() == s.coordinator.address()
                                            : caf::to_string(sender->node()) == s.coordinator_system);
-  if (!ok) ++s.foreign;
-  return ok;
+  if (ok) return true;
+  // N-8: a successor may speak before this node noticed the loss itself (a
+  // stopped coordinator is judged on each node's own clock): a sender whose
+  // actor system holds the lease, on another node, is the successor.
+  if (sender && s.coordinator && s.succession && s.recovery && sender->node() != s.coordinator.node())
+    if (auto host = s.succession->coordinator_host(caf::to_string(sender->node())); host && *host != s.coordinator_rank) {
+      lose_coordinator(self, "node " + std::to_string(*host) + " took the coordinator's lease");
+      if (s.orphaned) return adopt_successor(self);
+    }
+  ++s.foreign;
+  return false;
 }
 
 // P-1: not older than what the node has seen.
@@ -438,7 +450,7 @@ void lose_coordinator(NodeSelf* self, const std::string& why) {
   auto& s = self->state;
   if (s.orphaned) return;
   fail_all_transfers(s);  // in a job that recovers, its actors park
-  if (!s.succession || !s.recovery || s.relays || s.nodes < 2) {
+  if (!s.succession || !s.recovery || s.nodes < 2) {
     spdlog::error("node {}: lost the coordinator on node {} ({}); stopping", s.rank, s.coordinator_rank, why);
     return stop(self, 1);
   }

@@ -68,6 +68,17 @@ void HealthJudge::forget_actors() {
   }
 }
 
+void HealthJudge::unrelayed(int node, Clock::time_point now) {
+  if (node < 0 || node >= static_cast<int>(nodes_.size())) return;
+  Node& n = nodes_[static_cast<std::size_t>(node)];
+  if (n.relayed) n.heard = std::max(n.heard, now);
+  n.relayed = false;
+}
+
+bool HealthJudge::is_relayed(int node) const {
+  return node >= 0 && node < static_cast<int>(nodes_.size()) && nodes_[static_cast<std::size_t>(node)].relayed;
+}
+
 bool HealthJudge::watched(int node) const {
   return node >= 0 && node < static_cast<int>(nodes_.size()) && nodes_[static_cast<std::size_t>(node)].watched;
 }

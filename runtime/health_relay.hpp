@@ -14,6 +14,19 @@
 //  R-3  A member trusts the coordinator as much as its relay does: the relay's
 //       acknowledgement carries how long the coordinator has been silent to
 //       it, so coordinator loss reaches members within the same bound.
+//  R-4  A member whose relay itself stops answering (no acknowledgement for
+//       health.miss_limit beats: the relay's process was lost) beats the
+//       coordinator directly from then on, as does a node whose process was
+//       replaced; the coordinator judges a node that beats it directly as
+//       unrelayed, and a relay's word on a node it no longer relays is void.
+//       A relay's loss is not taken for the coordinator's: only the
+//       coordinator's own silence to the direct beats, for the whole bound,
+//       ends the member. A relay in the coordinator's process is silent only
+//       with it.
+//  R-5  A member connects to its relay itself (where the relay is not node 0,
+//       which connects out to every node): CAF would otherwise route their
+//       traffic through node 0, which would carry every beat and fall silent
+//       with it.
 #pragma once
 
 #include <optional>

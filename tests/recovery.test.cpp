@@ -387,6 +387,39 @@ TEST_CASE("SV-12: a stopped node, node 1 or node 0 (the coordinator's host), is 
   check_fault_free(dir, "zero");
 }
 
+TEST_CASE("R-4: with relays, a killed relay, a killed member, a stopped relay, a killed and a stopped coordinator are each "
+          "recovered, bit for bit, and no relay's loss is taken for the coordinator's",
+          "[recovery]") {
+  // A stopped coordinator is judged lost on each node's own clock: the
+  // successor may speak to a node before it noticed (N-8).
+  // relay_group 2 over 4 nodes (R-1): node 0 relays node 1, node 2 relays node 3; one stage actor per node.
+  // 1,500 short steps, so that the job outlasts a member's fallback (health.miss_limit x heartbeat_ms).
+  ScratchDir dir("recrelay");
+  const std::string cfg =
+      tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n[health]\nrelay_group = 2\n", 1500);
+  run_fault_free(dir, cfg, 4);
+  const int step = random_step(2, 10);
+  INFO("faults at step " << step);
+  for (const std::string fault : {"kill,node=2", "kill,node=3", "hang,node=2", "kill,node=0", "hang,node=0"}) {
+    INFO(fault);
+    auto r = run(launch(cfg, dir / "f.safetensors", dir / "f.jsonl", "--fault kind=" + fault + ",step=" + std::to_string(step), 4));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(slurp(dir / "f.safetensors") == slurp(dir / "clean.safetensors"));
+    if (fault.ends_with("node=0")) {  // the coordinator's host, and node 1's relay: node 1 takes the lease
+      CHECK(r.err.find("node 1: took the coordinator's lease from node 0") != std::string::npos);
+      CHECK(r.err.find("replaced on node 0 (a restarted process) from its buddy copies on node 1") != std::string::npos);
+      continue;
+    }
+    CHECK(r.err.find("took the coordinator's lease") == std::string::npos);
+    CHECK(r.err.find("verdict coordinator_loss") == std::string::npos);
+    const std::string node = fault.substr(fault.size() - 1);
+    CHECK(r.err.find("replaced on node " + node + " (a restarted process)") != std::string::npos);
+    if (node == "2")  // its member, node 3, beats the coordinator itself from then on
+      CHECK(r.err.find("health monitor of node 3: its relay answered no heartbeat for") != std::string::npos);
+  }
+}
+
 TEST_CASE("a killed node's place is taken by a waiting spare, restored from its buddy copies, bit for bit", "[recovery]") {
   ScratchDir dir("recspare");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nspares = 1\n", 12);
