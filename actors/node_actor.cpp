@@ -332,9 +332,10 @@ void spawn_work(NodeSelf* self, int nodes) {
   for (int i = 0; i < k; ++i) spawn_one(self, i, -1);
 }
 
-// H-3: the failed actor `rank`'s progress is not judged again until its
-// replacement runs (its last beats would otherwise show it idle still, and a
-// beat sent as the recovery ends would name it stuck a second time).
+// H-3: actor `rank`'s progress is not judged again until it (or its
+// replacement) runs a step again: from a recovery's Recover, its last beats
+// would otherwise show it idle still, and a beat sent as the recovery ends
+// would name it stuck (a second time, for the failed one).
 void forget_progress(NodeState& s, int rank) {
   const int i = rank - s.rank * local_actors(s);
   if (s.progress && i >= 0 && i < s.progress->size()) s.progress->slot(i).advanced(-1, -1);
@@ -596,7 +597,10 @@ caf::behavior running(NodeSelf* self) {
         s.rewire_rounds = 0;
         if (m.failed < 0) s.lost_node = m.node;  // N-9 (an actor's Recover keeps a lost node's renewals)
         s.renew_all = s.renew_all || m.renew_transports;
-        forget_progress(s, m.failed);
+        // H-3: no actor is judged on what it did before the Recover (after a
+        // transfer hang every one of them was idle for the whole bound; a beat
+        // taken between a failed wait and its park showed it idle, not waiting).
+        for (int i = 0; i < local_actors(s); ++i) forget_progress(s, s.rank * local_actors(s) + i);
         spdlog::warn("node {}: recovering from {} (generation {})", s.rank,
                      m.renew_transports ? "a transfer hang (stage actor " + std::to_string(m.failed) + " waited longest)"
                      : m.failed >= 0    ? "stage actor " + std::to_string(m.failed) + "'s failure"
