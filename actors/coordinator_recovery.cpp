@@ -11,7 +11,6 @@
 #include "actors/succession.hpp"
 #include "runtime/coordinator_lease.hpp"
 #include "runtime/endpoint.hpp"
-#include "runtime/health_relay.hpp"
 #include "runtime/metrics_writer.hpp"
 #include "runtime/redis_client.hpp"
 #include "runtime/spares.hpp"

@@ -332,12 +332,11 @@ void spawn_work(NodeSelf* self, int nodes) {
   for (int i = 0; i < k; ++i) spawn_one(self, i, -1);
 }
 
-// H-3: actor `rank`'s progress is not judged again until it (or its
+// H-3: local actor `i`'s progress is not judged again until it (or its
 // replacement) runs a step again: from a recovery's Recover, its last beats
 // would otherwise show it idle still, and a beat sent as the recovery ends
 // would name it stuck (a second time, for the failed one).
-void forget_progress(NodeState& s, int rank) {
-  const int i = rank - s.rank * local_actors(s);
+void forget_progress(NodeState& s, int i) {
   if (s.progress && i >= 0 && i < s.progress->size()) s.progress->slot(i).advanced(-1, -1);
 }
 
@@ -600,7 +599,7 @@ caf::behavior running(NodeSelf* self) {
         // H-3: no actor is judged on what it did before the Recover (after a
         // transfer hang every one of them was idle for the whole bound; a beat
         // taken between a failed wait and its park showed it idle, not waiting).
-        for (int i = 0; i < local_actors(s); ++i) forget_progress(s, s.rank * local_actors(s) + i);
+        for (int i = 0; i < local_actors(s); ++i) forget_progress(s, i);
         spdlog::warn("node {}: recovering from {} (generation {})", s.rank,
                      m.renew_transports ? "a transfer hang (stage actor " + std::to_string(m.failed) + " waited longest)"
                      : m.failed >= 0    ? "stage actor " + std::to_string(m.failed) + "'s failure"
@@ -683,7 +682,7 @@ caf::behavior running(NodeSelf* self) {
           } else if (s.ended[i]) {
             s.ended[i] = false;
             s.reported[i] = false;
-            forget_progress(s, s.rank * local_actors(s) + static_cast<int>(i));
+            forget_progress(s, static_cast<int>(i));
             spawn_one(self, static_cast<int>(i), m.checkpoint.empty() ? m.step : -1, m.checkpoint);
           }
         }

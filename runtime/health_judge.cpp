@@ -17,6 +17,11 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
+// H-6: whether `b`, reported `age` ms ago, has waited on a peer for more than `limit` ms.
+bool waits_past(const ActorBeat& b, std::int64_t age, std::int64_t limit) {
+  return b.step >= 0 && b.waiting_ms >= 0 && b.waiting_ms + age > limit;
+}
+
 }  // namespace
 
 std::string Verdict::line() const {
@@ -168,7 +173,7 @@ std::optional<Verdict> HealthJudge::hung_transfers(Clock::time_point now) const 
     const std::int64_t age = ms_between(n.heard, now);
     for (const ActorBeat& b : n.beats) {
       if (b.step == kFinishedStep) continue;
-      if (b.step < 0 || b.waiting_ms < 0 || b.waiting_ms + age <= limit) return std::nullopt;  // starting, or working
+      if (!waits_past(b, age, limit)) return std::nullopt;  // starting, working, or waiting only briefly
       ActorBeat aged = b;
       aged.waiting_ms += age;
       if (aged.node < 0) aged.node = static_cast<int>(i);
@@ -205,8 +210,7 @@ GroupSummary HealthJudge::summarize(Clock::time_point now) const {
       }
       ++out.rest.actors;
       if (b.waiting_ms >= 0 && b.step != kFinishedStep) ++out.rest.waiting;
-      const bool waits_long = b.step >= 0 && b.waiting_ms >= 0 && b.waiting_ms + age > limits_.progress_timeout_ms;
-      if (b.step != kFinishedStep && !waits_long) ++out.rest.unblocked;
+      if (b.step != kFinishedStep && !waits_past(b, age, limits_.progress_timeout_ms)) ++out.rest.unblocked;
     }
   }
   return out;

@@ -3,9 +3,9 @@
 // arrives (the receiver waits). What a fault drill's lost message is made of
 // (kind = lose): the transfer hang that only H-6 can name.
 //
-//  LT-1  Sends are lost in the order they are posted, as many as were asked
-//        for (lose_next_sends); every other operation, and every query, is
-//        the inner transport's.
+//  LT-1  Sends are lost in the order they are posted, as many as the shared
+//        count asks for (each lost one takes one off); every other operation,
+//        and every query, is the inner transport's.
 #pragma once
 
 #include <atomic>
