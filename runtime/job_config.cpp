@@ -219,8 +219,12 @@ Status check_fault(const FaultSpec& f, const std::string& where) {
     return make_error(where, ": kind = ", f.kind, " needs actor (a stage actor's rank), not node");
   if (f.kind != "slow" && (f.factor != 2 || f.steps != 1))
     return make_error(where, ": factor and steps apply to kind = slow only");
-  if (f.when != "step" && f.when != "recovery")
-    return make_error(where, ": when must be step or recovery (got \"", f.when, "\")");
+  if (f.when != "step" && f.when != "start" && f.when != "recovery")
+    return make_error(where, ": when must be step, start or recovery (got \"", f.when, "\")");
+  // A stall or a lost message in a start barrier would wait out health.wait_timeout_ms:
+  // actors are judged only from their first step on (H-3).
+  if (f.when == "start" && (f.kind == "slow" || f.kind == "stall" || f.kind == "lose" || f.instruction >= 0))
+    return make_error(where, ": when = start applies to kind = kill, hang or exception, without instruction");
   if (f.when == "recovery" && (!whole_node || f.node < 0 || f.step != 0 || f.instruction >= 0))
     return make_error(where, ": when = recovery applies to kind = kill or hang of a node, without step or instruction");
   return Status::success();

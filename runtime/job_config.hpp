@@ -115,7 +115,11 @@ struct FaultSpec {
   int instruction = -1;  ///< before this instruction of the actor's step program (-1: at the step's start)
   double factor = 2;     ///< slow: compute time multiplied by this
   int steps = 1;         ///< slow: for this many steps from `step`
-  std::string when = "step";  ///< kill, hang: "step" (at `step`), or "recovery" (when the node hears its first Recover)
+  /// "step" (at `step`); "start" (kill, hang, exception): as the stage actor
+  /// enters its start barrier before `step` (0: the job's; later: after a
+  /// recovery rolled back to it); "recovery" (kill, hang of a node: when it
+  /// hears its first Recover)
+  std::string when = "step";
 };
 
 struct JobConfig {

@@ -119,6 +119,10 @@ TEST_CASE("fault drills from the config and --fault are read, and wrong ones are
   auto during = parse_job_config("", "job.toml", {fault_override("kind=kill,node=0,when=recovery")});
   REQUIRE(during.ok());
   CHECK(during->faults[0].when == "recovery");
+  auto at_start = parse_job_config("[parallel]\npp = 2\n", "job.toml", {fault_override("kind=exception,actor=1,when=start")});
+  REQUIRE(at_start.ok());
+  CHECK(at_start->faults[0].when == "start");
+  CHECK(at_start->faults[0].step == 0);
 
   const std::pair<const char*, const char*> bad[] = {
       {"[[faults]]\nkind = \"melt\"\nactor = 0\n", "job.toml: faults[0]: kind must be kill, hang, stall, slow, exception or lose (got \"melt\")"},
@@ -127,11 +131,15 @@ TEST_CASE("fault drills from the config and --fault are read, and wrong ones are
       {"[[faults]]\nkind = \"kill\"\n", "job.toml: faults[0]: kind = kill needs node or actor (one of them)"},
       {"[[faults]]\nkind = \"kill\"\nnode = 0\nfactor = 3\n", "job.toml: faults[0]: factor and steps apply to kind = slow only"},
       {"[[faults]]\nkind = \"slow\"\nactor = 0\nfactor = 1\n", "job.toml: faults[0]: key factor must be in (1, 1000]"},
-      {"[[faults]]\nkind = \"kill\"\nnode = 0\nwhen = \"later\"\n", "job.toml: faults[0]: when must be step or recovery (got \"later\")"},
+      {"[[faults]]\nkind = \"kill\"\nnode = 0\nwhen = \"later\"\n", "job.toml: faults[0]: when must be step, start or recovery (got \"later\")"},
       {"[[faults]]\nkind = \"stall\"\nactor = 0\nwhen = \"recovery\"\n",
        "job.toml: faults[0]: when = recovery applies to kind = kill or hang of a node, without step or instruction"},
       {"[[faults]]\nkind = \"kill\"\nnode = 0\nstep = 4\nwhen = \"recovery\"\n",
        "job.toml: faults[0]: when = recovery applies to kind = kill or hang of a node, without step or instruction"},
+      {"[[faults]]\nkind = \"lose\"\nactor = 0\nwhen = \"start\"\n",
+       "job.toml: faults[0]: when = start applies to kind = kill, hang or exception, without instruction"},
+      {"[[faults]]\nkind = \"exception\"\nactor = 0\ninstruction = 1\nwhen = \"start\"\n",
+       "job.toml: faults[0]: when = start applies to kind = kill, hang or exception, without instruction"},
       {"[[faults]]\nkind = \"stall\"\nactor = 3\n", "job.toml: faults[0]: actor 3 is out of range (the job has 1 stage actors)"},
       {"faults = 3\n", "job.toml: faults must be an array of tables ([[faults]])"},
       {"faults = [1]\n", "job.toml: faults[0] must be a table ([[faults]])"},

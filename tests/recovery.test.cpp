@@ -91,31 +91,52 @@ void check_fault_free(const ScratchDir& dir, const std::string& name) {
   CHECK(losses(dir / (name + ".jsonl")) == losses(dir / "clean.jsonl"));
 }
 
+// `cfg` with `faults`, into fault.safetensors and a fresh fault.jsonl in `dir`; the run, which succeeded.
+RunResult run_faulty(const ScratchDir& dir, const std::string& cfg, const std::string& faults) {
+  std::filesystem::remove(dir / "fault.jsonl");
+  auto faulty = run(launch(cfg, dir / "fault.safetensors", dir / "fault.jsonl", faults));
+  INFO(faulty.err);
+  REQUIRE(faulty.exit_code == 0);
+  return faulty;
+}
+
 }  // namespace
 
 TEST_CASE("a stage actor's exception is recovered in place: fault-free weights and losses, bit for bit", "[recovery]") {
   ScratchDir dir("recovery");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n");
   run_fault_free(dir, cfg);
-  const auto expected = losses(dir / "clean.jsonl");
-  REQUIRE(expected.size() == 8);
+  REQUIRE(losses(dir / "clean.jsonl").size() == 8);
   // Actor 1 and actor 3 (the two stages of a replica, Megatron order), at random steps; two faults in one run.
   const int a = random_step(0, 7), b = random_step(0, 3), c = random_step(b + 1, 7);
   for (const std::string& faults : {"--fault kind=exception,actor=1,step=" + std::to_string(a),
                                    "--fault kind=exception,actor=3,step=" + std::to_string(b) +
                                        " --fault kind=exception,actor=0,step=" + std::to_string(c)}) {
     INFO(faults);
-    const std::string save = dir / "fault.safetensors", metrics = dir / "fault.jsonl";
-    std::filesystem::remove(metrics);
-    auto faulty = run(launch(cfg, save, metrics, faults));
+    const auto faulty = run_faulty(dir, cfg, faults);
     INFO(faulty.err);
-    REQUIRE(faulty.exit_code == 0);
-    CHECK(slurp(save) == slurp(dir / "clean.safetensors"));
-    CHECK(losses(metrics) == expected);
-    const std::string m = slurp(metrics);
+    check_fault_free(dir, "fault");
+    const std::string m = slurp(dir / "fault.jsonl");
     std::size_t recoveries = 0;
     for (std::size_t at = m.find("\"recovery\""); at != std::string::npos; at = m.find("\"recovery\"", at + 1)) ++recoveries;
     CHECK(recoveries == (faults.find("actor=0") != std::string::npos ? 2u : 1u));
+    CHECK(faulty.err.find("coordinator: recovered: stage actor") != std::string::npos);
+  }
+}
+
+TEST_CASE("RS-4: an actor that fails while the others wait in the start barrier is replaced, bit for bit", "[recovery]") {
+  // Every actor holds step 0's rollback point before its first transfer: the
+  // others, aborted in the barrier, roll back to it with the replacement.
+  ScratchDir dir("recstart");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\n");
+  run_fault_free(dir, cfg);
+  for (const std::string& faults : {std::string("--fault kind=exception,actor=3,when=start"),
+                                    std::string("--fault kind=kill,actor=0,when=start")}) {
+    INFO(faults);
+    const auto faulty = run_faulty(dir, cfg, faults);
+    INFO(faulty.err);
+    check_fault_free(dir, "fault");
+    CHECK(faulty.err.find("the start barrier before step 0") != std::string::npos);
     CHECK(faulty.err.find("coordinator: recovered: stage actor") != std::string::npos);
   }
 }

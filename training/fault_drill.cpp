@@ -39,7 +39,7 @@ FaultDrill::FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node,
   for (std::size_t i = 0; i < faults.size(); ++i) {
     const FaultSpec& f = faults[i];
     const bool whole_node = f.kind == "kill" || f.kind == "hang";
-    if (f.when != "step") continue;  // the node actor's (drill_during_recovery)
+    if (f.when == "recovery") continue;  // the node actor's (drill_during_recovery)
     if (f.actor == rank || (whole_node && f.actor < 0 && f.node == node && local == 0)) {  // D-2
       mine_.push_back(f);
       index_.push_back(i);
@@ -50,7 +50,7 @@ FaultDrill::FaultDrill(const std::vector<FaultSpec>& faults, int rank, int node,
 
 bool FaultDrill::acts_before_instructions() const {
   for (auto& f : mine_)
-    if (f.kind != "slow") return true;
+    if (f.kind != "slow" && f.when == "step") return true;
   return false;
 }
 
@@ -63,37 +63,52 @@ bool FaultDrill::slows() const {
 Status FaultDrill::before(int step, int pc, const Transport& transport) const {
   for (std::size_t i = 0; i < mine_.size(); ++i) {
     const FaultSpec& f = mine_[i];
-    if (f.kind == "slow" || f.step != step || f.instruction != pc || !first_time(index_[i], f)) continue;
-    const std::string where = "step " + std::to_string(step) + (pc >= 0 ? ", instruction " + std::to_string(pc) : "");
-    if (f.kind == "kill" && f.node < 0) {
-      spdlog::warn("fault drill: stage actor {} is killed at {}", rank_, where);
-      throw ActorKilled{where};
-    } else if (f.kind == "kill") {
-      spdlog::warn("fault drill: node {} kills itself (SIGKILL) at {} of stage actor {}", node_, where, rank_);
-      std::fflush(nullptr);
-      ::raise(SIGKILL);
-    } else if (f.kind == "hang") {
-      spdlog::warn("fault drill: node {} stops itself (SIGSTOP) at {} of stage actor {}", node_, where, rank_);
-      std::fflush(nullptr);
-      ::raise(SIGSTOP);  // whoever sends SIGCONT lets it go on
-    } else if (f.kind == "exception") {
-      spdlog::warn("fault drill: stage actor {} throws at {}", rank_, where);
-      throw std::runtime_error("fault drill: exception at " + where);
-    } else if (f.kind == "stall") {
-      spdlog::warn("fault drill: stage actor {} stalls at {}", rank_, where);
-      // Until the job fails: some actor's transfers are failed (the node fails
-      // every rank's when the coordinator ends the job).
-      auto job_failed = [&] {
-        for (int r = 0; r < transport.size(); ++r)
-          if (transport.peer_failed(r)) return true;
-        return false;
-      };
-      while (!job_failed()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      return make_error("fault drill: stalled at ", where, " until the job ended");
-    } else if (f.kind == "lose") {
-      spdlog::warn("fault drill: stage actor {} loses its next message at {}", rank_, where);
-      to_lose_->fetch_add(1);
-    }
+    if (f.kind == "slow" || f.when != "step" || f.step != step || f.instruction != pc) continue;
+    TROUPE_TRY(act(f, index_[i], "step " + std::to_string(step) + (pc >= 0 ? ", instruction " + std::to_string(pc) : ""),
+                   transport));
+  }
+  return Status::success();
+}
+
+Status FaultDrill::at_start(int step, const Transport& transport) const {
+  for (std::size_t i = 0; i < mine_.size(); ++i) {
+    const FaultSpec& f = mine_[i];
+    if (f.when != "start" || f.step != step) continue;
+    TROUPE_TRY(act(f, index_[i], "the start barrier before step " + std::to_string(step), transport));
+  }
+  return Status::success();
+}
+
+Status FaultDrill::act(const FaultSpec& f, std::size_t index, const std::string& where, const Transport& transport) const {
+  if (!first_time(index, f)) return Status::success();
+  if (f.kind == "kill" && f.node < 0) {
+    spdlog::warn("fault drill: stage actor {} is killed at {}", rank_, where);
+    throw ActorKilled{where};
+  } else if (f.kind == "kill") {
+    spdlog::warn("fault drill: node {} kills itself (SIGKILL) at {} of stage actor {}", node_, where, rank_);
+    std::fflush(nullptr);
+    ::raise(SIGKILL);
+  } else if (f.kind == "hang") {
+    spdlog::warn("fault drill: node {} stops itself (SIGSTOP) at {} of stage actor {}", node_, where, rank_);
+    std::fflush(nullptr);
+    ::raise(SIGSTOP);  // whoever sends SIGCONT lets it go on
+  } else if (f.kind == "exception") {
+    spdlog::warn("fault drill: stage actor {} throws at {}", rank_, where);
+    throw std::runtime_error("fault drill: exception at " + where);
+  } else if (f.kind == "stall") {
+    spdlog::warn("fault drill: stage actor {} stalls at {}", rank_, where);
+    // Until the job fails: some actor's transfers are failed (the node fails
+    // every rank's when the coordinator ends the job).
+    auto job_failed = [&] {
+      for (int r = 0; r < transport.size(); ++r)
+        if (transport.peer_failed(r)) return true;
+      return false;
+    };
+    while (!job_failed()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return make_error("fault drill: stalled at ", where, " until the job ended");
+  } else if (f.kind == "lose") {
+    spdlog::warn("fault drill: stage actor {} loses its next message at {}", rank_, where);
+    to_lose_->fetch_add(1);
   }
   return Status::success();
 }

@@ -5,7 +5,9 @@
 // throws out of the actor's work, stall stops its progress while the process
 // lives (until the job ends), slow stretches its compute instructions, lose
 // loses the actor's next message in its transport (the sender sees it sent,
-// the receiver waits: a transfer hang, H-6).
+// the receiver waits: a transfer hang, H-6). A drill acts at its step's start
+// or before one of its instructions, or (when = start) as its actor enters the
+// start barrier before its step.
 //
 //  D-1  An actor with no drill does no work for them: the runner's hooks are
 //       left empty, so a job without faults pays nothing.
@@ -56,10 +58,14 @@ class FaultDrill {
   /// kill and hang signal the process (kill of an actor throws ActorKilled); exception throws; stall returns only
   /// when `transport` has seen an actor fail (the job is ending), with an error; lose has the next send lost.
   Status before(int step, int pc, const Transport& transport) const;
+  /// In the start barrier before `step` (when = start), as before() acts.
+  Status at_start(int step, const Transport& transport) const;
   /// The factor this actor's compute time is multiplied by in `step` (1: none).
   double compute_factor(int step) const;
 
  private:
+  Status act(const FaultSpec& f, std::size_t index, const std::string& where, const Transport& transport) const;
+
   std::vector<FaultSpec> mine_;
   std::vector<std::size_t> index_;  ///< each one's place in the job's [[faults]] (D-3)
   std::shared_ptr<std::atomic<int>> to_lose_;

@@ -73,6 +73,22 @@ TEST_CASE("exception throws at its step and instruction only, stall lasts until 
   CHECK(st.error().message == "fault drill: stalled at step 1 until the job ended");
 }
 
+TEST_CASE("a drill with when = start acts in its start barrier only, never at its step", "[fault]") {
+  auto fabric = LocalFabric::create(2);
+  auto transport = fabric->endpoint(0);
+  FaultSpec boom = fault("exception", -1, 0, 3);
+  boom.when = "start";
+  const FaultDrill drill({boom}, 0, 0, 0);
+  CHECK(drill.any());
+  CHECK_FALSE(drill.acts_before_instructions());  // D-1: the runner's hooks stay empty
+  CHECK(drill.before(3, -1, *transport).ok());
+  CHECK(drill.at_start(0, *transport).ok());
+  CHECK_THROWS_WITH(drill.at_start(3, *transport), "fault drill: exception at the start barrier before step 3");
+  CHECK(drill.at_start(3, *transport).ok());  // D-3
+  FaultSpec at_step = fault("exception", -1, 0, 4);
+  CHECK(FaultDrill({at_step}, 0, 0, 0).at_start(4, *transport).ok());
+}
+
 TEST_CASE("a drill's node or actor outside the job is refused naming it", "[fault]") {
   CHECK(check_fault_nodes({fault("kill", 1, -1, 0)}, 2, 2).ok());
   auto node = check_fault_nodes({fault("kill", 2, -1, 0)}, 2, 2);

@@ -21,6 +21,10 @@
 //  RS-3  A buffer is never overwritten while a transfer reads it: take()
 //        first waits for the mirror (or serve) of the buffer it reuses; the
 //        wait is the buddy copy's exposed cost (mirror_cost()).
+//  RS-4  A stage actor takes its first rollback point before its first
+//        transfer (the start barrier; training/stage_trainer.cpp): a peer
+//        that fails while others still wait in the barrier finds every
+//        actor with a step to roll back to.
 #pragma once
 
 #include <array>

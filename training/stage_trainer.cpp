@@ -103,18 +103,27 @@ class Trainer {
       trace_restore(t0, a_.recovery.restore_step, "");
     }
     TROUPE_TRY(checkpoints_.prepare(*state_));
-    TROUPE_TRY(start_together());
+    // RS-4: the first rollback point exists before the first transfer: a
+    // peer that fails while this actor is still in the start barrier finds
+    // every actor with a snapshot to roll back to.
     TROUPE_TRY(take_recovery_snapshot());
+    Status running = start_together();
     double loss = 0;
-    while (state_->next_step() < job_.train.steps) {
-      auto step_loss = run_step();
-      if (step_loss) {
-        loss = *step_loss;
-        continue;
+    for (;;) {
+      if (running) {
+        if (state_->next_step() >= job_.train.steps) break;
+        auto step_loss = run_step();
+        if (step_loss) {
+          loss = *step_loss;
+          continue;
+        }
+        running = step_loss.error();
       }
-      // A peer's failure, in a job that recovers: park, then roll back and redo.
-      if (!a_.recovery || step_loss.error().origin != Origin::peer) return step_loss.error();
-      TROUPE_TRY(recover(step_loss.error()));
+      // A peer's failure (in a step or in a start barrier), in a job that
+      // recovers: park, roll back, and meet the others again.
+      if (!a_.recovery || running.error().origin != Origin::peer) return running.error();
+      TROUPE_TRY(recover(running.error()));
+      running = start_together();
     }
     if (a_.progress) a_.progress->finished();
     TROUPE_TRY(save_if_asked());
@@ -162,7 +171,8 @@ class Trainer {
   // completions are forgotten; the actor parks until the recovery names the
   // step everyone rolls back to, then rebuilds its state from its snapshot of
   // it (the old state's buffers stay alive until the transports were rewired,
-  // which the recovery did before answering) and meets the others there.
+  // which the recovery did before answering); the caller then meets the
+  // others in the start barrier.
   Status recover(const Error& why) {
     const int failed_at = state_->next_step();
     transport_.abort_all();
@@ -187,7 +197,7 @@ class Trainer {
       TROUPE_TRY(resume(to->checkpoint));  // as the restarted node's actors do
     trace_restore(restore_start, to->step, to->checkpoint);
     if (trace_) redo_ = Redoing{trace_->now_us(), to->step, failed_at};
-    return start_together();
+    return Status::success();
   }
 
   // The recovery's restore on this actor's track: its state rebuilt from the
@@ -341,7 +351,10 @@ class Trainer {
 
   // Everyone starts step 0 together (the root measured the peak meanwhile), so
   // step 0's times are the step's, not the setup's.
+  // The start barrier: every actor of the job meets here before the first
+  // step and after each recovery's restore.
   Status start_together() {
+    if (drill_.any()) TROUPE_TRY(drill_.at_start(state_->next_step(), transport_));
     float barrier = 0;
     return all_reduce(everyone_, &barrier, 1, "the start barrier");
   }
