@@ -64,13 +64,13 @@ TEST_CASE("bench transport: latency and bandwidth per size and link, repeated, b
 }
 
 TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per size, repeated", "[bench][collectives]") {
-  const auto j = bench("collectives --nodes 2 --sizes 1024 --sizes 262144 --repetitions 2 --no-gloo");
+  const auto j = bench("collectives --nodes 2 --sizes 1024 --sizes 262144 --sizes 1048576 --repetitions 2 --no-gloo");
   CHECK(j["bench"] == "collectives");
   CHECK(j["repetitions"] == 2);
   REQUIRE(j["runs"].size() == 1);
   const auto& run = j["runs"][0];
   CHECK(run["nodes"] == 2);
-  REQUIRE(run["results"].size() == 2);
+  REQUIRE(run["results"].size() == 3);
   CHECK(run["results"][0]["bytes"] == 1024);
   for (const auto& row : run["results"]) {
     for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
@@ -83,6 +83,14 @@ TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per
     }
     CHECK(figure(row["reduce_scatter_vs_all_gather"]["median"]));
     CHECK_FALSE(row.contains("gloo"));  // --no-gloo
+    // The machine's figure beside it, where the goal applies (>= 1 MiB).
+    const bool large = row["bytes"].get<std::size_t>() >= (std::size_t{1} << 20);
+    CHECK(row.contains("machine_copy_vs_copy_and_add") == large);
+    if (large) {
+      CHECK(row["machine_copy_vs_copy_and_add"]["n"] == 2);
+      CHECK(figure(row["machine_copy_vs_copy_and_add"]["min"]));
+      CHECK(figure(row["reduce_scatter_vs_all_gather_over_machine"]));
+    }
   }
   CHECK(j["goals_met"].contains("max_over_min_le_1.5"));
   CHECK_FALSE(j["goals_met"].contains("all_reduce_ge_2x_gloo"));

@@ -2,9 +2,11 @@
 //   reduce-scatter step k: member i sends chunk (i-k-1) to the next member and
 //   adds chunk (i-k-2) received from the previous one; after n-1 steps it holds
 //   the sum of chunk i. all-gather step k: send chunk (i-k), receive (i-k-1).
-//   Chunks move in segments (CL-1); each is added where it arrived (CL-2).
+//   Chunks move in segments (CL-1); each is added where it arrived (CL-2),
+//   out of a few scratch slots that stay in cache (CL-3).
 #include "backends/transport/collectives.hpp"
 
+#include "backends/transport/add_into.hpp"
 #include "common/hash.hpp"
 
 #include <algorithm>
@@ -27,11 +29,6 @@ int index_in(const std::vector<int>& group, int rank) {
 }
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
-
-// dst[i] += src[i]; the buffers never overlap (vectorized).
-void add_into(float* __restrict dst, const float* __restrict src, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
-}
 
 }  // namespace
 
@@ -68,6 +65,14 @@ namespace {
 // adding overlap along the ring instead of taking turns per whole chunk.
 // Per element the sums happen in the same order as without segments (bit for
 // bit the same result for any segment size).
+//
+// CL-3: reduce-scatter receives land in reduce_window scratch slots of one
+// segment each, not in a scratch as large as a chunk: the segment is still in
+// cache when it is added, and the slot is reused while it is (a chunk-sized
+// scratch wrote and read back every received byte through memory). Receives
+// are posted in (step, slice) order as slots free up, so the ring's earliest
+// unfinished receive is always posted, and the send it waits for depends only
+// on earlier ones: no member can wait for a slot that never frees.
 struct RingOp : std::enable_shared_from_this<RingOp> {
   Transport* t;
   std::shared_ptr<ScratchPool> pool;  // scratch comes from and returns to it
@@ -76,6 +81,8 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   int n, me, next, prev;
   int segs = 1;
   std::size_t slot = 0;  // scratch floats per segment (reduce-scatter)
+  std::vector<int> free_slots;  // CL-3: scratch slots no receive or sum uses
+  int next_receive = 0;         // CL-3: the next reduce receive to post, k * segs + j
   Tag tag_base;
   bool reduce_phase, gather_phase;
   std::vector<float> scratch;
@@ -105,20 +112,38 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   }
 
   // Reduce-scatter step k: send chunk me-k-1, receive chunk me-k-2 and add it.
+  // Step 0's sends leave at once; step k+1's slice j once step k's slice j was added.
   void start_reduce_scatter() {
     left = 2 * (n - 1) * segs;
-    for (int j = 0; j < segs; ++j) post_reduce_step(0, j);
+    post_receives();
+    for (int j = 0; j < segs; ++j) post_reduce_send(0, j);
   }
-  void post_reduce_step(int k, int j) {
+  void post_reduce_send(int k, int j) {
     auto self = shared_from_this();
     const auto [sb, se] = segment(me - k - 1, j);
-    const auto [rb, re] = segment(me - k - 2, j);
-    float* into = scratch.data() + static_cast<std::size_t>(j) * slot;
-    t->recv(prev, tag(k, j), into, (re - rb) * sizeof(float),
-            [self, k, j, rb = rb, re = re, into](Status st) { self->received_addend(std::move(st), k, j, rb, re, into); });
     t->send(next, tag(k, j), data + sb, (se - sb) * sizeof(float), [self](Status st) { self->transfer_done(std::move(st)); });
   }
-  void received_addend(Status st, int k, int j, std::size_t rb, std::size_t re, const float* addend) {
+  // CL-3: receives in (step, slice) order, each into a free scratch slot.
+  void post_receives() {
+    for (;;) {
+      int i = 0, s = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (free_slots.empty() || next_receive == (n - 1) * segs || !error.ok()) return;
+        i = next_receive++;
+        s = free_slots.back();
+        free_slots.pop_back();
+      }
+      const int k = i / segs, j = i % segs;
+      const auto [rb, re] = segment(me - k - 2, j);
+      float* into = scratch.data() + static_cast<std::size_t>(s) * slot;
+      auto self = shared_from_this();
+      t->recv(prev, tag(k, j), into, (re - rb) * sizeof(float), [self, k, j, s, rb = rb, re = re, into](Status st) {
+        self->received_addend(std::move(st), k, j, s, rb, re, into);
+      });
+    }
+  }
+  void received_addend(Status st, int k, int j, int s, std::size_t rb, std::size_t re, const float* addend) {
     {
       std::unique_lock<std::mutex> lock(mu);
       if (!st && error.ok()) error = std::move(st);
@@ -130,6 +155,11 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     // progress thread. (A separate adding thread measured 30-45% slower
     // reduce-scatter on 2 cores: it competes with both for the same cores.)
     add_into(data + rb, addend, re - rb);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      free_slots.push_back(s);
+    }
+    post_receives();
     added(k, j);
   }
   void added(int k, int j) {
@@ -141,7 +171,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
       more = k + 1 < n - 1;
       phase_over = --left == 0;
     }
-    if (more) post_reduce_step(k + 1, j);
+    if (more) post_reduce_send(k + 1, j);
     if (phase_over) end_phase();
   }
   void transfer_done(Status st) {
@@ -322,7 +352,11 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
   const std::size_t seg = std::max<std::size_t>(1, options.segment_floats);
   op->segs = static_cast<int>(std::clamp<std::size_t>((largest + seg - 1) / seg, 1, static_cast<std::size_t>(options.max_segments)));
   op->slot = (largest + static_cast<std::size_t>(op->segs) - 1) / static_cast<std::size_t>(op->segs);
-  if (reduce) op->scratch = pool->take(op->slot * static_cast<std::size_t>(op->segs));
+  if (reduce) {
+    const int slots = std::clamp(options.reduce_window, 1, op->segs * (n - 1));
+    for (int s = slots - 1; s >= 0; --s) op->free_slots.push_back(s);
+    op->scratch = pool->take(op->slot * static_cast<std::size_t>(slots));
+  }
   op->done = std::move(done);
   op->start();
 }

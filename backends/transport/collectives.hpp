@@ -35,6 +35,10 @@ struct CollectiveOptions {
   /// when it is added.
   std::size_t segment_floats = std::size_t{1} << 18;
   int max_segments = 64;
+  /// Reduce-scatter receives in flight at once, each into its own scratch
+  /// slot of a segment (CL-3): few enough that a slot is still in cache when
+  /// the next segment lands in it.
+  int reduce_window = 2;
 };
 
 class Collectives {

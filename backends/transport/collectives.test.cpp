@@ -1,5 +1,7 @@
-// CL-1: ring collectives in segments give, bit for bit, the ring's own order
-// of sums, at sizes with many segments and uneven chunks; a failure reports once.
+// CL-1, CL-3: ring collectives in segments give, bit for bit, the ring's own
+// order of sums, at sizes with many segments and uneven chunks and with few or
+// many scratch slots (a window that could deadlock would hang here); a failure
+// reports once.
 #include "backends/transport/collectives.hpp"
 
 #include <array>
@@ -37,7 +39,7 @@ using World = LocalWorld;
 
 }  // namespace
 
-TEST_CASE("CL-1: segmented ring collectives sum in the ring's order, bit for bit", "[transport][collectives]") {
+TEST_CASE("CL-1, CL-3: segmented ring collectives sum in the ring's order, bit for bit, at any reduce window", "[transport][collectives]") {
   // Segments of 1000 floats, at most 8 per chunk: 1 segment, several, and
   // more than 8 (then larger segments); chunks of unequal length; and the
   // default 1 MiB segments at a size with several.
@@ -45,7 +47,9 @@ TEST_CASE("CL-1: segmented ring collectives sum in the ring's order, bit for bit
     const auto un = static_cast<std::size_t>(n);
     for (std::size_t count : {std::size_t{5}, un * 999, un * 3500 + 1, un * 20000 + 3, un * 3 * 262144 + 7}) {
       INFO(n << " members, " << count << " floats");
-      World w(n, count < 262144 ? CollectiveOptions{1000, 8} : CollectiveOptions{});
+      for (int window : {1, 2, 5}) {  // CL-3: scratch slots from one to more than the ring's receives
+      INFO("reduce_window " << window);
+      World w(n, count < 262144 ? CollectiveOptions{1000, 8, window} : CollectiveOptions{std::size_t{1} << 18, 64, window});
       std::vector<int> group(static_cast<std::size_t>(n));
       std::iota(group.begin(), group.end(), 0);
       std::vector<std::vector<float>> ar(static_cast<std::size_t>(n)), rs;
@@ -77,6 +81,7 @@ TEST_CASE("CL-1: segmented ring collectives sum in the ring's order, bit for bit
         }
       }
       CHECK(wrong == 0);
+      }
     }
   }
 }

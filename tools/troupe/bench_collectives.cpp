@@ -12,6 +12,7 @@
 #include "backends/transport/collectives.hpp"
 #include "runtime/local_ranks.hpp"
 #include "tools/troupe/bench_figures.hpp"
+#include "tools/troupe/memory_bound.hpp"
 
 #ifndef TROUPE_SOURCE_DIR
 #define TROUPE_SOURCE_DIR "."
@@ -140,6 +141,12 @@ Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& si
       rs_ag.push_back(bw["reduce_scatter"][r] / bw["all_gather"][r]);
     row["reduce_scatter_vs_all_gather"] = spread(rs_ag);
     const bool large = sizes[i] >= (std::size_t{1} << 20);
+    if (large) {  // the machine's figure beside it: the same memory traffic, no transport
+      const std::size_t received = sizes[i] / static_cast<std::size_t>(nodes) * static_cast<std::size_t>(nodes - 1);
+      const auto bound = copy_vs_copy_and_add(received, CollectiveOptions{}.segment_floats * sizeof(float), nodes, repetitions);
+      row["machine_copy_vs_copy_and_add"] = spread(bound);
+      row["reduce_scatter_vs_all_gather_over_machine"] = median(rs_ag) / median(bound);
+    }
     if (large) {
       for (const char* op : kOps)
         if (row[op]["max_over_min"].get<double>() > 1.5) goals_met["max_over_min_le_1.5"] = false;
@@ -196,7 +203,9 @@ Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const 
       {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
       {"repetitions", repetitions},
       {"figures", "busbw_GBps and time_us: min/median/max over repetitions, each the median of its iterations; "
-                  "*_vs_gloo: worst = our lowest over gloo's median"},
+                  "*_vs_gloo: worst = our lowest over gloo's median; machine_copy_vs_copy_and_add (>= 1 MiB): the "
+                  "machine's bound for reduce_scatter_vs_all_gather, one thread per rank copying each received byte "
+                  "into place against copying it into a scratch segment and adding it into place"},
       {"runs", runs},
       {"goals", {{"all_reduce_vs_gloo", "worst >= 2 at every size"},
                  {"reduce_scatter_vs_all_gather", ">= 0.8 at every size >= 1 MiB, every repetition"},
