@@ -24,8 +24,15 @@ std::shared_ptr<RecoverySnapshots::Slot> RecoverySnapshots::slot(int local) cons
   return slots_.at(static_cast<std::size_t>(local));
 }
 
-// RS-1: an empty buffer, else the one of the older step.
-std::size_t RecoverySnapshots::older(const Slot& s) {
+// RS-1: the buffer of `step` or the nearest later step, if one is held;
+// else an empty buffer, else the one of the older step.
+std::size_t RecoverySnapshots::to_overwrite(const Slot& s, int step) {
+  std::size_t later = 2;
+  for (std::size_t b = 0; b < 2; ++b)
+    if (s.complete[b] && s.buffers[b].next_step >= step &&
+        (later == 2 || s.buffers[b].next_step < s.buffers[later].next_step))
+      later = b;
+  if (later < 2) return later;
   if (!s.complete[0]) return 0;
   if (!s.complete[1]) return 1;
   return s.buffers[1].next_step < s.buffers[0].next_step ? 1 : 0;
@@ -34,7 +41,7 @@ std::size_t RecoverySnapshots::older(const Slot& s) {
 Status RecoverySnapshots::take(int local, StageState& state) {
   Slot& s = *slot(local);
   std::unique_lock<std::mutex> lock(s.mu);
-  const std::size_t b = older(s);
+  const std::size_t b = to_overwrite(s, state.next_step());
   const auto t0 = Clock::now();
   s.idle.wait(lock, [&] { return s.reading[b] == 0 && !s.writing[b]; });  // RS-3
   s.cost.wait_ms = ms_since(t0);
@@ -107,11 +114,11 @@ void RecoverySnapshots::receive(int local, Transport& t, int peer, Tag channel, 
   auto chosen = std::make_shared<std::size_t>(2);
   // RS-1: the older buffer is given up only once the next copy's header
   // arrived, so while a copy is awaited both held steps stay listed.
-  auto place = [shared, chosen, local](int, std::string& why) -> StageSnapshot* {
+  auto place = [shared, chosen, local](int step, std::string& why) -> StageSnapshot* {
     std::lock_guard<std::mutex> lock(shared->mu);
-    const std::size_t b = older(*shared);
+    const std::size_t b = to_overwrite(*shared, step);
     if (shared->reading[b] > 0 || shared->writing[b]) {  // RS-3: never one in use
-      why = "local slot " + std::to_string(local) + "'s older buffer is in use";
+      why = "local slot " + std::to_string(local) + "'s buffer to overwrite is in use";
       return nullptr;
     }
     shared->complete[b] = false;

@@ -11,11 +11,17 @@
 // by take()). When a node's process is lost, its replacement's snapshots are
 // served back from there (serve() into the new process's receive()).
 //
-//  RS-1  take() and receive() overwrite the older buffer only; the newer one
-//        stays whole while the other is written (a failure in the middle of
-//        a take or a transfer loses nothing that steps() reported before but
-//        the older step). receive() gives the older buffer up only once the
-//        copy's header arrived: a ward awaiting its next copy lists two steps.
+//  RS-1  take() and receive() of step s overwrite the buffer of s or of the
+//        nearest later step if one is held (an actor rolled back redoes the
+//        steps after it: that buffer holds the same state, or one of a step
+//        nobody rolls back to before s), else the older buffer; the other
+//        stays whole while one is written (a failure in the middle of a take
+//        or a transfer loses nothing that steps() reported before but the
+//        overwritten step). So after a rollback to r, redoing r keeps r
+//        listed until r + 2 is taken, as without a rollback: an actor behind
+//        the others still finds r in common with them. receive() gives a
+//        buffer up only once the copy's header arrived: a ward awaiting its
+//        next copy lists two steps.
 //  RS-2  steps() lists only completed snapshots; restore() of a step not
 //        listed is an error naming it.
 //  RS-3  A buffer is never overwritten while a transfer reads it: take()
@@ -89,7 +95,7 @@ class RecoverySnapshots {
   // Shared with the transfers' completions, which may outlive this object
   // (a transport torn down after the node's snapshots).
   std::shared_ptr<Slot> slot(int local) const;
-  static std::size_t older(const Slot& s);
+  static std::size_t to_overwrite(const Slot& s, int step);
   static void send_buffer(std::shared_ptr<Slot> s, std::size_t b, Transport& t, int peer, Tag channel, Completion done);
   std::vector<std::shared_ptr<Slot>> slots_;
 };

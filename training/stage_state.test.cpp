@@ -177,6 +177,32 @@ TEST_CASE("RS-1 RS-2: recovery snapshots keep the two newest steps, and restore 
   CHECK(st.error().message.find("step 0") != std::string::npos);
 }
 
+TEST_CASE("RS-1: after a rollback, redoing its step keeps that step held until two steps later", "[stage_state][recovery]") {
+  // Held {1, 2}, rolled back to 1 (another actor lacked 2): the redone step's
+  // take of 2 replaces the old 2, not 1, which an actor still redoing step 1
+  // needs in common with this one if the next fault comes now.
+  Stage a(small_job("adamw"), 7);
+  RecoverySnapshots snaps(1);
+  a.train(1);
+  REQUIRE(snaps.take(0, *a.state).ok());  // before step 1
+  a.train(1);
+  REQUIRE(snaps.take(0, *a.state).ok());  // before step 2
+  const StageSnapshot at_two = a.snapshot();
+  REQUIRE(snaps.restore(0, 1, *a.state).ok());  // the rollback
+  REQUIRE(snaps.take(0, *a.state).ok());        // a replacement's take at its restore: the same step 1
+  CHECK(snaps.steps(0) == std::vector<int>{1, 2});
+  a.train(1);
+  REQUIRE(snaps.take(0, *a.state).ok());  // step 1 redone: replaces the old step 2
+  CHECK(snaps.steps(0) == std::vector<int>{1, 2});
+  Stage b(small_job("adamw"), 99);
+  REQUIRE(snaps.restore(0, 2, *b.state).ok());
+  CHECK(same(b.snapshot(), at_two));  // the redone step 2 is the same state
+  a.train(1);
+  REQUIRE(snaps.take(0, *a.state).ok());  // step 3: now the older, 1, goes
+  CHECK(snaps.steps(0) == std::vector<int>{2, 3});
+  CHECK(common_rollback_step({{1}, {1, 2}}) == 1);  // the actor behind and this one, right after the redo
+}
+
 TEST_CASE("RS-3: buddy copies: each take is mirrored to the next node, served back whole, never overwritten while sent", "[stage_state][recovery]") {
   Stage a(small_job("adamw"), 7);
   // Rank 0: the actor's node; 1: its buddy node; 2: the process that replaces node 0.
