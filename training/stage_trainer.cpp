@@ -349,10 +349,9 @@ class Trainer {
     return Status::success();
   }
 
-  // Everyone starts step 0 together (the root measured the peak meanwhile), so
-  // step 0's times are the step's, not the setup's.
   // The start barrier: every actor of the job meets here before the first
-  // step and after each recovery's restore.
+  // step (the root measured the peak meanwhile, so step 0's times are the
+  // step's, not the setup's) and after each recovery's restore.
   Status start_together() {
     if (drill_.any()) TROUPE_TRY(drill_.at_start(state_->next_step(), transport_));
     float barrier = 0;
