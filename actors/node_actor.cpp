@@ -215,9 +215,9 @@ bool adopt_successor(NodeSelf* self) {
   return true;
 }
 
-// P-2: from the coordinator's actor system, and after the Plan from the Plan's sender.
 void lose_coordinator(NodeSelf* self, const std::string& why);
 
+// P-2: from the coordinator's actor system, and after the Plan from the Plan's sender.
 bool from_coordinator(NodeSelf* self) {
   auto& s = self->state;
   if (s.orphaned) return adopt_successor(self);

@@ -155,22 +155,20 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     // progress thread. (A separate adding thread measured 30-45% slower
     // reduce-scatter on 2 cores: it competes with both for the same cores.)
     add_into(data + rb, addend, re - rb);
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      free_slots.push_back(s);
-    }
-    post_receives();
-    added(k, j);
+    added(k, j, s);
   }
-  void added(int k, int j) {
+  // Slot `s` is free again; the next receive takes it, step k+1's slice j leaves.
+  void added(int k, int j, int s) {
     bool more = false, phase_over = false;
     {
       std::unique_lock<std::mutex> lock(mu);
       --reducing;
       if (!error.ok()) return report_if_quiet(lock);
+      free_slots.push_back(s);
       more = k + 1 < n - 1;
       phase_over = --left == 0;
     }
+    post_receives();
     if (more) post_reduce_send(k + 1, j);
     if (phase_over) end_phase();
   }
