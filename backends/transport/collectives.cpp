@@ -3,15 +3,20 @@
 //   adds chunk (i-k-2) received from the previous one; after n-1 steps it holds
 //   the sum of chunk i. all-gather step k: send chunk (i-k), receive (i-k-1).
 //   Chunks move in segments (CL-1); each is added where it arrived (CL-2),
-//   out of a few scratch slots that stay in cache (CL-3).
+//   out of a few scratch slots that stay in cache (CL-3), or, between
+//   processes of one host, straight out of the sender's shared memory (CL-4).
 #include "backends/transport/collectives.hpp"
 
 #include "backends/transport/add_into.hpp"
+#include "backends/transport/shm_staging.hpp"
 #include "common/hash.hpp"
 
 #include <algorithm>
+#include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 namespace troupe {
@@ -23,6 +28,11 @@ constexpr int kStepBits = 16;
 constexpr int kSegmentBits = 6;
 static_assert(CollectiveOptions{}.max_segments <= (1 << kSegmentBits));
 constexpr int kMaxRing = (1 << (kStepBits - kSegmentBits)) / 2;
+// Above it, two flags of CL-4's staged segments: a receiver's reply, and the
+// bytes a receiver asked for. The op number takes the 9 bits above them.
+constexpr Tag kReplyBit = Tag{1} << (kStepBits + 10);
+constexpr Tag kBytesBit = Tag{1} << (kStepBits + 9);
+constexpr int kOpBits = 39 - 12 - kStepBits - 2;
 
 int index_in(const std::vector<int>& group, int rank) {
   return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
@@ -73,6 +83,15 @@ namespace {
 // are posted in (step, slice) order as slots free up, so the ring's earliest
 // unfinished receive is always posted, and the send it waits for depends only
 // on earlier ones: no member can wait for a slot that never frees.
+//
+// CL-4: a staged segment is copied into one of the operation's shared-memory
+// slots, and its descriptor sent; the slot is reused once the descriptor went
+// and the receiver replied (it added or copied the segment out of it, or asked
+// for the bytes). Receivers post every descriptor receive of a phase at once
+// and serve each as it arrives, needing nothing else, so a send waiting for a
+// slot waits only for its receiver to run: no cycle. Sums keep the ring's
+// order, as in CL-1. Replies count towards the phase: a member that ended its
+// part may exit, and a reply still queued would never reach its sender.
 struct RingOp : std::enable_shared_from_this<RingOp> {
   Transport* t;
   std::shared_ptr<ScratchPool> pool;  // scratch comes from and returns to it
@@ -89,11 +108,29 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   Completion done;
   std::mutex mu;
   int left = 0;      // transfers and sums the current phase still waits for
-  int reducing = 0;  // sums running: they write into data
+  int reducing = 0;  // sums and staging copies running: they touch data
   bool reported = false;
   Status error;
 
-  ~RingOp() { pool->give_back(std::move(scratch)); }
+  // CL-4: segments staged through shared memory (when `arena` is set).
+  std::shared_ptr<StagingPool> staging_pool;
+  std::shared_ptr<PeerArenas> peers;
+  std::unique_ptr<StagingArena> arena;
+  std::vector<int> free_send_slots;
+  std::vector<int> slot_events;                 // per slot: completions it still waits for
+  std::vector<StagingDescriptor> sent_descriptors;  // per slot
+  std::vector<StagingReply> replies;            // per slot
+  std::vector<StagingDescriptor> arrived;       // per receive of a phase, k * segs + j
+  struct WaitingSend {
+    Tag tag;
+    std::size_t begin, end;
+  };
+  std::deque<WaitingSend> waiting_sends;  // for a free slot, in order
+
+  ~RingOp() {
+    pool->give_back(std::move(scratch));
+    if (arena) staging_pool->give_back(std::move(arena));
+  }
 
   std::pair<std::size_t, std::size_t> chunk(int i) const { return Collectives::chunk(count, n, mod(i, n)); }
   std::pair<std::size_t, std::size_t> segment(int c, int j) const {
@@ -114,13 +151,19 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   // Reduce-scatter step k: send chunk me-k-1, receive chunk me-k-2 and add it.
   // Step 0's sends leave at once; step k+1's slice j once step k's slice j was added.
   void start_reduce_scatter() {
-    left = 2 * (n - 1) * segs;
-    post_receives();
+    left = (arena ? 3 : 2) * (n - 1) * segs;  // CL-4: and each reply's send
+    if (arena) {
+      for (int k = 0; k < n - 1; ++k)
+        for (int j = 0; j < segs; ++j) receive_staged(k, k, j);
+    } else {
+      post_receives();
+    }
     for (int j = 0; j < segs; ++j) post_reduce_send(0, j);
   }
   void post_reduce_send(int k, int j) {
-    auto self = shared_from_this();
     const auto [sb, se] = segment(me - k - 1, j);
+    if (arena) return send_staged(tag(k, j), sb, se);
+    auto self = shared_from_this();
     t->send(next, tag(k, j), data + sb, (se - sb) * sizeof(float), [self](Status st) { self->transfer_done(std::move(st)); });
   }
   // CL-3: receives in (step, slice) order, each into a free scratch slot.
@@ -197,11 +240,15 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   void start_all_gather() {
     {
       std::lock_guard<std::mutex> lock(mu);
-      left = 2 * (n - 1) * segs;
+      left = (arena ? 3 : 2) * (n - 1) * segs;  // CL-4: and each reply's send
     }
     auto self = shared_from_this();
     for (int k = 0; k < n - 1; ++k)
       for (int j = 0; j < segs; ++j) {
+        if (arena) {
+          receive_staged(n - 1 + k, k, j);
+          continue;
+        }
         const auto [rb, re] = segment(me - k - 1, j);
         t->recv(prev, tag(n - 1 + k, j), data + rb, (re - rb) * sizeof(float),
                 [self, k, j](Status st) { self->gathered(std::move(st), k, j); });
@@ -209,8 +256,9 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     for (int j = 0; j < segs; ++j) post_gather_send(0, j);
   }
   void post_gather_send(int k, int j) {
-    auto self = shared_from_this();
     const auto [sb, se] = segment(me - k, j);
+    if (arena) return send_staged(tag(n - 1 + k, j), sb, se);
+    auto self = shared_from_this();
     t->send(next, tag(n - 1 + k, j), data + sb, (se - sb) * sizeof(float),
             [self](Status st) { self->transfer_done(std::move(st)); });
   }
@@ -226,6 +274,140 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     if (more) post_gather_send(k + 1, j);
     if (phase_over) end_phase();
   }
+
+  // CL-4, sending: data[b, e) is copied into a free slot (or waits in order
+  // for one) and the slot's descriptor sent; the slot is free again once the
+  // descriptor went and the receiver replied, or sent the bytes it asked for.
+  void send_staged(Tag tg, std::size_t b, std::size_t e) {
+    int s = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error.ok()) return;
+      if (free_send_slots.empty()) {
+        waiting_sends.push_back({tg, b, e});
+        return;
+      }
+      s = free_send_slots.back();
+      free_send_slots.pop_back();
+      ++reducing;
+      slot_events[static_cast<std::size_t>(s)] = 2;
+    }
+    const std::size_t bytes = (e - b) * sizeof(float);
+    std::memcpy(arena->slot(s), data + b, bytes);
+    if (!untouched()) return;
+    sent_descriptors[static_cast<std::size_t>(s)] = arena->describe(s, bytes);
+    auto self = shared_from_this();
+    t->recv(next, tg | kReplyBit, &replies[static_cast<std::size_t>(s)], sizeof(StagingReply),
+            [self, s, tg, bytes](Status st) { self->replied(std::move(st), s, tg, bytes); });
+    t->send(next, tg, &sent_descriptors[static_cast<std::size_t>(s)], sizeof(StagingDescriptor),
+            [self, s](Status st) { self->slot_event(std::move(st), s); });
+  }
+  void replied(Status st, int s, Tag tg, std::size_t bytes) {
+    if (st && replies[static_cast<std::size_t>(s)] == StagingReply::send_bytes) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++slot_events[static_cast<std::size_t>(s)];
+      }
+      auto self = shared_from_this();
+      t->send(next, tg | kBytesBit, arena->slot(s), bytes, [self, s](Status st2) { self->slot_event(std::move(st2), s); });
+    } else if (st && replies[static_cast<std::size_t>(s)] != StagingReply::consumed) {
+      st = make_error("collective staging: rank ", std::to_string(next), " sent an unknown reply");
+    }
+    slot_event(std::move(st), s);
+  }
+  void slot_event(Status st, int s) {
+    std::optional<WaitingSend> waiting;
+    bool phase_over = false;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!st && error.ok()) error = std::move(st);
+      if (!error.ok()) return report_if_quiet(lock);
+      if (--slot_events[static_cast<std::size_t>(s)] > 0) return;
+      free_send_slots.push_back(s);
+      if (!waiting_sends.empty()) {
+        waiting = waiting_sends.front();
+        waiting_sends.pop_front();
+      }
+      phase_over = --left == 0;
+    }
+    if (waiting) send_staged(waiting->tag, waiting->begin, waiting->end);
+    if (phase_over) end_phase();
+  }
+  // Ends a touch of data (a copy or a sum); false if an error came meanwhile.
+  bool untouched() {
+    std::unique_lock<std::mutex> lock(mu);
+    --reducing;
+    if (error.ok()) return true;
+    report_if_quiet(lock);
+    return false;
+  }
+
+  // CL-4, receiving segment j of phase step `phase_step` (ring step k): its
+  // descriptor arrives, the sender's slot is added into place (reduce-scatter)
+  // or copied there (all-gather) and a reply frees the slot; or, where the
+  // slot cannot be mapped, the reply asks for the bytes.
+  void receive_staged(int phase_step, int k, int j) {
+    const std::size_t i = static_cast<std::size_t>(k * segs + j);
+    auto self = shared_from_this();
+    t->recv(prev, tag(phase_step, j), &arrived[i], sizeof(StagingDescriptor),
+            [self, phase_step, k, j, i](Status st) { self->descriptor_arrived(std::move(st), phase_step, k, j, i); });
+  }
+  void descriptor_arrived(Status st, int phase_step, int k, int j, std::size_t i) {
+    const bool reduce = phase_step < n - 1;
+    const auto [rb, re] = segment(reduce ? me - k - 2 : me - k - 1, j);
+    const std::size_t bytes = (re - rb) * sizeof(float);
+    if (st && arrived[i].bytes != bytes)
+      st = make_error("collective staging: rank ", std::to_string(prev), " staged ", std::to_string(arrived[i].bytes),
+                      " bytes where ", std::to_string(bytes), " were due");
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!st && error.ok()) error = std::move(st);
+      if (!error.ok()) return report_if_quiet(lock);
+      ++reducing;
+    }
+    const Tag tg = tag(phase_step, j);
+    auto self = shared_from_this();
+    auto reply = [&](const StagingReply& r) {
+      t->send(prev, tg | kReplyBit, &r, sizeof r, [self](Status s2) { self->reply_sent(std::move(s2)); });
+    };
+    static constexpr StagingReply kConsumed = StagingReply::consumed, kSendBytes = StagingReply::send_bytes;
+    auto mapped = peers->map(arrived[i]);
+    if (mapped) {
+      const auto* from = reinterpret_cast<const float*>(mapped->get());
+      if (reduce) add_into(data + rb, from, re - rb);
+      else std::memcpy(data + rb, from, bytes);
+      if (!untouched()) return;
+      reply(kConsumed);
+      return received_staged(reduce, k, j);
+    }
+    if (!untouched()) return;
+    // Another host: the bytes come over the transport.
+    reply(kSendBytes);
+    auto into = reduce ? std::make_shared<std::vector<float>>(re - rb) : nullptr;
+    t->recv(prev, tg | kBytesBit, into ? into->data() : data + rb, bytes,
+            [self, reduce, k, j, rb = rb, re = re, into](Status s2) {
+              if (!reduce || !s2) return s2 ? self->received_staged(false, k, j) : self->transfer_done(std::move(s2));
+              {
+                std::unique_lock<std::mutex> lock(self->mu);
+                if (!self->error.ok()) return self->report_if_quiet(lock);
+                ++self->reducing;
+              }
+              add_into(self->data + rb, into->data(), re - rb);
+              if (self->untouched()) self->received_staged(true, k, j);
+            });
+  }
+  void received_staged(bool reduce, int k, int j) {
+    if (!reduce) return gathered(Status::success(), k, j);
+    bool more = false, phase_over = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      more = k + 1 < n - 1;
+      phase_over = --left == 0;
+    }
+    if (more) post_reduce_send(k + 1, j);
+    if (phase_over) end_phase();
+  }
+  void reply_sent(Status st) { transfer_done(std::move(st)); }
 
   // An error is reported once no sum is still writing into data (transfers
   // still in flight are the caller's to abort: Transport::abort_all).
@@ -297,7 +479,11 @@ struct ChainBroadcast : std::enable_shared_from_this<ChainBroadcast> {
 }  // namespace
 
 Collectives::Collectives(Transport& transport, CollectiveOptions options)
-    : t_(transport), options_(options), scratch_(std::make_shared<ScratchPool>()) {
+    : t_(transport),
+      options_(options),
+      scratch_(std::make_shared<ScratchPool>()),
+      staging_(std::make_shared<StagingPool>()),
+      peers_(std::make_shared<PeerArenas>()) {
   options_.max_segments = std::clamp(options_.max_segments, 1, 1 << kSegmentBits);
 }
 
@@ -320,13 +506,14 @@ Tag Collectives::next_tag_base(const std::vector<int>& group) {
   std::uint64_t h = kFnvOffset;
   for (int r : group) h = (h ^ static_cast<std::uint64_t>(r)) * kFnvPrime;
   const std::uint64_t group_bits = (h >> 40) & 0xfff;                      // 12 bits
-  const std::uint64_t op_bits = op & ((std::uint64_t{1} << (39 - 12 - kStepBits)) - 1);  // 11 bits
+  const std::uint64_t op_bits = op & ((std::uint64_t{1} << kOpBits) - 1);
   return kCollectiveTagBit | (group_bits << (39 - 12)) | (op_bits << kStepBits);
 }
 
 namespace {
 
 void start_ring(Transport& t, const CollectiveOptions& options, const std::shared_ptr<ScratchPool>& pool,
+                const std::shared_ptr<StagingPool>& staging_pool, const std::shared_ptr<PeerArenas>& peers,
                 const std::vector<int>& group, float* data, std::size_t count, Tag tag_base, bool reduce, bool gather,
                 Completion done) {
   const int n = static_cast<int>(group.size());
@@ -350,7 +537,23 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
   const std::size_t seg = std::max<std::size_t>(1, options.segment_floats);
   op->segs = static_cast<int>(std::clamp<std::size_t>((largest + seg - 1) / seg, 1, static_cast<std::size_t>(options.max_segments)));
   op->slot = (largest + static_cast<std::size_t>(op->segs) - 1) / static_cast<std::size_t>(op->segs);
-  if (reduce) {
+  const std::size_t segment_bytes = op->slot * sizeof(float);
+  using Staging = CollectiveOptions::Staging;
+  const bool staged = options.staging == Staging::always ||
+                      (options.staging == Staging::between_processes && !t.one_address_space());
+  if (staged && n > 1 && segment_bytes >= options.staging_min_bytes) {
+    const int slots = std::clamp(options.staging_slots, 1, op->segs * (n - 1));
+    auto arena = staging_pool->take(slots, segment_bytes);
+    if (!arena) return done(arena.error());
+    op->arena = std::move(*arena);
+    op->staging_pool = staging_pool;
+    op->peers = peers;
+    for (int s = slots - 1; s >= 0; --s) op->free_send_slots.push_back(s);
+    op->slot_events.assign(static_cast<std::size_t>(slots), 0);
+    op->sent_descriptors.resize(static_cast<std::size_t>(slots));
+    op->replies.resize(static_cast<std::size_t>(slots));
+    op->arrived.resize(static_cast<std::size_t>(op->segs * (n - 1)));
+  } else if (reduce) {
     const int slots = std::clamp(options.reduce_window, 1, op->segs * (n - 1));
     for (int s = slots - 1; s >= 0; --s) op->free_slots.push_back(s);
     op->scratch = pool->take(op->slot * static_cast<std::size_t>(slots));
@@ -362,15 +565,15 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
 }  // namespace
 
 void Collectives::all_reduce(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, scratch_, group, data, count, next_tag_base(group), true, true, std::move(done));
+  start_ring(t_, options_, scratch_, staging_, peers_, group, data, count, next_tag_base(group), true, true, std::move(done));
 }
 
 void Collectives::reduce_scatter(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, scratch_, group, data, count, next_tag_base(group), true, false, std::move(done));
+  start_ring(t_, options_, scratch_, staging_, peers_, group, data, count, next_tag_base(group), true, false, std::move(done));
 }
 
 void Collectives::all_gather(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, scratch_, group, data, count, next_tag_base(group), false, true, std::move(done));
+  start_ring(t_, options_, scratch_, staging_, peers_, group, data, count, next_tag_base(group), false, true, std::move(done));
 }
 
 void Collectives::broadcast(const std::vector<int>& group, int root, float* data, std::size_t count, Completion done) {

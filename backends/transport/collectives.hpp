@@ -24,6 +24,8 @@ namespace troupe {
 inline constexpr Tag kCollectiveTagBit = Tag{1} << 39;
 
 struct ScratchPool;
+class StagingPool;
+class PeerArenas;
 
 /// How a ring moves its chunks: in segments of `segment_floats` (fewer if
 /// that would make more than `max_segments`, at most 64), so that sending,
@@ -39,6 +41,17 @@ struct CollectiveOptions {
   /// slot of a segment (CL-3): few enough that a slot is still in cache when
   /// the next segment lands in it.
   int reduce_window = 2;
+  /// CL-4: segments of at least `staging_min_bytes` go through `staging_slots`
+  /// shared-memory slots per operation (a copy there, then the receiver adds
+  /// or copies straight out of them) instead of the transport's rendezvous;
+  /// peers that cannot map the slots (other hosts) get the bytes sent.
+  /// Measured between two processes on 2 cores: all-reduce 1.5-2x as fast at
+  /// 32 KiB-4 MiB, 1.1-1.3x at 16-64 MiB, and reduce-scatter as fast as
+  /// all-gather; 2x slower below 16 KiB segments (UCX sends those eagerly).
+  enum class Staging { between_processes, always, never };
+  Staging staging = Staging::between_processes;
+  std::size_t staging_min_bytes = std::size_t{16} << 10;
+  int staging_slots = 2;
 };
 
 class Collectives {
@@ -74,6 +87,8 @@ class Collectives {
   Transport& t_;
   CollectiveOptions options_;
   std::shared_ptr<ScratchPool> scratch_;
+  std::shared_ptr<StagingPool> staging_;
+  std::shared_ptr<PeerArenas> peers_;
   std::mutex mu_;
   std::map<std::vector<int>, std::uint64_t> next_op_;  // per group
 };

@@ -30,6 +30,7 @@ class LossyTransport final : public Transport {
   }
   bool peer_failed(int peer) const override { return inner_.peer_failed(peer); }
   void abort_all() override { inner_.abort_all(); }
+  bool one_address_space() const override { return inner_.one_address_space(); }
   bool drive(const std::function<void()>& start, const std::function<bool()>& done,
              std::chrono::microseconds idle) override {
     return inner_.drive(start, done, idle);

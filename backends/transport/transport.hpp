@@ -52,6 +52,10 @@ class Transport {
     if (start) start();
     return done();
   }
+  /// Whether every rank of this transport lives in this process (a buffer's
+  /// address means the same to all): then a copy through shared memory
+  /// (CL-4) only adds one.
+  virtual bool one_address_space() const { return false; }
   bool drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) { return drive({}, done, idle); }
 };
 

@@ -1,0 +1,92 @@
+// Shared-memory staging for ring collectives inside a host (CL-4). A sender
+// copies a segment into a slot of its arena (a memfd) and sends the slot's
+// descriptor; the receiver maps the arena read-only and adds (or copies) the
+// segment straight out of it, then replies, which frees the slot. Per segment
+// that is one copy on the sender's core and one fused add on the receiver's,
+// where a rendezvous over UCX copies (cma, page by page) into scratch and then
+// adds. A receiver that cannot map the arena (another host, another pid
+// namespace) replies so, and the sender sends the slot's bytes instead.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/expected.hpp"
+
+namespace troupe {
+
+/// Travels as a message's bytes: where the sender's segment lies.
+struct StagingDescriptor {
+  std::uint64_t host = 0;      ///< this_host(): boot id and pid namespace
+  std::uint64_t arena_id = 0;  ///< random per arena (pids and fds are reused)
+  std::int64_t pid = 0, fd = -1;
+  std::uint64_t arena_bytes = 0, offset = 0, bytes = 0;
+};
+
+/// The receiver's answer, a message of its own.
+enum class StagingReply : std::uint64_t { consumed = 1, send_bytes = 2 };
+
+/// Identifies the kernel and pid namespace: two processes with the same value
+/// can open each other's /proc/<pid>/fd entries.
+std::uint64_t this_host();
+
+/// `slots` slots of `slot_bytes` in one shared-memory file, mapped here.
+class StagingArena {
+ public:
+  static Expected<std::unique_ptr<StagingArena>> create(int slots, std::size_t slot_bytes);
+  ~StagingArena();
+  StagingArena(const StagingArena&) = delete;
+  StagingArena& operator=(const StagingArena&) = delete;
+
+  int slots() const { return slots_; }
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  std::byte* slot(int s) const { return base_ + static_cast<std::size_t>(s) * slot_bytes_; }
+  StagingDescriptor describe(int s, std::size_t bytes) const;
+
+ private:
+  StagingArena(int fd, std::byte* base, int slots, std::size_t slot_bytes);
+  int fd_;
+  std::byte* base_;
+  int slots_;
+  std::size_t slot_bytes_;
+  std::uint64_t id_;
+};
+
+/// Arenas kept between a Collectives' operations, each an operation's at a
+/// time (a fresh one costs a file, page faults and a mapping on the peer).
+class StagingPool {
+ public:
+  /// An arena of at least `slots` x `slot_bytes`, spare or new.
+  Expected<std::unique_ptr<StagingArena>> take(int slots, std::size_t slot_bytes);
+  void give_back(std::unique_ptr<StagingArena> arena);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<StagingArena>> spare_;
+};
+
+/// Peers' arenas mapped read-only here, the most recently used kept.
+class PeerArenas {
+ public:
+  PeerArenas() = default;
+  PeerArenas(const PeerArenas&) = delete;
+  PeerArenas& operator=(const PeerArenas&) = delete;
+  /// The descriptor's bytes, mapped for as long as the pointer is held, or
+  /// an error if this process cannot map them.
+  Expected<std::shared_ptr<const std::byte>> map(const StagingDescriptor& d);
+
+ private:
+  struct Mapping {
+    std::uint64_t id;
+    std::shared_ptr<const std::byte> base;  // unmapped with its last holder
+  };
+  static constexpr std::size_t kKept = 16;
+  std::mutex mu_;
+  std::list<Mapping> mapped_;  // most recently used first
+};
+
+}  // namespace troupe

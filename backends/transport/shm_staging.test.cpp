@@ -1,0 +1,63 @@
+// CL-4's arenas: a peer's slot maps to the bytes its owner wrote; a descriptor
+// from another host, past its arena's end or naming a file of another size is
+// refused; a pool hands a spare arena back out instead of making one.
+#include "backends/transport/shm_staging.hpp"
+
+#include <catch2/catch.hpp>
+#include <cstring>
+
+namespace troupe {
+
+TEST_CASE("CL-4: a staging slot maps, read-only, to the bytes its owner wrote", "[transport][staging]") {
+  auto arena = StagingArena::create(3, 4096);
+  REQUIRE(arena.ok());
+  const char text[] = "segment 2";
+  std::memcpy((*arena)->slot(2), text, sizeof text);
+  PeerArenas peers;
+  auto mapped = peers.map((*arena)->describe(2, sizeof text));
+  REQUIRE(mapped.ok());
+  CHECK(std::memcmp(mapped->get(), text, sizeof text) == 0);
+  CHECK(mapped->get() != reinterpret_cast<const std::byte*>((*arena)->slot(2)));  // a mapping of its own
+  // Written after mapping: the same pages.
+  std::memcpy((*arena)->slot(2), "SEGMENT", 7);
+  CHECK(std::memcmp(mapped->get(), "SEGMENT", 7) == 0);
+}
+
+TEST_CASE("CL-4: descriptors from another host, past the arena's end or of another size are refused", "[transport][staging]") {
+  auto arena = StagingArena::create(2, 4096);
+  REQUIRE(arena.ok());
+  PeerArenas peers;
+  auto foreign = (*arena)->describe(0, 16);
+  foreign.host ^= 1;
+  auto a = peers.map(foreign);
+  REQUIRE_FALSE(a.ok());
+  CHECK(a.error().message.find("another host") != std::string::npos);
+
+  auto past = (*arena)->describe(1, 4097);
+  auto b = peers.map(past);
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.error().message.find("past its arena's end") != std::string::npos);
+
+  auto resized = (*arena)->describe(0, 16);
+  resized.arena_bytes = 3 * 4096;
+  auto c = peers.map(resized);
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.error().message.find("is not the sender's arena") != std::string::npos);
+}
+
+TEST_CASE("CL-4: a staging pool reuses a spare arena that is large enough", "[transport][staging]") {
+  StagingPool pool;
+  auto first = pool.take(2, 8192);
+  REQUIRE(first.ok());
+  StagingArena* const made = first->get();
+  pool.give_back(std::move(*first));
+  auto smaller = pool.take(2, 4096);
+  REQUIRE(smaller.ok());
+  CHECK(smaller->get() == made);
+  auto larger = pool.take(2, 16384);
+  REQUIRE(larger.ok());
+  CHECK(larger->get() != made);
+  CHECK((*larger)->slot_bytes() == 16384);
+}
+
+}  // namespace troupe
