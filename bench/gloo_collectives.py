@@ -3,7 +3,10 @@
 torch.distributed, K processes on 127.0.0.1, the same sizes; bus bandwidth with
 nccl-tests' definitions. Prints one JSON object (rank 0).
 
-  gloo_collectives.py --nodes K --sizes 1024,65536,...
+  gloo_collectives.py --nodes K --sizes 1024,65536,... [--pin]
+
+--pin: rank r runs on the r-th allowed core (modulo their number), as the
+benchmark pins its own ranks.
 """
 import argparse
 import json
@@ -22,7 +25,10 @@ def free_port():
     return port
 
 
-def worker(rank, world, port, sizes, iters):
+def worker(rank, world, port, sizes, iters, pin):
+    if pin:
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, [cores[rank % len(cores)]])
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"})
     import torch
@@ -67,14 +73,15 @@ def main():
     p.add_argument("--sizes", default="1024,65536,1048576,16777216,67108864")
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--pin", action="store_true")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
-    iters = lambda size: max(5, min(200, (64 << 20) // max(size, 1) // 4))
+    iters = lambda size: max(20, min(200, (64 << 20) // max(size, 1) // 4))  # as bench collectives
     if a.rank >= 0:
-        return worker(a.rank, a.nodes, a.port, sizes, iters)
+        return worker(a.rank, a.nodes, a.port, sizes, iters, a.pin)
     port = free_port()
     procs = [subprocess.Popen([sys.executable, __file__, "--nodes", str(a.nodes), "--sizes", a.sizes,
-                               "--rank", str(r), "--port", str(port)],
+                               "--rank", str(r), "--port", str(port)] + (["--pin"] if a.pin else []),
                               stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL)
              for r in range(a.nodes)]
     out = procs[0].communicate()[0]

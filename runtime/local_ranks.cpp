@@ -1,6 +1,7 @@
 // run_ranks: redis-server, fork, rendezvous, connect, run.
 #include "runtime/local_ranks.hpp"
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,13 +28,35 @@ Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const st
   return t;
 }
 
+// Pins the calling process to the rank-th of the cores it may use.
+Status pin_to_core(int rank) {
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return make_error("run_ranks: sched_getaffinity failed");
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cores.push_back(c);
+  if (cores.empty()) return make_error("run_ranks: no core to run on");
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cores[static_cast<std::size_t>(rank) % cores.size()], &one);
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) return make_error("run_ranks: sched_setaffinity failed");
+  return Status::success();
+}
+
 // Rank r in this process: joins, runs the body, returns its result.
 Expected<nlohmann::json> run_rank(const RedisServer& server, const std::string& job, int rank, int ranks,
                                   const std::function<Expected<nlohmann::json>(UcxTransport&)>& body,
                                   const RankPlacement& placement) {
+  cpu_set_t before;
+  if (placement.pin_to_cores) {
+    if (::sched_getaffinity(0, sizeof before, &before) != 0) return make_error("run_ranks: sched_getaffinity failed");
+    TROUPE_TRY(pin_to_core(rank));
+  }
   auto t = join(server, job, rank, ranks, placement);
-  if (!t) return t.error();
-  return body(**t);
+  auto out = t ? body(**t) : Expected<nlohmann::json>(t.error());
+  // Rank 0 may be this process, which goes on (to run the peer, say).
+  if (placement.pin_to_cores) (void)::sched_setaffinity(0, sizeof before, &before);
+  return out;
 }
 
 bool write_all(int fd, const std::string& text) {

@@ -21,6 +21,12 @@ struct RankPlacement {
   std::function<Status(int rank)> enter;
   /// Rank r's transport options (bind address, transports).
   std::function<UcxOptions(int rank)> options;
+  /// Rank r runs on the r-th core (modulo their number) of those this process
+  /// may use, as `mpirun --bind-to core`. Ranks that share the cores otherwise
+  /// migrate between them, and a repetition in which two busy ranks shared a
+  /// core ran at half speed (4 ranks on 2 cores: max/min over repetitions up
+  /// to 1.8 instead of 1.1-1.5).
+  bool pin_to_cores = false;
 };
 
 /// Runs body(transport) in `ranks` processes (this one is rank 0, unless

@@ -2,6 +2,8 @@
 // odd sizes (not multiples of the group size).
 #include "runtime/local_ranks.hpp"
 
+#include <sched.h>
+
 #include <catch2/catch.hpp>
 #include <numeric>
 
@@ -53,6 +55,35 @@ TEST_CASE("a failing rank fails the run with its error", "[local_ranks]") {
     return nlohmann::json{};
   });
   REQUIRE_FALSE(out.ok());
+}
+
+TEST_CASE("pinned ranks run on one core each, rank r on the r-th, and this process's cores come back", "[local_ranks]") {
+  cpu_set_t before;
+  REQUIRE(::sched_getaffinity(0, sizeof before, &before) == 0);
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &before)) cores.push_back(c);
+  RankPlacement pinned;
+  pinned.pin_to_cores = true;
+  const int ranks = 3;
+  auto out = run_ranks(ranks, [&](UcxTransport& t) -> Expected<nlohmann::json> {
+    cpu_set_t now;
+    if (::sched_getaffinity(0, sizeof now, &now) != 0) return make_error("sched_getaffinity");
+    // Every rank's core, gathered to rank 0 (-1: not exactly one core).
+    std::vector<float> core(static_cast<std::size_t>(ranks), 0.0f);
+    int only = CPU_COUNT(&now) == 1 ? -1 : -2;
+    for (int c = 0; c < CPU_SETSIZE && only == -1; ++c)
+      if (CPU_ISSET(c, &now)) only = c;
+    core[static_cast<std::size_t>(t.rank())] = static_cast<float>(only);
+    Collectives coll(t);
+    TROUPE_TRY(wait_for([&](Completion c) { coll.all_reduce({0, 1, 2}, core.data(), core.size(), std::move(c)); }));
+    return nlohmann::json(core);
+  }, pinned);
+  REQUIRE(out.ok());
+  for (int r = 0; r < ranks; ++r) CHECK((*out)[static_cast<std::size_t>(r)].get<float>() == static_cast<float>(cores[static_cast<std::size_t>(r) % cores.size()]));
+  cpu_set_t after;
+  REQUIRE(::sched_getaffinity(0, sizeof after, &after) == 0);
+  CHECK(CPU_EQUAL(&before, &after));
 }
 
 }  // namespace troupe

@@ -23,8 +23,11 @@ namespace {
 
 constexpr const char* kOps[] = {"all_reduce", "reduce_scatter", "all_gather"};
 
+// Iterations per op, size and repetition: about 16 MiB moved, at least
+// nccl-tests' default of 20 (5 iterations of a few milliseconds, on processes
+// sharing cores, were as short as one scheduler slice).
 int iterations_for(std::size_t bytes) {
-  return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1) / 4, 5, 200));
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1) / 4, 20, 200));
 }
 
 struct OpDef {
@@ -105,7 +108,7 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
     list += std::to_string(s);
   }
   const std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/gloo_collectives.py --nodes " +
-                          std::to_string(nodes) + " --sizes " + list + " 2>/dev/null";
+                          std::to_string(nodes) + " --sizes " + list + " --pin 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
   if (!p) return {{"error", "cannot run " + cmd}};
   std::string text;
@@ -120,7 +123,9 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
 // with the three checks per size.
 Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& sizes, int repetitions, bool with_gloo,
                                    nlohmann::json& goals_met) {
-  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions); });
+  RankPlacement pinned;
+  pinned.pin_to_cores = true;  // and gloo's ranks (--pin)
+  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions); }, pinned);
   if (!ours) return ours.error();
   std::vector<nlohmann::json> gloo_runs;
   if (with_gloo)
@@ -197,13 +202,15 @@ Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const 
   }
   return nlohmann::json{
       {"bench", "collectives"},
-      {"algorithm", "ring over UCX, in segments of >= 256 KiB"},
+      {"algorithm", "ring over UCX in segments of 1 MiB (larger beyond 64 per chunk); segments >= 16 KiB "
+                    "through shared-memory slots (CL-4)"},
+      {"placement", "rank r, ours and gloo's, pinned to core r modulo the cores (mpirun --bind-to core)"},
       {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
       {"repetitions", repetitions},
       {"figures", "busbw_GBps and time_us: min/median/max over repetitions, each the median of its iterations; "
                   "*_vs_gloo: worst = our lowest over gloo's median; machine_copy_vs_copy_and_add (>= 1 MiB): the "
-                  "machine's figure beside reduce_scatter_vs_all_gather, one thread per rank copying each received byte "
-                  "into place against copying it into a scratch segment and adding it into place"},
+                  "machine's figure beside reduce_scatter_vs_all_gather, one thread per rank staging each byte (a copy "
+                  "into a slot) and copying it into place, against staging it and adding it into place"},
       {"runs", runs},
       {"goals", {{"all_reduce_vs_gloo", "worst >= 2 at every size"},
                  {"reduce_scatter_vs_all_gather", ">= 0.8 at every size >= 1 MiB, every repetition"},

@@ -15,19 +15,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// One thread's buffers: the peer's data, its own (the place), a scratch segment.
+// One thread's buffers: the data to stage, the place, a staging slot.
 struct Buffers {
-  std::vector<float> from, place, scratch;
+  std::vector<float> from, place, slot;
 };
 
-void copy_into_place(Buffers& b) { std::memcpy(b.place.data(), b.from.data(), b.from.size() * sizeof(float)); }
-
-void copy_and_add(Buffers& b) {
-  const std::size_t seg = b.scratch.size();
+void stage_and_copy(Buffers& b) {
+  const std::size_t seg = b.slot.size();
   for (std::size_t at = 0; at < b.from.size(); at += seg) {
     const std::size_t n = std::min(seg, b.from.size() - at);
-    std::memcpy(b.scratch.data(), b.from.data() + at, n * sizeof(float));
-    add_into(b.place.data() + at, b.scratch.data(), n);
+    std::memcpy(b.slot.data(), b.from.data() + at, n * sizeof(float));
+    std::memcpy(b.place.data() + at, b.slot.data(), n * sizeof(float));
+  }
+}
+
+void stage_and_add(Buffers& b) {
+  const std::size_t seg = b.slot.size();
+  for (std::size_t at = 0; at < b.from.size(); at += seg) {
+    const std::size_t n = std::min(seg, b.from.size() - at);
+    std::memcpy(b.slot.data(), b.from.data() + at, n * sizeof(float));
+    add_into(b.place.data() + at, b.slot.data(), n);
   }
 }
 
@@ -59,8 +66,8 @@ std::vector<double> copy_vs_copy_and_add(std::size_t bytes, std::size_t segment_
     std::vector<std::thread> pool;
     for (std::size_t i = 0; i < n; ++i)
       pool.emplace_back([&, i] {
-        copy_s[i] = timed(buffers[i], copy_into_place);
-        add_s[i] = timed(buffers[i], copy_and_add);
+        copy_s[i] = timed(buffers[i], stage_and_copy);
+        add_s[i] = timed(buffers[i], stage_and_add);
       });
     for (auto& th : pool) th.join();
     ratios.push_back(highest(copy_s) / highest(add_s));
