@@ -5,8 +5,8 @@ nccl-tests' definitions. Prints one JSON object (rank 0).
 
   gloo_collectives.py --nodes K --sizes 1024,65536,... [--pin]
 
---pin: rank r runs on the r-th allowed core (modulo their number), as the
-benchmark pins its own ranks.
+--pin: rank r of K runs on allowed core floor(r * C / K), as the benchmark
+pins its own ranks.
 """
 import argparse
 import json
@@ -28,7 +28,7 @@ def free_port():
 def worker(rank, world, port, sizes, iters, pin):
     if pin:
         cores = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, [cores[rank % len(cores)]])
+        os.sched_setaffinity(0, [cores[rank * len(cores) // world]])
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"})
     import torch

@@ -28,8 +28,9 @@ Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const st
   return t;
 }
 
-// Pins the calling process to the rank-th of the cores it may use.
-Status pin_to_core(int rank) {
+// Pins the calling process, rank `rank` of `ranks`, to one of the cores it may
+// use: consecutive ranks in blocks, so that ring neighbours share a core.
+Status pin_to_core(int rank, int ranks) {
   cpu_set_t allowed;
   if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return make_error("run_ranks: sched_getaffinity failed");
   std::vector<int> cores;
@@ -38,7 +39,7 @@ Status pin_to_core(int rank) {
   if (cores.empty()) return make_error("run_ranks: no core to run on");
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(cores[static_cast<std::size_t>(rank) % cores.size()], &one);
+  CPU_SET(cores[static_cast<std::size_t>(rank) * cores.size() / static_cast<std::size_t>(ranks)], &one);
   if (::sched_setaffinity(0, sizeof one, &one) != 0) return make_error("run_ranks: sched_setaffinity failed");
   return Status::success();
 }
@@ -50,7 +51,7 @@ Expected<nlohmann::json> run_rank(const RedisServer& server, const std::string& 
   cpu_set_t before;
   if (placement.pin_to_cores) {
     if (::sched_getaffinity(0, sizeof before, &before) != 0) return make_error("run_ranks: sched_getaffinity failed");
-    TROUPE_TRY(pin_to_core(rank));
+    TROUPE_TRY(pin_to_core(rank, ranks));
   }
   auto t = join(server, job, rank, ranks, placement);
   auto out = t ? body(**t) : Expected<nlohmann::json>(t.error());

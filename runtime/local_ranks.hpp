@@ -21,11 +21,12 @@ struct RankPlacement {
   std::function<Status(int rank)> enter;
   /// Rank r's transport options (bind address, transports).
   std::function<UcxOptions(int rank)> options;
-  /// Rank r runs on the r-th core (modulo their number) of those this process
-  /// may use, as `mpirun --bind-to core`. Ranks that share the cores otherwise
-  /// migrate between them, and a repetition in which two busy ranks shared a
-  /// core ran at half speed (4 ranks on 2 cores: max/min over repetitions up
-  /// to 1.8 instead of 1.1-1.5).
+  /// Rank r of K runs on core floor(r * C / K) of the C cores this process may
+  /// use (ranks in blocks: ring neighbours share a core, as `mpirun --map-by
+  /// core --bind-to core` places them). Unpinned, 4 ranks on 2 cores migrated,
+  /// and a repetition in which two busy ranks shared a core ran at half speed
+  /// (max/min over repetitions 1.3-1.9); pinned in turn (r mod C), whole runs
+  /// went at a third of the speed of others; in blocks, 1.1-1.5 in 3 of 3 runs.
   bool pin_to_cores = false;
 };
 

@@ -204,7 +204,7 @@ Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const 
       {"bench", "collectives"},
       {"algorithm", "ring over UCX in segments of 1 MiB (larger beyond 64 per chunk); segments >= 16 KiB "
                     "through shared-memory slots (CL-4)"},
-      {"placement", "rank r, ours and gloo's, pinned to core r modulo the cores (mpirun --bind-to core)"},
+      {"placement", "rank r of K, ours and gloo's, pinned to core floor(r * cores / K): ring neighbours share a core"},
       {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
       {"repetitions", repetitions},
       {"figures", "busbw_GBps and time_us: min/median/max over repetitions, each the median of its iterations; "
