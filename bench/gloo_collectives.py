@@ -76,7 +76,7 @@ def main():
     p.add_argument("--pin", action="store_true")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
-    iters = lambda size: max(20, min(200, (64 << 20) // max(size, 1) // 4))  # as bench collectives
+    iters = lambda size: max(20, min(1000, (1 << 30) // max(size, 1)))  # as bench collectives
     if a.rank >= 0:
         return worker(a.rank, a.nodes, a.port, sizes, iters, a.pin)
     port = free_port()

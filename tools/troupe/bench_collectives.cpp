@@ -23,11 +23,11 @@ namespace {
 
 constexpr const char* kOps[] = {"all_reduce", "reduce_scatter", "all_gather"};
 
-// Iterations per op, size and repetition: about 16 MiB moved, at least
-// nccl-tests' default of 20 (5 iterations of a few milliseconds, on processes
-// sharing cores, were as short as one scheduler slice).
+// Iterations per op, size and repetition: 1 GiB of buffers, at least nccl-tests'
+// default of 20 and at most 1000. (With 16 MiB, a figure at 1-4 MiB took 2 ms:
+// one stretch of a shared machine's noise moved a whole repetition.)
 int iterations_for(std::size_t bytes) {
-  return static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1) / 4, 20, 200));
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 30) / std::max<std::size_t>(bytes, 1), 20, 1000));
 }
 
 struct OpDef {
