@@ -76,11 +76,12 @@ StagingDescriptor StagingArena::describe(int s, std::size_t bytes) const {
 Expected<std::unique_ptr<StagingArena>> StagingPool::take(int slots, std::size_t slot_bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto fits = std::find_if(spare_.begin(), spare_.end(),
+    // spare_ runs from the largest slots to the smallest.
+    auto fits = std::find_if(spare_.rbegin(), spare_.rend(),
                              [&](const auto& a) { return a->slots() >= slots && a->slot_bytes() >= slot_bytes; });
-    if (fits != spare_.end()) {
+    if (fits != spare_.rend()) {
       auto arena = std::move(*fits);
-      spare_.erase(fits);
+      spare_.erase(std::next(fits).base());
       return arena;
     }
   }
@@ -90,9 +91,15 @@ Expected<std::unique_ptr<StagingArena>> StagingPool::take(int slots, std::size_t
 void StagingPool::give_back(std::unique_ptr<StagingArena> arena) {
   std::lock_guard<std::mutex> lock(mu_);
   spare_.push_back(std::move(arena));
-  // Keep the largest few: a peer keeps a mapping of each it has seen.
   std::sort(spare_.begin(), spare_.end(), [](const auto& a, const auto& b) { return a->slot_bytes() > b->slot_bytes(); });
-  if (spare_.size() > 4) spare_.resize(4);
+  auto bytes = [](const auto& a) { return static_cast<std::size_t>(a->slots()) * a->slot_bytes(); };
+  std::size_t total = 0;
+  for (const auto& a : spare_) total += bytes(a);
+  while (total > kSpareBytes) {  // the largest go first
+    total -= bytes(spare_.front());
+    spare_.erase(spare_.begin());
+  }
+  if (spare_.size() > kSpareArenas) spare_.resize(kSpareArenas);
 }
 
 Expected<std::shared_ptr<const std::byte>> PeerArenas::map(const StagingDescriptor& d) {

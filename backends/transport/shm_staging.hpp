@@ -57,10 +57,14 @@ class StagingArena {
 };
 
 /// Arenas kept between a Collectives' operations, each an operation's at a
-/// time (a fresh one costs a file, page faults and a mapping on the peer).
+/// time (a fresh one costs a file, page faults and a mapping on the peer):
+/// as many as the operations a step keeps in flight (ZeRO-1's buckets), up to
+/// kSpareArenas and kSpareBytes.
 class StagingPool {
  public:
-  /// An arena of at least `slots` x `slot_bytes`, spare or new.
+  static constexpr std::size_t kSpareArenas = 64;
+  static constexpr std::size_t kSpareBytes = std::size_t{64} << 20;
+  /// The smallest spare arena of at least `slots` x `slot_bytes`, or a new one.
   Expected<std::unique_ptr<StagingArena>> take(int slots, std::size_t slot_bytes);
   void give_back(std::unique_ptr<StagingArena> arena);
 
@@ -84,7 +88,7 @@ class PeerArenas {
     std::uint64_t id;
     std::shared_ptr<const std::byte> base;  // unmapped with its last holder
   };
-  static constexpr std::size_t kKept = 16;
+  static constexpr std::size_t kKept = StagingPool::kSpareArenas;
   std::mutex mu_;
   std::list<Mapping> mapped_;  // most recently used first
 };

@@ -45,6 +45,28 @@ TEST_CASE("CL-4: descriptors from another host, past the arena's end or of anoth
   CHECK(c.error().message.find("is not the sender's arena") != std::string::npos);
 }
 
+TEST_CASE("CL-4: a staging pool hands out the smallest spare arena that is large enough, and keeps as many as were in flight", "[transport][staging]") {
+  StagingPool pool;
+  std::vector<std::unique_ptr<StagingArena>> in_flight;
+  std::vector<StagingArena*> made;
+  for (std::size_t bytes : {4096, 16384, 8192}) {
+    auto a = pool.take(2, bytes);
+    REQUIRE(a.ok());
+    made.push_back(a->get());
+    in_flight.push_back(std::move(*a));
+  }
+  for (auto& a : in_flight) pool.give_back(std::move(a));
+  auto small = pool.take(2, 2048);
+  REQUIRE(small.ok());
+  CHECK(small->get() == made[0]);  // 4096, not 8192 or 16384
+  auto middle = pool.take(2, 8000);
+  REQUIRE(middle.ok());
+  CHECK(middle->get() == made[2]);
+  auto large = pool.take(2, 16384);
+  REQUIRE(large.ok());
+  CHECK(large->get() == made[1]);
+}
+
 TEST_CASE("CL-4: a staging pool reuses a spare arena that is large enough", "[transport][staging]") {
   StagingPool pool;
   auto first = pool.take(2, 8192);
