@@ -381,8 +381,8 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
       return received_staged(reduce, k, j);
     }
     if (!untouched()) return;
-    // Another host: the bytes come over the transport.
-    reply(kSendBytes);
+    // Another host: the bytes come over the transport, received where they
+    // are due before they are asked for.
     auto into = reduce ? std::make_shared<std::vector<float>>(re - rb) : nullptr;
     t->recv(prev, tg | kBytesBit, into ? into->data() : data + rb, bytes,
             [self, reduce, k, j, rb = rb, re = re, into](Status s2) {
@@ -395,6 +395,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
               add_into(self->data + rb, into->data(), re - rb);
               if (self->untouched()) self->received_staged(true, k, j);
             });
+    reply(kSendBytes);
   }
   void received_staged(bool reduce, int k, int j) {
     if (!reduce) return gathered(Status::success(), k, j);
