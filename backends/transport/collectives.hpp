@@ -45,9 +45,10 @@ struct CollectiveOptions {
   /// shared-memory slots per operation (a copy there, then the receiver adds
   /// or copies straight out of them) instead of the transport's rendezvous;
   /// peers that cannot map the slots (other hosts) get the bytes sent.
-  /// Measured between two processes on 2 cores: all-reduce 1.5-2x as fast at
-  /// 32 KiB-4 MiB, 1.1-1.3x at 16-64 MiB, and reduce-scatter as fast as
-  /// all-gather; 2x slower below 16 KiB segments (UCX sends those eagerly).
+  /// Measured between two processes on 2 cores: all-reduce 1.7-2.2x as fast
+  /// at 64 KiB-4 MiB, 1.2-1.3x at 16-256 MiB, and reduce-scatter 0.85-1.0 of
+  /// all-gather (was 0.72-0.77); 2x slower at 8 KiB segments (UCX sends those
+  /// eagerly), 1.8x faster at 16 KiB.
   enum class Staging { between_processes, always, never };
   Staging staging = Staging::between_processes;
   std::size_t staging_min_bytes = std::size_t{16} << 10;
