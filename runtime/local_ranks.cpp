@@ -28,11 +28,9 @@ Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const st
   return t;
 }
 
-// Pins the calling process, rank `rank` of `ranks`, to one of the cores it may
-// use: consecutive ranks in blocks, so that ring neighbours share a core.
-Status pin_to_core(int rank, int ranks) {
-  cpu_set_t allowed;
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return make_error("run_ranks: sched_getaffinity failed");
+// Pins the calling process, rank `rank` of `ranks`, to one of the cores in
+// `allowed`: consecutive ranks in blocks, so that ring neighbours share a core.
+Status pin_to_core(int rank, int ranks, const cpu_set_t& allowed) {
   std::vector<int> cores;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) cores.push_back(c);
@@ -51,7 +49,7 @@ Expected<nlohmann::json> run_rank(const RedisServer& server, const std::string& 
   cpu_set_t before;
   if (placement.pin_to_cores) {
     if (::sched_getaffinity(0, sizeof before, &before) != 0) return make_error("run_ranks: sched_getaffinity failed");
-    TROUPE_TRY(pin_to_core(rank, ranks));
+    TROUPE_TRY(pin_to_core(rank, ranks, before));
   }
   auto t = join(server, job, rank, ranks, placement);
   auto out = t ? body(**t) : Expected<nlohmann::json>(t.error());

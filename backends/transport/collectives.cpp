@@ -90,8 +90,9 @@ namespace {
 // for the bytes). Receivers post every descriptor receive of a phase at once
 // and serve each as it arrives, needing nothing else, so a send waiting for a
 // slot waits only for its receiver to run: no cycle. Sums keep the ring's
-// order, as in CL-1. Replies count towards the phase: a member that ended its
-// part may exit, and a reply still queued would never reach its sender.
+// order, as in CL-1. Replies count towards the phase (transfer_done): a member
+// that ended its part may exit, and a reply still queued would never reach its
+// sender.
 struct RingOp : std::enable_shared_from_this<RingOp> {
   Transport* t;
   std::shared_ptr<ScratchPool> pool;  // scratch comes from and returns to it
@@ -187,12 +188,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     }
   }
   void received_addend(Status st, int k, int j, int s, std::size_t rb, std::size_t re, const float* addend) {
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      if (!st && error.ok()) error = std::move(st);
-      if (!error.ok()) return report_if_quiet(lock);
-      ++reducing;
-    }
+    if (!begin_touch(std::move(st))) return;
     // CL-2: the sum runs where the segment arrived, while it is in cache: on
     // the waiting caller's thread when it drives the transport, else on the
     // progress thread. (A separate adding thread measured 30-45% slower
@@ -294,7 +290,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     }
     const std::size_t bytes = (e - b) * sizeof(float);
     std::memcpy(arena->slot(s), data + b, bytes);
-    if (!untouched()) return;
+    if (!end_touch()) return;
     sent_descriptors[static_cast<std::size_t>(s)] = arena->describe(s, bytes);
     auto self = shared_from_this();
     t->recv(next, tg | kReplyBit, &replies[static_cast<std::size_t>(s)], sizeof(StagingReply),
@@ -333,8 +329,20 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     if (waiting) send_staged(waiting->tag, waiting->begin, waiting->end);
     if (phase_over) end_phase();
   }
-  // Ends a touch of data (a copy or a sum); false if an error came meanwhile.
-  bool untouched() {
+  // A copy or sum is about to touch data: false (and the error reported, if
+  // nothing else touches data) if `st` or an earlier failure ended the operation.
+  bool begin_touch(Status st) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!st && error.ok()) error = std::move(st);
+    if (!error.ok()) {
+      report_if_quiet(lock);
+      return false;
+    }
+    ++reducing;
+    return true;
+  }
+  // The touch is over; false if an error came meanwhile.
+  bool end_touch() {
     std::unique_lock<std::mutex> lock(mu);
     --reducing;
     if (error.ok()) return true;
@@ -359,16 +367,11 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     if (st && arrived[i].bytes != bytes)
       st = make_error("collective staging: rank ", std::to_string(prev), " staged ", std::to_string(arrived[i].bytes),
                       " bytes where ", std::to_string(bytes), " were due");
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      if (!st && error.ok()) error = std::move(st);
-      if (!error.ok()) return report_if_quiet(lock);
-      ++reducing;
-    }
+    if (!begin_touch(std::move(st))) return;
     const Tag tg = tag(phase_step, j);
     auto self = shared_from_this();
     auto reply = [&](const StagingReply& r) {
-      t->send(prev, tg | kReplyBit, &r, sizeof r, [self](Status s2) { self->reply_sent(std::move(s2)); });
+      t->send(prev, tg | kReplyBit, &r, sizeof r, [self](Status s2) { self->transfer_done(std::move(s2)); });
     };
     static constexpr StagingReply kConsumed = StagingReply::consumed, kSendBytes = StagingReply::send_bytes;
     auto mapped = peers->map(arrived[i]);
@@ -376,24 +379,20 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
       const auto* from = reinterpret_cast<const float*>(mapped->get());
       if (reduce) add_into(data + rb, from, re - rb);
       else std::memcpy(data + rb, from, bytes);
-      if (!untouched()) return;
+      if (!end_touch()) return;
       reply(kConsumed);
       return received_staged(reduce, k, j);
     }
-    if (!untouched()) return;
+    if (!end_touch()) return;
     // Another host: the bytes come over the transport, received where they
     // are due before they are asked for.
     auto into = reduce ? std::make_shared<std::vector<float>>(re - rb) : nullptr;
     t->recv(prev, tg | kBytesBit, into ? into->data() : data + rb, bytes,
             [self, reduce, k, j, rb = rb, re = re, into](Status s2) {
-              if (!reduce || !s2) return s2 ? self->received_staged(false, k, j) : self->transfer_done(std::move(s2));
-              {
-                std::unique_lock<std::mutex> lock(self->mu);
-                if (!self->error.ok()) return self->report_if_quiet(lock);
-                ++self->reducing;
-              }
+              if (!reduce) return s2 ? self->received_staged(false, k, j) : self->transfer_done(std::move(s2));
+              if (!self->begin_touch(std::move(s2))) return;
               add_into(self->data + rb, into->data(), re - rb);
-              if (self->untouched()) self->received_staged(true, k, j);
+              if (self->end_touch()) self->received_staged(true, k, j);
             });
     reply(kSendBytes);
   }
@@ -408,8 +407,6 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     if (more) post_reduce_send(k + 1, j);
     if (phase_over) end_phase();
   }
-  void reply_sent(Status st) { transfer_done(std::move(st)); }
-
   // An error is reported once no sum is still writing into data (transfers
   // still in flight are the caller's to abort: Transport::abort_all).
   void report_if_quiet(std::unique_lock<std::mutex>& lock) {

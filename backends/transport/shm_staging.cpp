@@ -27,11 +27,6 @@ std::string text_of(const char* path) {
   return s;
 }
 
-std::uint64_t hash_of(const std::string& s, std::uint64_t h = kFnvOffset) {
-  for (unsigned char c : s) h = (h ^ c) * kFnvPrime;
-  return h;
-}
-
 std::uint64_t random_id() {
   std::random_device rd;
   return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
@@ -43,8 +38,8 @@ std::uint64_t this_host() {
   static const std::uint64_t host = [] {
     char ns[256] = {};
     const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-    return hash_of(std::string(ns, n > 0 ? static_cast<std::size_t>(n) : 0),
-                   hash_of(text_of("/proc/sys/kernel/random/boot_id")));
+    return fnv1a(std::string_view(ns, n > 0 ? static_cast<std::size_t>(n) : 0),
+                 fnv1a(text_of("/proc/sys/kernel/random/boot_id")));
   }();
   return host;
 }

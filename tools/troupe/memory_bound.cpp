@@ -20,21 +20,16 @@ struct Buffers {
   std::vector<float> from, place, slot;
 };
 
-void stage_and_copy(Buffers& b) {
+// Each segment staged (copied into the slot), then copied (all-gather) or
+// added (reduce-scatter) into place.
+template <bool kAdd>
+void stage_then(Buffers& b) {
   const std::size_t seg = b.slot.size();
   for (std::size_t at = 0; at < b.from.size(); at += seg) {
     const std::size_t n = std::min(seg, b.from.size() - at);
     std::memcpy(b.slot.data(), b.from.data() + at, n * sizeof(float));
-    std::memcpy(b.place.data() + at, b.slot.data(), n * sizeof(float));
-  }
-}
-
-void stage_and_add(Buffers& b) {
-  const std::size_t seg = b.slot.size();
-  for (std::size_t at = 0; at < b.from.size(); at += seg) {
-    const std::size_t n = std::min(seg, b.from.size() - at);
-    std::memcpy(b.slot.data(), b.from.data() + at, n * sizeof(float));
-    add_into(b.place.data() + at, b.slot.data(), n);
+    if constexpr (kAdd) add_into(b.place.data() + at, b.slot.data(), n);
+    else std::memcpy(b.place.data() + at, b.slot.data(), n * sizeof(float));
   }
 }
 
@@ -66,8 +61,8 @@ std::vector<double> copy_vs_copy_and_add(std::size_t bytes, std::size_t segment_
     std::vector<std::thread> pool;
     for (std::size_t i = 0; i < n; ++i)
       pool.emplace_back([&, i] {
-        copy_s[i] = timed(buffers[i], stage_and_copy);
-        add_s[i] = timed(buffers[i], stage_and_add);
+        copy_s[i] = timed(buffers[i], stage_then<false>);
+        add_s[i] = timed(buffers[i], stage_then<true>);
       });
     for (auto& th : pool) th.join();
     ratios.push_back(highest(copy_s) / highest(add_s));
