@@ -28,16 +28,23 @@ Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const st
   return t;
 }
 
-// Pins the calling process, rank `rank` of `ranks`, to one of the cores in
-// `allowed`: consecutive ranks in blocks, so that ring neighbours share a core.
-Status pin_to_core(int rank, int ranks, const cpu_set_t& allowed) {
+// The core of `allowed` that rank `rank` of `ranks` is pinned to.
+Expected<int> core_in(int rank, int ranks, const cpu_set_t& allowed) {
   std::vector<int> cores;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) cores.push_back(c);
   if (cores.empty()) return make_error("run_ranks: no core to run on");
+  return cores[static_cast<std::size_t>(rank) * cores.size() / static_cast<std::size_t>(ranks)];
+}
+
+// Pins the calling process, rank `rank` of `ranks`, to one of the cores in
+// `allowed`: consecutive ranks in blocks, so that ring neighbours share a core.
+Status pin_to_core(int rank, int ranks, const cpu_set_t& allowed) {
+  auto core = core_in(rank, ranks, allowed);
+  if (!core) return core.error();
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(cores[static_cast<std::size_t>(rank) * cores.size() / static_cast<std::size_t>(ranks)], &one);
+  CPU_SET(*core, &one);
   if (::sched_setaffinity(0, sizeof one, &one) != 0) return make_error("run_ranks: sched_setaffinity failed");
   return Status::success();
 }
@@ -68,6 +75,12 @@ bool write_all(int fd, const std::string& text) {
 }
 
 }  // namespace
+
+Expected<int> pinned_core(int rank, int ranks) {
+  cpu_set_t allowed;
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return make_error("run_ranks: sched_getaffinity failed");
+  return core_in(rank, ranks, allowed);
+}
 
 Expected<nlohmann::json> run_ranks(int ranks, const std::function<Expected<nlohmann::json>(UcxTransport&)>& body,
                                    const RankPlacement& placement) {

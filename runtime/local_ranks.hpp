@@ -30,6 +30,10 @@ struct RankPlacement {
   bool pin_to_cores = false;
 };
 
+/// The core rank `rank` of `ranks` runs on with pin_to_cores, from this
+/// process's cores (for a peer's processes placed the same way).
+Expected<int> pinned_core(int rank, int ranks);
+
 /// Runs body(transport) in `ranks` processes (this one is rank 0, unless
 /// placed) and returns what rank 0's body returned; other ranks' bodies'
 /// return values are ignored. A failing rank makes the whole run fail with its error.

@@ -57,7 +57,7 @@ TEST_CASE("a failing rank fails the run with its error", "[local_ranks]") {
   REQUIRE_FALSE(out.ok());
 }
 
-TEST_CASE("pinned ranks run on one core each, in blocks, and this process's cores come back", "[local_ranks]") {
+TEST_CASE("pinned ranks run on one core each, in blocks, as pinned_core says, and this process's cores come back", "[local_ranks]") {
   cpu_set_t before;
   REQUIRE(::sched_getaffinity(0, sizeof before, &before) == 0);
   std::vector<int> cores;
@@ -80,9 +80,14 @@ TEST_CASE("pinned ranks run on one core each, in blocks, and this process's core
     return nlohmann::json(core);
   }, pinned);
   REQUIRE(out.ok());
-  for (int r = 0; r < ranks; ++r)
+  for (int r = 0; r < ranks; ++r) {
     CHECK((*out)[static_cast<std::size_t>(r)].get<float>() ==
           static_cast<float>(cores[static_cast<std::size_t>(r) * cores.size() / ranks]));
+    // What a peer's processes are told to run on (taskset) is the same core.
+    auto core = pinned_core(r, ranks);
+    REQUIRE(core.ok());
+    CHECK(static_cast<float>(*core) == (*out)[static_cast<std::size_t>(r)].get<float>());
+  }
   cpu_set_t after;
   REQUIRE(::sched_getaffinity(0, sizeof after, &after) == 0);
   CHECK(CPU_EQUAL(&before, &after));

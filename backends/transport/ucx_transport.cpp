@@ -26,7 +26,15 @@
 //       marks the transport faulted until its worker is renewed; the node
 //       renews a faulted transport's worker in the next recovery (N-9), since
 //       an endpoint in error stays in error.
+// UX-7  A driver posts what its `start` sends or receives itself, at once
+//       (no queue, no lock but the worker's), after whatever is queued (one
+//       thread's operations keep their order); a send UCX completes inside
+//       the call (eager) needs no request. Completions run with direct
+//       posting off: what they post is queued, never posted inside UCX's
+//       callback or inside a post in progress.
 #include "backends/transport/ucx_transport.hpp"
+
+#include "backends/transport/live_pool.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -45,7 +53,6 @@
 #include <future>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
 namespace troupe {
 namespace {
@@ -57,6 +64,9 @@ constexpr int kRankShift = kTagBits + kGenerationBits;
 constexpr Tag kGenerationMask = ((Tag{1} << kGenerationBits) - 1) << kTagBits;
 // How long a driver polls flat out before it yields its core between polls (UX-3).
 constexpr std::chrono::microseconds kPoliteAfter{5};
+// A driver reads the clock once per this many quiet polls (a read costs as
+// much as a poll of shared memory).
+constexpr int kPollsPerClockRead = 16;
 
 Error ucx_error(const char* call, int rank, ucs_status_t st) {
   char host[256] = {};
@@ -82,24 +92,30 @@ struct Fd {
 
 }  // namespace
 
+// UX-7: the transport whose driver this thread is, while its `start` runs.
+thread_local UcxTransport::Impl* t_driving = nullptr;
+
 struct UcxTransport::Impl {
   enum class Kind { send, recv };
   struct Op {
-    Kind kind;
-    int peer;
-    Tag tag;
-    void* data;
-    std::size_t bytes;
+    Kind kind = Kind::send;
+    int peer = 0;
+    Tag tag = 0;
+    void* data = nullptr;
+    std::size_t bytes = 0;
     Completion done;
   };
-  // Lives from posting until the UCX callback; owned by `inflight`.
+  // Lives from posting until its completion; a node of `inflight`.
   struct Request {
-    Impl* impl;
+    Impl* impl = nullptr;
     Op op;
     void* ucx_request = nullptr;
   };
+  using Requests = LivePool<Request>;
+  using Node = Requests::Node;
 
   int rank = 0, size = 1;
+  Requests inflight;  // UX-1; declared before the worker, which it outlives (LP-2)
   ContextPtr context;
   WorkerPtr worker;
   std::string address;
@@ -131,7 +147,6 @@ struct UcxTransport::Impl {
   std::atomic<bool> faulted{false};        // an operation failed with a UCX error of its own (UX-6)
   Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (worker_mu)
   std::vector<char> trash;  // where stale messages are received to be dropped
-  std::unordered_map<Request*, std::unique_ptr<Request>> inflight;  // progress thread only
 
   explicit Impl(int n) : failed(static_cast<std::size_t>(n)), talked(static_cast<std::size_t>(n)) {}
 
@@ -151,10 +166,19 @@ struct UcxTransport::Impl {
     [[maybe_unused]] auto n = ::write(wake.fd, &one, sizeof one);
   }
 
-  static void on_send(void* req, ucs_status_t st, void* user) { static_cast<Request*>(user)->impl->finish(static_cast<Request*>(user), req, st, SIZE_MAX); }
+  static void on_send(void* req, ucs_status_t st, void* user) {
+    auto* n = static_cast<Node*>(user);
+    n->value.impl->finish(*n, req, st, SIZE_MAX);
+  }
   static void on_recv(void* req, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
-    auto* r = static_cast<Request*>(user);
-    r->impl->finish(r, req, st, st == UCS_OK ? info->length : SIZE_MAX);
+    auto* n = static_cast<Node*>(user);
+    n->value.impl->finish(*n, req, st, st == UCS_OK ? info->length : SIZE_MAX);
+  }
+  // Runs a completion with direct posting off (UX-7).
+  static void complete(const Completion& done, const Status& result) {
+    Impl* driving = std::exchange(t_driving, nullptr);
+    done(result);
+    t_driving = driving;
   }
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t) {
     auto* self = static_cast<std::pair<Impl*, int>*>(arg);
@@ -164,7 +188,8 @@ struct UcxTransport::Impl {
   }
   std::vector<std::pair<Impl*, int>> ep_args;
 
-  void finish(Request* r, void* ucx_request, ucs_status_t st, std::size_t received) {
+  void finish(Node& n, void* ucx_request, ucs_status_t st, std::size_t received) {
+    Request* r = &n.value;
     Status result;
     if (st == UCS_ERR_CANCELED || failed[static_cast<std::size_t>(r->op.peer)]) {
       result = peer_error(r->op.peer);
@@ -177,23 +202,28 @@ struct UcxTransport::Impl {
     }
     Completion done = std::move(r->op.done);  // empty if fail_peer already reported it
     if (ucx_request) ucp_request_free(ucx_request);
-    inflight.erase(r);
-    if (done) done(result);
+    inflight.release(n);
+    if (done) complete(done, result);
+  }
+
+  // UX-7: `op`, from this worker's driver (which holds worker_mu), after what is queued.
+  void post_now(Op op) {
+    if (queued.load(std::memory_order_acquire) != 0) drain();
+    post(std::move(op));
   }
 
   void post(Op op) {
     // A peer without an endpoint (a renewed worker not yet reconnected to it) counts as failed.
     if (failed[static_cast<std::size_t>(op.peer)] || (op.kind == Kind::send && !eps[static_cast<std::size_t>(op.peer)])) {
-      op.done(peer_error(op.peer));
+      complete(op.done, peer_error(op.peer));
       return;
     }
     talked[static_cast<std::size_t>(op.peer)].store(true, std::memory_order_relaxed);
-    auto owned = std::make_unique<Request>(Request{this, std::move(op), nullptr});
-    Request* r = owned.get();
-    inflight.emplace(r, std::move(owned));
+    Node& n = inflight.acquire(Request{this, std::move(op), nullptr});
+    Request* r = &n.value;
     ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    p.user_data = r;
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.user_data = &n;
     ucs_status_ptr_t sp;
     if (r->op.kind == Kind::send) {
       p.cb.send = &on_send;
@@ -201,16 +231,26 @@ struct UcxTransport::Impl {
                             (static_cast<Tag>(rank) << kRankShift) | generation_bits | r->op.tag, &p);
     } else {
       p.cb.recv = &on_recv;
+      // A receive that completes inside the call must say how much arrived:
+      // UCX 1.13 left recv_info unset for a message it found already
+      // arrived, so receives always get a request (and the callback, with
+      // the length, perhaps inside the call).
+      p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
       sp = ucp_tag_recv_nbx(worker.get(), r->op.data, r->op.bytes,
                             (static_cast<Tag>(r->op.peer) << kRankShift) | generation_bits | r->op.tag, ~Tag{0}, &p);
     }
     if (UCS_PTR_IS_ERR(sp)) {
-      finish(r, nullptr, UCS_PTR_STATUS(sp), 0);
+      finish(n, nullptr, UCS_PTR_STATUS(sp), 0);
       return;
     }
-    // UCX may run the callback inside the call (even with NO_IMM_CMPL): then
-    // finish() has already freed both the UCX request and `r`.
-    if (!inflight.contains(r)) return;
+    // UCX may run the callback inside the call (it did even when asked not
+    // to complete at once): then finish() has freed the UCX request and `n`.
+    if (!n.live()) return;
+    // A send completed inside the call (UX-7): no request, no callback to come.
+    if (sp == nullptr) {
+      finish(n, nullptr, UCS_OK, SIZE_MAX);
+      return;
+    }
     r->ucx_request = sp;
   }
 
@@ -222,13 +262,14 @@ struct UcxTransport::Impl {
     failed[static_cast<std::size_t>(peer)] = true;
     std::vector<void*> cancel;
     std::vector<Completion> report;
-    for (auto& [r, owned] : inflight) {
-      if (r->op.peer != peer || !r->ucx_request) continue;
-      if (r->op.kind == Kind::recv) cancel.push_back(r->ucx_request);
-      else if (r->op.done) report.push_back(std::move(r->op.done));
-    }
+    inflight.for_each([&](Node& n) {
+      Request& r = n.value;
+      if (r.op.peer != peer || !r.ucx_request) return;
+      if (r.op.kind == Kind::recv) cancel.push_back(r.ucx_request);
+      else if (r.op.done) report.push_back(std::move(r.op.done));
+    });
     for (void* req : cancel) ucp_request_cancel(worker.get(), req);
-    for (auto& done : report) done(peer_error(peer));
+    for (auto& done : report) complete(done, peer_error(peer));
   }
 
   void drain() {
@@ -302,9 +343,9 @@ struct UcxTransport::Impl {
     for (int i = 0; i < 1000 && has_pending_recv(); ++i) ucp_worker_progress(worker.get());
   }
   bool has_pending_recv() const {
-    for (auto& [r, owned] : inflight)
-      if (r->op.kind == Kind::recv) return true;
-    return false;
+    bool any = false;
+    inflight.for_each([&](const Node& n) { any = any || n.value.op.kind == Kind::recv; });
+    return any;
   }
 
   // One round of the worker's work (UX-1: the caller holds worker_mu): posts
@@ -362,33 +403,59 @@ struct UcxTransport::Impl {
     }
   }
 
-  // drive's loop (UX-1, UX-2).
+  // drive's loop (UX-1, UX-2, UX-7).
   bool drive(const std::function<void()>& start, const std::function<bool()>& done, std::chrono::microseconds idle) {
     using Clock = std::chrono::steady_clock;
     drivers.fetch_add(1);
-    if (start) start();  // UX-2: what it posts is this driver's to post
-    auto last_activity = Clock::now();
+    std::unique_lock<std::mutex> worker_lock(worker_mu, std::try_to_lock);
+    if (start) {
+      // UX-2: what it posts is this driver's to post; UX-7: with the worker
+      // held, posted at once.
+      if (worker_lock) post_directly(start);
+      else start();
+    }
+    // Quiet is timed from the first clock read after the last event, one read
+    // per kPollsPerClockRead quiet polls; the worker is held across those
+    // polls (a lock and an unlock cost as much as a poll).
+    Clock::time_point last_activity{};  // {}: not read since the last event
     bool pending = false;
     while (!done()) {
-      if (worker_mu.try_lock()) {
-        const bool busy = work();
-        pending = !inflight.empty();
-        worker_mu.unlock();
-        if (busy) {
-          last_activity = Clock::now();
-          continue;
+      if (worker_lock || worker_lock.try_lock()) {
+        for (int quiet_polls = 0; quiet_polls < kPollsPerClockRead && !done();) {
+          if (work()) {
+            last_activity = {};
+            quiet_polls = 0;
+          } else {
+            ++quiet_polls;
+          }
         }
+        pending = !inflight.empty();
+        worker_lock.unlock();
+        if (done()) break;
       }
-      const auto quiet = Clock::now() - last_activity;
+      const auto now = Clock::now();
+      if (last_activity == Clock::time_point{}) last_activity = now;
+      const auto quiet = now - last_activity;
       if (quiet > idle) break;
       // UX-3: past a few microseconds of quiet, let whatever else wants this
       // core run between polls: with more processes than cores the peer we
       // wait for may be waiting for this very core.
       if (quiet > kPoliteAfter) ::sched_yield();
     }
+    if (worker_lock) {
+      pending = !inflight.empty();
+      worker_lock.unlock();
+    }
     drivers.fetch_sub(1);
     if (queued.load() != 0 || pending) wake_progress_thread();
     return done();
+  }
+
+  // UX-7: runs `start` (the caller holds worker_mu) with this thread posting directly.
+  void post_directly(const std::function<void()>& start) {
+    Impl* outer = std::exchange(t_driving, this);
+    start();
+    t_driving = outer;
   }
 
   // Sleeps until woken through the wake fd, or (with `worker_events`) an
@@ -473,11 +540,13 @@ struct UcxTransport::Impl {
   // What is still in flight is reported with `why` and forgotten; a request
   // UCX still holds keeps its user_data: leak it rather than free it under UCX.
   void forget_inflight(const std::string& why) {
-    for (auto& [r, owned] : inflight)
-      if (owned->op.done) std::exchange(owned->op.done, nullptr)(make_error(why));
-    for (auto& [r, owned] : inflight)
-      if (owned->ucx_request) (void)owned.release();
-    inflight.clear();
+    inflight.for_each([&](Node& n) {
+      if (n.value.op.done) complete(std::exchange(n.value.op.done, nullptr), make_error(why));
+    });
+    inflight.for_each([&](Node& n) {
+      if (n.value.ucx_request) inflight.abandon(n);  // LP-2: valid while the pool lives
+      else inflight.release(n);
+    });
   }
 
   void shutdown() {
@@ -581,6 +650,10 @@ int UcxTransport::rank() const { return impl_->rank; }
 int UcxTransport::size() const { return impl_->size; }
 
 void UcxTransport::send(int peer, Tag tag, const void* data, std::size_t bytes, Completion done) {
+  if (t_driving == impl_.get()) {
+    impl_->post_now({Impl::Kind::send, peer, tag, const_cast<void*>(data), bytes, std::move(done)});
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->queue.push_back({Impl::Kind::send, peer, tag, const_cast<void*>(data), bytes, std::move(done)});
@@ -590,6 +663,10 @@ void UcxTransport::send(int peer, Tag tag, const void* data, std::size_t bytes, 
 }
 
 void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) {
+  if (t_driving == impl_.get()) {
+    impl_->post_now({Impl::Kind::recv, peer, tag, data, bytes, std::move(done)});
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->queue.push_back({Impl::Kind::recv, peer, tag, data, bytes, std::move(done)});
@@ -661,14 +738,15 @@ std::string UcxTransport::describe() const {
   std::snprintf(gen, sizeof gen, "0x%llx", static_cast<unsigned long long>(impl_->generation_bits >> kTagBits));
   out += "; generation bits " + std::string(gen) + "; " + std::to_string(impl_->inflight.size()) + " in flight";
   int shown = 0;
-  for (const auto& [r, owned] : impl_->inflight) {
-    if (++shown > 8) break;
+  impl_->inflight.for_each([&](const Impl::Node& n) {
+    if (++shown > 8) return;
+    const Impl::Op& op = n.value.op;
     char tag[32];
-    std::snprintf(tag, sizeof tag, "0x%llx", static_cast<unsigned long long>(r->op.tag));
-    out += std::string(shown == 1 ? ": " : ", ") + (r->op.kind == Impl::Kind::send ? "send to " : "recv from ") +
-           std::to_string(r->op.peer) + " tag " + tag + " (" + std::to_string(r->op.bytes) + " B" +
-           (r->op.done ? "" : ", reported") + (impl_->failed[static_cast<std::size_t>(r->op.peer)] ? ", peer failed" : "") + ")";
-  }
+    std::snprintf(tag, sizeof tag, "0x%llx", static_cast<unsigned long long>(op.tag));
+    out += std::string(shown == 1 ? ": " : ", ") + (op.kind == Impl::Kind::send ? "send to " : "recv from ") +
+           std::to_string(op.peer) + " tag " + tag + " (" + std::to_string(op.bytes) + " B" +
+           (op.done ? "" : ", reported") + (impl_->failed[static_cast<std::size_t>(op.peer)] ? ", peer failed" : "") + ")";
+  });
   return out;
 }
 

@@ -2,6 +2,11 @@
 // bandwidth (windows of back-to-back sends, then an ack) between two node
 // processes over UCX, beside ucx_perftest's tag_lat and tag_bw on the same
 // sizes; every figure repeated (min, median, max), ours and the peer's.
+// Both pairs run pinned, one process per core, and take turns: each
+// repetition runs ours at every size, then ucx_perftest at every size. On
+// this shared VM a ping-pong's speed changes for minutes at a time (8 B:
+// ucx_perftest's 0.1 us became 0.5 us, ours 0.2 became 0.65, in one run),
+// so that a figure taken minutes after its peer's compares two machines.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -88,18 +93,32 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
 struct Link {
   std::string name;
   RankPlacement placement;
-  std::string server_env, client_env;  // ucx_perftest's: "[ip netns exec NS] env UCX_...=..."
+  std::string server_env, client_env;  // ucx_perftest's: "[ip netns exec NS] taskset -c C env UCX_...=..."
   std::string server_address;
 };
 
-Link loopback() {
-  return {"loopback: shared memory between two processes", {}, "env UCX_NET_DEVICES=lo", "env UCX_NET_DEVICES=lo",
-          "127.0.0.1"};
+// ucx_perftest's server (0) or client (1) runs on the core our rank would.
+Expected<std::string> pinned(int rank) {
+  auto core = pinned_core(rank, 2);
+  if (!core) return core.error();
+  return "taskset -c " + std::to_string(*core) + " ";
 }
 
-Link across(const VethHosts& hosts) {
+Expected<Link> loopback() {
+  Link l{"loopback: shared memory between two processes", {}, "", "", "127.0.0.1"};
+  l.placement.pin_to_cores = true;
+  for (int h : {0, 1}) {
+    auto taskset = pinned(h);
+    if (!taskset) return taskset.error();
+    (h == 0 ? l.server_env : l.client_env) = *taskset + "env UCX_NET_DEVICES=lo";
+  }
+  return l;
+}
+
+Expected<Link> across(const VethHosts& hosts) {
   Link l;
   l.name = "tcp over a veth pair between two network namespaces";
+  l.placement.pin_to_cores = true;
   l.placement.enter = [&hosts](int rank) { return hosts.enter(rank); };
   l.placement.options = [&hosts](int rank) {
     UcxOptions o;
@@ -107,9 +126,12 @@ Link across(const VethHosts& hosts) {
     o.transports = "tcp";
     return o;
   };
-  for (int h : {0, 1})
+  for (int h : {0, 1}) {
+    auto taskset = pinned(h);
+    if (!taskset) return taskset.error();
     (h == 0 ? l.server_env : l.client_env) =
-        hosts.exec_prefix(h) + "env UCX_TLS=tcp UCX_NET_DEVICES=" + hosts.device(h);
+        hosts.exec_prefix(h) + *taskset + "env UCX_TLS=tcp UCX_NET_DEVICES=" + hosts.device(h);
+  }
   l.server_address = hosts.address(0);
   return l;
 }
@@ -135,40 +157,41 @@ nlohmann::json perftest(const Link& link, const char* test, std::size_t bytes, i
   return {{"latency_us", lat_avg}, {"bandwidth_MBps", bw_all}};
 }
 
-// Ours and ucx_perftest's over one link, every size `repetitions` times.
+// Ours and ucx_perftest's over one link, every size `repetitions` times:
+// each repetition ours at every size, then the peer's.
 Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::size_t>& sizes, int repetitions,
                                     nlohmann::json& goals_met) {
-  auto ours = run_ranks(
-      2,
-      [&](UcxTransport& t) -> Expected<nlohmann::json> {
-        nlohmann::json rows = nlohmann::json::array();
-        for (std::size_t s : sizes) {
-          nlohmann::json reps = nlohmann::json::array();
-          for (int r = 0; r < repetitions; ++r) {
+  std::vector<nlohmann::json> ours(sizes.size(), nlohmann::json::array()), lat_runs(sizes.size(), nlohmann::json::array()),
+      bw_runs(sizes.size(), nlohmann::json::array());
+  for (int r = 0; r < repetitions; ++r) {
+    auto once = run_ranks(
+        2,
+        [&](UcxTransport& t) -> Expected<nlohmann::json> {
+          nlohmann::json row = nlohmann::json::array();
+          for (std::size_t s : sizes) {
             auto m = measure(t, s);
             if (!m) return m.error();
-            reps.push_back(*m);
+            row.push_back(*m);
           }
-          rows.push_back(reps);
-        }
-        return rows;
-      },
-      link.placement);
-  if (!ours) return ours.error();
+          return row;
+        },
+        link.placement);
+    if (!once) return once.error();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      ours[i].push_back((*once)[i]);
+      const int iters = iterations_for(sizes[i]);
+      lat_runs[i].push_back(perftest(link, "tag_lat", sizes[i], iters));
+      bw_runs[i].push_back(perftest(link, "tag_bw", sizes[i], iters));
+    }
+  }
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < sizes.size(); ++i) {
-    const int iters = iterations_for(sizes[i]);
-    nlohmann::json lat_runs = nlohmann::json::array(), bw_runs = nlohmann::json::array();
-    for (int r = 0; r < repetitions; ++r) {
-      lat_runs.push_back(perftest(link, "tag_lat", sizes[i], iters));
-      bw_runs.push_back(perftest(link, "tag_bw", sizes[i], iters));
-    }
-    const auto lat = column((*ours)[i], "latency_us"), bw = column((*ours)[i], "bandwidth_MBps");
-    const auto peer_lat = column(lat_runs, "latency_us"), peer_bw = column(bw_runs, "bandwidth_MBps");
+    const auto lat = column(ours[i], "latency_us"), bw = column(ours[i], "bandwidth_MBps");
+    const auto peer_lat = column(lat_runs[i], "latency_us"), peer_bw = column(bw_runs[i], "bandwidth_MBps");
     nlohmann::json row = {{"bytes", sizes[i]}, {"latency_us", spread(lat)}, {"bandwidth_MBps", spread(bw)}};
     row["ucx_perftest"] = {{"tag_lat", {{"latency_us", spread(peer_lat)}}}, {"tag_bw", {{"bandwidth_MBps", spread(peer_bw)}}}};
     if (peer_lat.size() < static_cast<std::size_t>(repetitions) || peer_bw.size() < static_cast<std::size_t>(repetitions))
-      row["ucx_perftest"]["error"] = lat_runs.back().value("error", bw_runs.back().value("error", "some runs printed no result"));
+      row["ucx_perftest"]["error"] = lat_runs[i].back().value("error", bw_runs[i].back().value("error", "some runs printed no result"));
     if (!peer_lat.empty() && !peer_bw.empty()) {
       // Medians side by side, and our worst repetition against the peer's median.
       const double lat_worst = highest(lat) / median(peer_lat), bw_worst = lowest(bw) / median(peer_bw);
@@ -187,7 +210,9 @@ Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::siz
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts) {
   nlohmann::json goals_met = {{"latency_le_3x", true}, {"bandwidth_ge_0.9", true}};
   nlohmann::json links = nlohmann::json::array();
-  auto first = bench_link(loopback(), sizes, repetitions, goals_met);
+  auto lo = loopback();
+  if (!lo) return lo.error();
+  auto first = bench_link(*lo, sizes, repetitions, goals_met);
   if (!first) return first.error();
   links.push_back(*first);
   if (across_hosts) {
@@ -196,7 +221,9 @@ Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, 
       links.push_back({{"link", "tcp over a veth pair between two network namespaces"},
                        {"skipped", hosts.error().message}});
     } else {
-      auto second = bench_link(across(**hosts), sizes, repetitions, goals_met);
+      auto link = across(**hosts);
+      if (!link) return link.error();
+      auto second = bench_link(*link, sizes, repetitions, goals_met);
       if (!second) return second.error();
       links.push_back(*second);
     }
@@ -204,6 +231,8 @@ Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, 
   return nlohmann::json{{"bench", "transport"},
                         {"transport", "ucx tag API, two processes"},
                         {"repetitions", repetitions},
+                        {"placement", "ours and ucx_perftest's: two processes pinned to a core each; each repetition "
+                                      "runs ours at every size, then ucx_perftest's"},
                         {"figures", "min/median/max over repetitions; *_vs_perftest: median = ours over the peer's "
                                     "median, worst = our worst repetition over the peer's median"},
                         {"links", links},
