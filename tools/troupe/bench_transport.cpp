@@ -31,20 +31,25 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
   const int peer = 1 - t.rank(), iters = iterations_for(bytes);
   // Keep about 64 MiB in flight per window (as a streaming sender would).
   const int window = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1), 2, 64));
-  // One buffer for every message of a window, as ucx_perftest does: the figure
-  // is the transport's, not the memory system's on a 64 MiB working set.
-  std::vector<char> buf(std::max<std::size_t>(bytes, 1));
+  // As ucx_perftest does: one buffer to send from and one to receive into,
+  // each reused by every message of a window (the figure is the transport's,
+  // not the memory system's on a 64 MiB working set). With one buffer for
+  // both, a ping-pong's reply sends the bytes it just received, so every
+  // round trip moved them between the cores' caches twice; when the VM was
+  // slow to do that (8 B in 0.65 us), 256 KiB took 35 us, ucx_perftest's 18.
+  std::vector<char> out(std::max<std::size_t>(bytes, 1)), in(out.size());
   char ack = 0;
   // As a waiting actor would: the caller drives the worker (UX-1).
   auto send = [&](char* p, std::size_t n) { return wait_for(t, [&](Completion c) { t.send(peer, 1, p, n, std::move(c)); }); };
   auto recv = [&](char* p, std::size_t n) { return wait_for(t, [&](Completion c) { t.recv(peer, 1, p, n, std::move(c)); }); };
   auto round_trip = [&]() -> Status {
     if (t.rank() == 0) {
-      TROUPE_TRY(send(buf.data(), bytes));
-      return recv(buf.data(), bytes);
+      TROUPE_TRY(send(out.data(), bytes));
+      return recv(in.data(), bytes);
     }
-    TROUPE_TRY(recv(buf.data(), bytes));
-    return send(buf.data(), bytes);
+    TROUPE_TRY(recv(in.data(), bytes));
+    out[0] = in[0];  // rank 0's word to stop, passed back
+    return send(out.data(), bytes);
   };
   // Latency, after untimed round trips for at least 16 times and 200 ms (lanes
   // and buffers warm, as ucx_perftest's own warm-up; right after connecting,
@@ -52,11 +57,11 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
   // decides when to stop and says so in the last round trip's first byte.
   const auto w0 = Clock::now();
   for (int i = 0;; ++i) {
-    if (t.rank() == 0) buf[0] = (i >= 16 && Clock::now() - w0 > std::chrono::milliseconds(200)) ? 1 : 0;
+    if (t.rank() == 0) out[0] = (i >= 16 && Clock::now() - w0 > std::chrono::milliseconds(200)) ? 1 : 0;
     TROUPE_TRY(round_trip());
-    if (buf[0] == 1) break;
+    if (in[0] == 1) break;
   }
-  buf[0] = 0;
+  out[0] = in[0] = 0;
   const auto l0 = Clock::now();
   for (int i = 0; i < iters; ++i) TROUPE_TRY(round_trip());
   const double lat_us = std::chrono::duration<double, std::micro>(Clock::now() - l0).count() / iters / 2;
@@ -68,7 +73,7 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes) {
     std::atomic<bool> failed{false};
     auto post_window = [&] {
       for (int w = 0; w < window; ++w) {
-        char* at = buf.data();
+        char* at = t.rank() == 0 ? out.data() : in.data();
         auto cb = [&](Status st) {
           if (!st) failed = true;
           if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) remaining.notify_one();
