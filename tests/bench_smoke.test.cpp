@@ -3,6 +3,7 @@
 // positive, in their units), so that a benchmark that breaks or silently
 // changes meaning fails here. (bench schedules and rendezvous: schedule_cli;
 // checkpoint: checkpoint; health: health.)
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -58,7 +59,18 @@ TEST_CASE("bench transport: latency and bandwidth per size and link, repeated, b
       CHECK(figure(row["ucx_perftest"]["tag_lat"]["latency_us"]["median"]));
       CHECK(figure(row["ucx_perftest"]["tag_bw"]["bandwidth_MBps"]["median"]));
       CHECK(figure(row["latency_vs_perftest"]["median"]));
+      // Judged repetition by repetition: the worst pair is no better than the
+      // medians' ratio (ours >= m * peer in every pair bounds the medians).
+      for (const char* ratio : {"latency_vs_perftest", "bandwidth_vs_perftest"}) {
+        const auto& pairs = row[ratio]["per_repetition"];
+        CHECK(pairs.size() == 2);
+        std::vector<double> v;
+        for (const auto& x : pairs) v.push_back(x.get<double>());
+        const bool latency = std::string(ratio) == "latency_vs_perftest";
+        CHECK(row[ratio]["worst"].get<double>() == (latency ? *std::max_element(v.begin(), v.end()) : *std::min_element(v.begin(), v.end())));
+      }
       CHECK(row["bandwidth_vs_perftest"]["worst"].get<double>() <= row["bandwidth_vs_perftest"]["median"].get<double>());
+      CHECK(row["latency_vs_perftest"]["worst"].get<double>() >= row["latency_vs_perftest"]["median"].get<double>());
     }
   }
 }
