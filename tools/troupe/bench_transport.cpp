@@ -3,10 +3,12 @@
 // processes over UCX, beside ucx_perftest's tag_lat and tag_bw on the same
 // sizes; every figure repeated (min, median, max), ours and the peer's.
 // Both pairs run pinned, one process per core, and take turns: each
-// repetition runs ours at every size, then ucx_perftest at every size. On
-// this shared VM a ping-pong's speed changes for minutes at a time (8 B:
-// ucx_perftest's 0.1 us became 0.5 us, ours 0.2 became 0.65, in one run),
-// so that a figure taken minutes after its peer's compares two machines.
+// repetition of each size runs ours, then ucx_perftest. On this shared VM a
+// cross-core ping-pong's speed changes fivefold for seconds to minutes at a
+// time (8 B: ucx_perftest's 0.1 us became 0.5 us, ours 0.2 became 0.65), so
+// that a figure taken minutes after its peer's compares two machines; taken
+// ten seconds apart (ours at every size, then the peer's), one pair in five
+// still straddled a change (5.5x at 8 B, 0.38x at 4 KiB in the same run).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -176,27 +178,17 @@ std::vector<double> paired(const nlohmann::json& ours, const nlohmann::json& pee
 }
 
 // Ours and ucx_perftest's over one link, every size `repetitions` times:
-// each repetition ours at every size, then the peer's.
+// each repetition of each size runs ours (a new pair of processes), then the
+// peer's, so that the two figures of a pair are taken seconds apart.
 Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::size_t>& sizes, int repetitions,
                                     nlohmann::json& goals_met) {
   std::vector<nlohmann::json> ours(sizes.size(), nlohmann::json::array()), lat_runs(sizes.size(), nlohmann::json::array()),
       bw_runs(sizes.size(), nlohmann::json::array());
   for (int r = 0; r < repetitions; ++r) {
-    auto once = run_ranks(
-        2,
-        [&](UcxTransport& t) -> Expected<nlohmann::json> {
-          nlohmann::json row = nlohmann::json::array();
-          for (std::size_t s : sizes) {
-            auto m = measure(t, s);
-            if (!m) return m.error();
-            row.push_back(*m);
-          }
-          return row;
-        },
-        link.placement);
-    if (!once) return once.error();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      ours[i].push_back((*once)[i]);
+      auto once = run_ranks(2, [&](UcxTransport& t) { return measure(t, sizes[i]); }, link.placement);
+      if (!once) return once.error();
+      ours[i].push_back(*once);
       const int iters = iterations_for(sizes[i]);
       lat_runs[i].push_back(perftest(link, "tag_lat", sizes[i], iters));
       bw_runs[i].push_back(perftest(link, "tag_bw", sizes[i], iters));
@@ -259,7 +251,7 @@ Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, 
                         {"transport", "ucx tag API, two processes"},
                         {"repetitions", repetitions},
                         {"placement", "ours and ucx_perftest's: two processes pinned to a core each; each repetition "
-                                      "runs ours at every size, then ucx_perftest's"},
+                                      "of each size runs ours, then ucx_perftest's"},
                         {"figures", "min/median/max over repetitions; *_vs_perftest: median = ours over the peer's "
                                     "median; per_repetition = ours over the peer's of the same repetition; worst = "
                                     "the worst of those (what the goals judge); worst_vs_peer_median = our worst "
