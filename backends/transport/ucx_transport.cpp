@@ -95,6 +95,18 @@ struct Fd {
 // UX-7: the transport whose driver this thread is, while its `start` runs.
 thread_local UcxTransport::Impl* t_driving = nullptr;
 
+// UX-7: sets whose driver this thread is for a scope (nullptr: none), then puts back what it was.
+class DrivingScope {
+ public:
+  explicit DrivingScope(UcxTransport::Impl* impl) : outer_(std::exchange(t_driving, impl)) {}
+  ~DrivingScope() { t_driving = outer_; }
+  DrivingScope(const DrivingScope&) = delete;
+  DrivingScope& operator=(const DrivingScope&) = delete;
+
+ private:
+  UcxTransport::Impl* outer_;
+};
+
 struct UcxTransport::Impl {
   enum class Kind { send, recv };
   struct Op {
@@ -176,9 +188,8 @@ struct UcxTransport::Impl {
   }
   // Runs a completion with direct posting off (UX-7).
   static void complete(const Completion& done, const Status& result) {
-    Impl* driving = std::exchange(t_driving, nullptr);
+    DrivingScope off(nullptr);
     done(result);
-    t_driving = driving;
   }
   static void on_ep_error(void* arg, ucp_ep_h ep, ucs_status_t) {
     auto* self = static_cast<std::pair<Impl*, int>*>(arg);
@@ -206,10 +217,19 @@ struct UcxTransport::Impl {
     if (done) complete(done, result);
   }
 
-  // UX-7: `op`, from this worker's driver (which holds worker_mu), after what is queued.
-  void post_now(Op op) {
-    if (queued.load(std::memory_order_acquire) != 0) drain();
-    post(std::move(op));
+  // A caller's operation: posted at once by this worker's driver (UX-7: it
+  // holds worker_mu; after what is queued), else queued for whoever holds it.
+  void submit(Op op) {
+    if (t_driving == this) {
+      if (queued.load(std::memory_order_acquire) != 0) drain();
+      return post(std::move(op));
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.push_back(std::move(op));
+      queued.fetch_add(1);
+    }
+    notify();
   }
 
   void post(Op op) {
@@ -411,8 +431,8 @@ struct UcxTransport::Impl {
     if (start) {
       // UX-2: what it posts is this driver's to post; UX-7: with the worker
       // held, posted at once.
-      if (worker_lock) post_directly(start);
-      else start();
+      DrivingScope scope(worker_lock ? this : t_driving);
+      start();
     }
     // Quiet is timed from the first clock read after the last event, one read
     // per kPollsPerClockRead quiet polls; the worker is held across those
@@ -449,13 +469,6 @@ struct UcxTransport::Impl {
     drivers.fetch_sub(1);
     if (queued.load() != 0 || pending) wake_progress_thread();
     return done();
-  }
-
-  // UX-7: runs `start` (the caller holds worker_mu) with this thread posting directly.
-  void post_directly(const std::function<void()>& start) {
-    Impl* outer = std::exchange(t_driving, this);
-    start();
-    t_driving = outer;
   }
 
   // Sleeps until woken through the wake fd, or (with `worker_events`) an
@@ -650,29 +663,11 @@ int UcxTransport::rank() const { return impl_->rank; }
 int UcxTransport::size() const { return impl_->size; }
 
 void UcxTransport::send(int peer, Tag tag, const void* data, std::size_t bytes, Completion done) {
-  if (t_driving == impl_.get()) {
-    impl_->post_now({Impl::Kind::send, peer, tag, const_cast<void*>(data), bytes, std::move(done)});
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->queue.push_back({Impl::Kind::send, peer, tag, const_cast<void*>(data), bytes, std::move(done)});
-    impl_->queued.fetch_add(1);
-  }
-  impl_->notify();
+  impl_->submit({Impl::Kind::send, peer, tag, const_cast<void*>(data), bytes, std::move(done)});
 }
 
 void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) {
-  if (t_driving == impl_.get()) {
-    impl_->post_now({Impl::Kind::recv, peer, tag, data, bytes, std::move(done)});
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->queue.push_back({Impl::Kind::recv, peer, tag, data, bytes, std::move(done)});
-    impl_->queued.fetch_add(1);
-  }
-  impl_->notify();
+  impl_->submit({Impl::Kind::recv, peer, tag, data, bytes, std::move(done)});
 }
 
 bool UcxTransport::drive(const std::function<void()>& start, const std::function<bool()>& done,
