@@ -6,7 +6,10 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,6 +17,12 @@ namespace troupe {
 namespace {
 
 bool quietly(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+
+// An algorithm's name goes into a shell command: letters, digits, '_' only.
+bool plain_name(const std::string& s) {
+  return !s.empty() && s.size() <= 16 &&
+         std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
 
 }  // namespace
 
@@ -92,6 +101,33 @@ Status VethHosts::enter(int host) const {
   if (::mount(name(host).c_str(), "/sys", "sysfs", 0, nullptr) != 0)
     return make_error("cannot mount /sys for ", name(host), ": ", std::strerror(errno));
   return Status::success();
+}
+
+Status VethHosts::set_tcp_congestion_control(const std::string& algorithm) const {
+  if (!plain_name(algorithm)) return make_error("TCP congestion control: not an algorithm's name: '", algorithm, "'");
+  for (int h = 0; h < hosts(); ++h) {
+    if (!quietly(exec_prefix(h) + "sysctl -qw net.ipv4.tcp_congestion_control=" + algorithm))
+      return make_error("cannot set TCP congestion control '", algorithm, "' in namespace ", name(h),
+                        " (a namespace may use reno or one in net.ipv4.tcp_allowed_congestion_control)");
+    auto now = tcp_congestion_control(h);
+    if (!now) return now.error();
+    if (*now != algorithm)
+      return make_error("TCP congestion control in namespace ", name(h), " is '", *now, "' after setting '", algorithm, "'");
+  }
+  return Status::success();
+}
+
+Expected<std::string> VethHosts::tcp_congestion_control(int host) const {
+  const std::string cmd = exec_prefix(host) + "cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return make_error("cannot read TCP congestion control in namespace ", name(host));
+  char line[64] = {};
+  const bool got = std::fgets(line, sizeof line, p) != nullptr;
+  const int rc = ::pclose(p);
+  std::string s = got ? line : "";
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  if (rc != 0 || s.empty()) return make_error("cannot read TCP congestion control in namespace ", name(host));
+  return s;
 }
 
 }  // namespace troupe

@@ -36,6 +36,13 @@ class VethHosts {
   /// `host`'s network namespace, with a private /sys that lists its devices. Sockets opened before stay where they were
   /// (a Redis connection made first keeps reaching the machine's loopback).
   Status enter(int host) const;
+  /// Sets TCP's congestion control in every host's namespace (a new namespace
+  /// inherits the machine's). A namespace other than the machine's may choose
+  /// only reno or one listed in net.ipv4.tcp_allowed_congestion_control; the
+  /// error names the algorithm and the namespace.
+  Status set_tcp_congestion_control(const std::string& algorithm) const;
+  /// The congestion control TCP uses in `host`'s namespace, read back.
+  Expected<std::string> tcp_congestion_control(int host) const;
 
  private:
   VethHosts() = default;

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include "tests/test_support.hpp"
 
@@ -29,6 +30,18 @@ std::string config(const char* name) { return source_dir() + "/examples/configs/
 
 }  // namespace
 
+TEST_CASE("bench transport refuses a TCP congestion control the namespaces refuse, naming the flag, before measuring",
+          "[bench][transport]") {
+  if (::geteuid() != 0) skip("network namespaces need root: the flag is only used across them");
+  const auto r = run("timeout 60 " + troupe_bin() + " bench transport --sizes 8 --repetitions 1 --tcp-congestion-control no_such_cc");
+  INFO(r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.out.empty());  // nothing measured, nothing printed
+  CHECK(r.err.find("--tcp-congestion-control") != std::string::npos);
+  CHECK(r.err.find("'no_such_cc'") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') <= 1);
+}
+
 TEST_CASE("bench transport: latency and bandwidth per size and link, repeated, beside ucx_perftest", "[bench][transport]") {
   const auto j = bench("transport --sizes 8 --sizes 65536 --repetitions 2");
   CHECK(j["bench"] == "transport");
@@ -43,6 +56,8 @@ TEST_CASE("bench transport: latency and bandwidth per size and link, repeated, b
       continue;
     }
     REQUIRE(link["results"].size() == 2);
+    // Across namespaces TCP runs with reno unless told otherwise, and says so.
+    if (link != j["links"][0]) CHECK(link["link"].get<std::string>().find("congestion control reno") != std::string::npos);
     CHECK(link["results"][0]["bytes"] == 8);
     CHECK(link["results"][1]["bytes"] == 65536);
     for (const auto& row : link["results"]) {
@@ -54,11 +69,19 @@ TEST_CASE("bench transport: latency and bandwidth per size and link, repeated, b
         CHECK(row[key]["median"].get<double>() <= row[key]["max"].get<double>());
       }
       CHECK(row["latency_us"]["max"].get<double>() < 1e6);  // microseconds, not seconds
+      // The same pair of processes, sending from written memory (not judged).
+      for (const char* key : {"latency_us", "bandwidth_MBps"}) {
+        const auto& w = row["from_written_memory"][key];
+        CHECK(w["n"] == 2);
+        CHECK(figure(w["min"]));
+        CHECK(w["min"].get<double>() <= w["max"].get<double>());
+      }
       REQUIRE(row.contains("ucx_perftest"));
       if (row["ucx_perftest"].contains("error")) continue;  // reported, not hidden
       CHECK(figure(row["ucx_perftest"]["tag_lat"]["latency_us"]["median"]));
       CHECK(figure(row["ucx_perftest"]["tag_bw"]["bandwidth_MBps"]["median"]));
       CHECK(figure(row["latency_vs_perftest"]["median"]));
+      CHECK(figure(row["from_written_memory"]["bandwidth_vs_perftest_median"]));
       // Judged repetition by repetition: the worst pair is no better than the
       // medians' ratio (ours >= m * peer in every pair bounds the medians).
       for (const char* ratio : {"latency_vs_perftest", "bandwidth_vs_perftest"}) {

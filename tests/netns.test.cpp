@@ -67,6 +67,29 @@ TEST_CASE("nodes on two hosts authenticate to a password-protected Redis and ver
   CHECK(r0.err.find("verified the fabric") != std::string::npos);
 }
 
+TEST_CASE("TCP congestion control is set in each namespace and read back, and a bad name is refused, naming it", "[netns]") {
+  auto made = VethHosts::create("netcc");
+  if (!made) skip(made.error().message);
+  const VethHosts& hosts = **made;
+  auto before = hosts.tcp_congestion_control(1);
+  REQUIRE(before);
+  // reno is allowed in every namespace; another first, so the check sees a change.
+  const std::string other = *before == "reno" ? "bbr" : "reno";
+  auto first = hosts.set_tcp_congestion_control(other);
+  if (!first && other == "bbr") skip("bbr is not allowed in a namespace here: " + first.error().message);
+  REQUIRE(first);
+  for (int h = 0; h < 2; ++h) CHECK(*hosts.tcp_congestion_control(h) == other);
+  REQUIRE(hosts.set_tcp_congestion_control(*before));
+  for (int h = 0; h < 2; ++h) CHECK(*hosts.tcp_congestion_control(h) == *before);
+  auto unknown = hosts.set_tcp_congestion_control("no_such_cc");
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().message.find("'no_such_cc'") != std::string::npos);
+  auto hostile = hosts.set_tcp_congestion_control("reno; touch /tmp/x");
+  REQUIRE_FALSE(hostile);
+  CHECK(hostile.error().message.find("not an algorithm's name") != std::string::npos);
+  CHECK(*hosts.tcp_congestion_control(0) == *before);
+}
+
 namespace {
 
 // Redis with a password on host A, for a job whose nodes run on both hosts.

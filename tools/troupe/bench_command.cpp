@@ -14,7 +14,8 @@
 namespace troupe::cli {
 nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
-Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts);
+Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts,
+                                         const std::string& tcp_congestion_control);
 Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const std::vector<std::size_t>& sizes,
                                            int repetitions, bool with_gloo);
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
@@ -180,9 +181,12 @@ void register_bench(CLI::App& app, Action& action) {
   tr->add_option("--repetitions", *treps, "Runs of every figure, ours and ucx_perftest's")->check(CLI::Range(1, 100));
   auto tloop = std::make_shared<bool>(false);
   tr->add_flag("--loopback-only", *tloop, "Skip the run across two network namespaces");
-  tr->callback([tsizes, treps, tloop, &action] {
-    action = [tsizes, treps, tloop] {
-      auto out = bench_transport(*tsizes, *treps, !*tloop);
+  auto tcc = std::make_shared<std::string>("reno");
+  tr->add_option("--tcp-congestion-control", *tcc,
+                 "TCP congestion control in the two namespaces; empty keeps the machine's (reno: see bench_transport.cpp)");
+  tr->callback([tsizes, treps, tloop, tcc, &action] {
+    action = [tsizes, treps, tloop, tcc] {
+      auto out = bench_transport(*tsizes, *treps, !*tloop, *tcc);
       if (!out) return fail("bench transport", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;
