@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <thread>
 
 #include "backends/transport/transport.hpp"
 
@@ -27,23 +28,35 @@ inline constexpr std::chrono::microseconds kDriveIdleAnyEvent{100};
 /// Calls start(completion) and sleeps until the completion has run; with
 /// `drive`, drives that transport meanwhile (Transport::drive: a small
 /// message completes without a thread hand-off).
+///
+/// W-1  The slot lives on the waiter's stack, so a wait costs no allocation
+///      and no reference count (8 B on loopback, half a round trip: 0.221 us
+///      with a make_shared slot, 0.194 with this one; 0.640 and 0.618 while
+///      the VM was slow).
+///      The completion touches the slot last when it marks it `finished`,
+///      after its notify; the waiter returns only once it reads `finished`,
+///      so the completing thread never touches a slot that has gone.
 inline Status wait_for(const std::function<void(Completion)>& start, Transport* drive = nullptr) {
+  enum : int { pending = 0, notifying = 1, finished = 2 };
   struct Slot {
-    std::atomic<int> ready{0};
+    std::atomic<int> state{pending};
     Status status;
-  };
-  auto slot = std::make_shared<Slot>();
+  } slot;
   auto begin = [&] {
-    start([slot](Status st) {
-      slot->status = std::move(st);
-      slot->ready.store(1, std::memory_order_release);
-      slot->ready.notify_one();
+    start([&slot](Status st) {
+      slot.status = std::move(st);
+      slot.state.store(notifying, std::memory_order_release);
+      slot.state.notify_one();
+      slot.state.store(finished, std::memory_order_release);  // W-1: the slot's last use here
     });
   };
-  if (drive) drive->drive(begin, [&] { return slot->ready.load(std::memory_order_acquire) != 0; }, kDriveIdle);
+  if (drive) drive->drive(begin, [&] { return slot.state.load(std::memory_order_acquire) != pending; }, kDriveIdle);
   else begin();
-  slot->ready.wait(0, std::memory_order_acquire);
-  return slot->status;
+  slot.state.wait(pending, std::memory_order_acquire);
+  // W-1: between `notifying` and `finished` the completing thread is inside
+  // notify_one (a few instructions unless it is preempted there).
+  while (slot.state.load(std::memory_order_acquire) != finished) std::this_thread::yield();
+  return std::move(slot.status);
 }
 
 /// The same, driving `transport`.
