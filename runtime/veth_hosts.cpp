@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 namespace troupe {
 namespace {
@@ -119,14 +120,11 @@ Status VethHosts::set_tcp_congestion_control(const std::string& algorithm) const
 
 Expected<std::string> VethHosts::tcp_congestion_control(int host) const {
   const std::string cmd = exec_prefix(host) + "cat /proc/sys/net/ipv4/tcp_congestion_control 2>/dev/null";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return make_error("cannot read TCP congestion control in namespace ", name(host));
+  std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
   char line[64] = {};
-  const bool got = std::fgets(line, sizeof line, p) != nullptr;
-  const int rc = ::pclose(p);
-  std::string s = got ? line : "";
+  std::string s = p && std::fgets(line, sizeof line, p.get()) ? line : "";
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-  if (rc != 0 || s.empty()) return make_error("cannot read TCP congestion control in namespace ", name(host));
+  if (s.empty()) return make_error("cannot read TCP congestion control in namespace ", name(host));
   return s;
 }
 

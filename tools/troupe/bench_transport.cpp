@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <atomic>
+#include <optional>
 #include <sstream>
 #include <sys/mman.h>
 
@@ -140,12 +141,17 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes, char* out, 
 enum class SendFrom { unwritten, written };
 
 Expected<nlohmann::json> measure_from(UcxTransport& t, std::size_t bytes, SendFrom from) {
-  UnwrittenBytes unwritten(bytes), in(bytes);
-  if (!unwritten.data() || !in.data()) return make_error("bench transport: cannot map ", std::to_string(bytes), " bytes");
-  if (from == SendFrom::unwritten) return measure(t, bytes, unwritten.data(), in.data());
-  std::vector<char> written(std::max<std::size_t>(bytes, 1));
-  for (std::size_t i = 0; i < written.size(); ++i) written[i] = static_cast<char>(i * 131 + 7);
-  return measure(t, bytes, written.data(), in.data());
+  auto unmapped = [bytes] { return make_error("bench transport: cannot map ", std::to_string(bytes), " bytes"); };
+  UnwrittenBytes in(bytes);
+  if (!in.data()) return unmapped();
+  if (from == SendFrom::unwritten) {
+    UnwrittenBytes out(bytes);
+    if (!out.data()) return unmapped();
+    return measure(t, bytes, out.data(), in.data());
+  }
+  std::vector<char> out(std::max<std::size_t>(bytes, 1));
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>(i * 131 + 7);
+  return measure(t, bytes, out.data(), in.data());
 }
 
 // Where the two processes run: loopback on this machine, or two namespaces
@@ -241,9 +247,9 @@ std::vector<double> paired(const nlohmann::json& ours, const nlohmann::json& pee
   return v;
 }
 
-// Ours and ucx_perftest's over one link, every size `repetitions` times:
-// each repetition of each size runs ours (a new pair of processes), then the
-// peer's, so that the two figures of a pair are taken seconds apart.
+// Ours and ucx_perftest's over one link, every size `repetitions` times, in
+// turns (below), so that the two figures of a pair are taken about half a
+// second apart.
 Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::size_t>& sizes, int repetitions,
                                     nlohmann::json& goals_met) {
   std::vector<nlohmann::json> ours(sizes.size(), nlohmann::json::array()), lat_runs(sizes.size(), nlohmann::json::array()),
@@ -316,7 +322,7 @@ Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, 
   // The namespaces first, so that a congestion control they refuse fails the
   // command before anything is measured.
   std::unique_ptr<VethHosts> hosts;
-  Expected<Link> across_link = make_error("not asked for");
+  std::optional<Link> across_link;
   std::string skipped;
   if (across_hosts) {
     auto made = VethHosts::create("bench");
@@ -324,19 +330,20 @@ Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, 
       skipped = made.error().message;
     } else {
       hosts = std::move(*made);
-      across_link = across(*hosts, tcp_congestion_control);
-      if (!across_link) return across_link.error();
+      auto link = across(*hosts, tcp_congestion_control);
+      if (!link) return link.error();
+      across_link = std::move(*link);
     }
   }
   auto first = bench_link(*lo, sizes, repetitions, goals_met);
   if (!first) return first.error();
   links.push_back(*first);
-  if (!skipped.empty()) {
-    links.push_back({{"link", "tcp over a veth pair between two network namespaces"}, {"skipped", skipped}});
-  } else if (hosts) {
+  if (across_link) {
     auto second = bench_link(*across_link, sizes, repetitions, goals_met);
     if (!second) return second.error();
     links.push_back(*second);
+  } else if (!skipped.empty()) {
+    links.push_back({{"link", "tcp over a veth pair between two network namespaces"}, {"skipped", skipped}});
   }
   return nlohmann::json{{"bench", "transport"},
                         {"transport", "ucx tag API, two processes"},
