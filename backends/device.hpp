@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,11 @@
 namespace troupe {
 
 enum class DeviceKind { cpu, cuda };
+
+/// Who may read an allocation where it lies: this process only, or also the
+/// other processes of this host (CL-5: a host collective over such memory
+/// lends it to its peers in place instead of copying it through staging).
+enum class Sharing { process, host };
 
 class Device;
 
@@ -41,7 +47,7 @@ class Stream {
 /// Memory owned by a device; freed by the device's deleter.
 class Buffer {
  public:
-  using Deleter = void (*)(void*);
+  using Deleter = std::function<void(void*)>;
   Buffer(Device& device, void* data, std::size_t bytes, Deleter deleter)
       : device_(&device), data_(data, deleter), bytes_(bytes) {}
   Device& device() const { return *device_; }
@@ -69,6 +75,9 @@ class Device {
   virtual DeviceCapabilities capabilities() const = 0;
   /// `bytes` of uninitialised device memory, aligned to capabilities().alignment.
   virtual Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) = 0;
+  /// The same, readable in place by the other processes of this host where
+  /// the device has such memory (host memory: CL-5); else as allocate().
+  virtual Expected<std::shared_ptr<Buffer>> allocate_host_shared(std::size_t bytes) { return allocate(bytes); }
   /// Enqueues a copy of `bytes` from `src` to `dst` (either may be host memory) on `s`.
   virtual Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) = 0;
   virtual Stream& default_stream() = 0;

@@ -30,11 +30,11 @@ Tensor Tensor::borrow(Device& device, void* data, Shape shape, DType dtype) {
   return t;
 }
 
-Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype) {
+Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype, Sharing sharing) {
   for (auto d : shape)
     if (d < 0) return make_error("tensor: negative dimension in shape ", shape_string(shape));
   auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  auto buffer = device.allocate(bytes);
+  auto buffer = sharing == Sharing::host ? device.allocate_host_shared(bytes) : device.allocate(bytes);
   if (!buffer) return buffer.error();
   Tensor t;
   t.storage_ = std::move(*buffer);
@@ -43,10 +43,10 @@ Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype) {
   return t;
 }
 
-Expected<Tensor> Tensor::zeros(Device& device, Shape shape, DType dtype) {
+Expected<Tensor> Tensor::zeros(Device& device, Shape shape, DType dtype, Sharing sharing) {
   if (device.kind() != DeviceKind::cpu)
     return make_error("tensor: zeros() on ", device.name(), " needs a device memset");
-  auto t = empty(device, std::move(shape), dtype);
+  auto t = empty(device, std::move(shape), dtype, sharing);
   if (t && t->nbytes() > 0) std::memset(t->raw(), 0, t->nbytes());
   return t;
 }

@@ -25,9 +25,11 @@ class Tensor {
  public:
   Tensor() = default;
   /// Uninitialised storage of shape x dtype on `device`.
-  static Expected<Tensor> empty(Device& device, Shape shape, DType dtype = DType::f32);
+  static Expected<Tensor> empty(Device& device, Shape shape, DType dtype = DType::f32,
+                                Sharing sharing = Sharing::process);
   /// Zero-filled storage.
-  static Expected<Tensor> zeros(Device& device, Shape shape, DType dtype = DType::f32);
+  static Expected<Tensor> zeros(Device& device, Shape shape, DType dtype = DType::f32,
+                                Sharing sharing = Sharing::process);
 
   /// A tensor over memory someone else owns (e.g. a shared-memory ring slot);
   /// the memory must outlive every use of the tensor.

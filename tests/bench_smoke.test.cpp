@@ -118,17 +118,33 @@ TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per
     }
     CHECK(figure(row["reduce_scatter_vs_all_gather"]["median"]));
     CHECK_FALSE(row.contains("gloo"));  // --no-gloo
+    // The machine's figure beside the spread, at every size and repetition.
+    CHECK(row["machine_round_trip_ns"]["n"] == 2);
+    CHECK(figure(row["machine_round_trip_ns"]["min"]));
+    CHECK(row["machine_round_trip_max_over_min"].get<double>() >= 1);
     // The machine's figure beside it, where the goal applies (>= 1 MiB).
     const bool large = row["bytes"].get<std::size_t>() >= (std::size_t{1} << 20);
-    CHECK(row.contains("machine_copy_vs_copy_and_add") == large);
+    CHECK(row.contains("machine_copy_vs_add") == large);
     if (large) {
-      CHECK(row["machine_copy_vs_copy_and_add"]["n"] == 2);
-      CHECK(figure(row["machine_copy_vs_copy_and_add"]["min"]));
+      CHECK(row["machine_copy_vs_add"]["n"] == 2);
+      CHECK(figure(row["machine_copy_vs_add"]["min"]));
       CHECK(figure(row["reduce_scatter_vs_all_gather_over_machine"]));
     }
   }
   CHECK(j["goals_met"].contains("max_over_min_le_1.5"));
   CHECK_FALSE(j["goals_met"].contains("all_reduce_ge_2x_gloo"));
+  CHECK(j["buffers"].get<std::string>().rfind("host-shared", 0) == 0);
+}
+
+TEST_CASE("bench collectives --buffers private: staged through slots, and a buffer kind it does not know is refused", "[bench][collectives]") {
+  const auto j = bench("collectives --nodes 2 --sizes 1048576 --repetitions 1 --no-gloo --buffers private");
+  CHECK(j["buffers"] == "private");
+  REQUIRE(j["runs"][0]["results"].size() == 1);
+  CHECK(figure(j["runs"][0]["results"][0]["all_reduce"]["busbw_GBps"]["min"]));
+  CHECK(figure(j["runs"][0]["results"][0]["machine_copy_vs_add"]["min"]));
+  const auto refused = run("timeout 60 " + troupe_bin() + " bench collectives --buffers pinned");
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.err.find("--buffers") != std::string::npos);
 }
 
 TEST_CASE("bench step: step time, throughput, MFU and memory of one process", "[bench][step]") {

@@ -1,6 +1,8 @@
 // CpuDevice: aligned allocation, memcpy, synchronous in-order stream.
 #include "backends/cpu/cpu_device.hpp"
 
+#include "backends/shared_bytes.hpp"
+
 #include <cassert>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +53,13 @@ Expected<std::shared_ptr<Buffer>> CpuDevice::allocate(std::size_t bytes) {
   void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
   if (!p) return make_error("cpu: cannot allocate ", std::to_string(bytes), " bytes");
   return std::make_shared<Buffer>(*this, p, bytes, [](void* q) { std::free(q); });
+}
+
+Expected<std::shared_ptr<Buffer>> CpuDevice::allocate_host_shared(std::size_t bytes) {
+  auto region = SharedBytes::create(bytes, /*findable=*/true);
+  if (!region) return make_error("cpu: ", region.error().message);
+  std::shared_ptr<SharedBytes> owner = std::move(*region);
+  return std::make_shared<Buffer>(*this, owner->data(), bytes, [owner](void*) mutable { owner.reset(); });
 }
 
 Status CpuDevice::copy(void* dst, const void* src, std::size_t bytes, Stream&) {

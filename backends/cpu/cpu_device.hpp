@@ -36,6 +36,8 @@ class CpuDevice final : public Device {
   std::string name() const override { return "cpu"; }
   DeviceCapabilities capabilities() const override;
   Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) override;
+  /// A findable SharedBytes region (CL-5), page-aligned.
+  Expected<std::shared_ptr<Buffer>> allocate_host_shared(std::size_t bytes) override;
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
   Stream& default_stream() override { return *stream_; }
   CpuStream& cpu_stream() { return *stream_; }

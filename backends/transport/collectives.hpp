@@ -53,6 +53,10 @@ struct CollectiveOptions {
   Staging staging = Staging::between_processes;
   std::size_t staging_min_bytes = std::size_t{16} << 10;
   int staging_slots = 2;
+  /// CL-5: data inside a findable SharedBytes region is lent to the receivers
+  /// in place (they add or copy straight out of it) instead of copied into
+  /// slots.
+  bool lend_in_place = true;
 };
 
 class Collectives {

@@ -1,17 +1,22 @@
-// CL-1, CL-3, CL-4: ring collectives in segments give, bit for bit, the ring's
-// own order of sums, at sizes with many segments and uneven chunks, with few or
-// many scratch or staging slots (a window that could deadlock would hang here),
-// through shared memory or not, and where a peer cannot map the staging slots;
-// a failure reports once.
+// CL-1, CL-3, CL-4, CL-5: ring collectives in segments give, bit for bit, the
+// ring's own order of sums, at sizes with many segments and uneven chunks, with
+// few or many scratch or staging slots (a window that could deadlock would hang
+// here), through shared memory or not, with data lent in place, and where a
+// peer cannot map the sender's memory; a lent range stays unchanged until its
+// receiver has read it; a failure reports once.
 #include "backends/transport/collectives.hpp"
 
 #include <array>
 #include <atomic>
+#include <bit>
 #include <catch2/catch.hpp>
 #include <future>
+#include <mutex>
 #include <numeric>
+#include <span>
 #include <thread>
 
+#include "backends/shared_bytes.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "backends/transport/local_world.test.hpp"
 #include "backends/transport/shm_staging.hpp"
@@ -48,24 +53,41 @@ CollectiveOptions options_for(std::size_t count, int window, Staging staging) {
   return o;
 }
 
+// Every member's buffer for one collective: in a SharedBytes region each,
+// findable (lent in place, CL-5) or not (staged or sent).
+struct Buffers {
+  std::vector<std::unique_ptr<SharedBytes>> regions;
+  Buffers(int n, std::size_t count, bool lend) {
+    for (int r = 0; r < n; ++r) {
+      auto region = SharedBytes::create(count * sizeof(float), lend);
+      REQUIRE(region.ok());
+      regions.push_back(std::move(*region));
+    }
+  }
+  std::span<float> operator[](int r) const {
+    const auto& region = regions[static_cast<std::size_t>(r)];
+    return {reinterpret_cast<float*>(region->data()), region->size() / sizeof(float)};
+  }
+};
+
 // Runs an all-reduce and a reduce-scatter of `count` floats on every member of
 // `w` and counts the elements that differ from the ring's order of sums.
-int wrong_sums(World& w, int n, std::size_t count) {
+int wrong_sums(World& w, int n, std::size_t count, bool lend = false) {
   std::vector<int> group(static_cast<std::size_t>(n));
   std::iota(group.begin(), group.end(), 0);
-  std::vector<std::vector<float>> ar(static_cast<std::size_t>(n)), rs;
+  std::vector<std::vector<float>> inputs(static_cast<std::size_t>(n));
+  const Buffers ar(n, count, lend), rs(n, count, lend);
   for (int r = 0; r < n; ++r) {
-    ar[static_cast<std::size_t>(r)].resize(count);
-    for (std::size_t i = 0; i < count; ++i) ar[static_cast<std::size_t>(r)][i] = value(r, i);
+    inputs[static_cast<std::size_t>(r)].resize(count);
+    for (std::size_t i = 0; i < count; ++i) inputs[static_cast<std::size_t>(r)][i] = value(r, i);
+    std::copy(inputs[static_cast<std::size_t>(r)].begin(), inputs[static_cast<std::size_t>(r)].end(), ar[r].begin());
+    std::copy(inputs[static_cast<std::size_t>(r)].begin(), inputs[static_cast<std::size_t>(r)].end(), rs[r].begin());
   }
-  rs = ar;
-  const auto inputs = ar;
   std::vector<std::promise<Status>> ar_done(static_cast<std::size_t>(n)), rs_done(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
     auto& c = *w.cs[static_cast<std::size_t>(r)];
-    c.all_reduce(group, ar[static_cast<std::size_t>(r)].data(), count,
-                 [&p = ar_done[static_cast<std::size_t>(r)]](Status st) { p.set_value(st); });
-    c.reduce_scatter(group, rs[static_cast<std::size_t>(r)].data(), count,
+    c.all_reduce(group, ar[r].data(), count, [&p = ar_done[static_cast<std::size_t>(r)]](Status st) { p.set_value(st); });
+    c.reduce_scatter(group, rs[r].data(), count,
                      [&p = rs_done[static_cast<std::size_t>(r)]](Status st) { p.set_value(st); });
   }
   for (int r = 0; r < n; ++r) {
@@ -77,8 +99,8 @@ int wrong_sums(World& w, int n, std::size_t count) {
     const auto [b, e] = Collectives::chunk(count, n, c);
     for (std::size_t i = b; i < e; ++i) {
       const float want = ring_sum(inputs, c, i);
-      for (int r = 0; r < n; ++r) wrong += ar[static_cast<std::size_t>(r)][i] != want;
-      wrong += rs[static_cast<std::size_t>(c)][i] != want;
+      for (int r = 0; r < n; ++r) wrong += ar[r][i] != want;
+      wrong += rs[c][i] != want;
     }
   }
   return wrong;
@@ -109,7 +131,127 @@ class ForeignHostTransport final : public Transport {
   std::unique_ptr<Transport> inner_;
 };
 
+// CL-5's spy. It remembers each lent range as it was when its descriptor
+// left, and holds back every reply to a descriptor for a while before its
+// sender sees it; when the reply is let through, the range must be as it was
+// lent (its sender may write it only after the reply). Every descriptor that
+// names none of the lent regions counts as staged.
+class LendingSpy final : public Transport {
+ public:
+  LendingSpy(std::unique_ptr<Transport> inner, const Buffers& lent) : inner_(std::move(inner)), lent_(lent) {}
+  ~LendingSpy() override { join(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void send(int peer, Tag tag, const void* data, std::size_t bytes, Completion done) override {
+    if ((tag & kCollectiveTagBit) && bytes == sizeof(StagingDescriptor)) {
+      const auto d = *static_cast<const StagingDescriptor*>(data);
+      Lending lending{tag, nullptr, {}};
+      for (int r = 0; r < static_cast<int>(lent_.regions.size()); ++r)
+        if (auto whole = find_shared(lent_[r].data(), lent_[r].size_bytes()); whole && whole->arena_id == d.arena_id) {
+          lending.range = lent_[r].data() + d.offset / sizeof(float);
+          lending.as_lent.assign(lending.range, lending.range + d.bytes / sizeof(float));
+        }
+      std::lock_guard<std::mutex> lock(mu_);
+      if (lending.range) {
+        ++lent;
+        lendings_.push_back(std::move(lending));
+      } else {
+        ++staged;
+      }
+    }
+    inner_->send(peer, tag, data, bytes, std::move(done));
+  }
+  void recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) override {
+    if (!(tag & kCollectiveTagBit) || bytes != sizeof(StagingReply)) return inner_->recv(peer, tag, data, bytes, std::move(done));
+    inner_->recv(peer, tag, data, bytes, [this, tag, done = std::move(done)](Status st) mutable {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_.emplace_back([this, tag, st = std::move(st), done = std::move(done)]() mutable {
+        std::this_thread::sleep_for(std::chrono::milliseconds(3));
+        check_replied(tag);
+        done(std::move(st));
+      });
+    });
+  }
+  bool peer_failed(int peer) const override { return inner_->peer_failed(peer); }
+  void abort_all() override { inner_->abort_all(); }
+  void join() {
+    for (;;) {
+      std::vector<std::thread> threads;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        threads.swap(held_);
+      }
+      if (threads.empty()) return;
+      for (auto& t : threads) t.join();
+    }
+  }
+  std::atomic<int> lent{0}, staged{0}, changed_while_lent{0}, replies_checked{0};
+
+ private:
+  struct Lending {
+    Tag tag;
+    const float* range;
+    std::vector<float> as_lent;
+  };
+  // A reply's tag is its descriptor's with one flag bit more.
+  void check_replied(Tag reply) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(lendings_.begin(), lendings_.end(), [&](const Lending& l) {
+      return (reply & l.tag) == l.tag && std::has_single_bit(reply ^ l.tag);
+    });
+    if (it == lendings_.end()) return;
+    ++replies_checked;
+    if (!std::equal(it->as_lent.begin(), it->as_lent.end(), it->range)) ++changed_while_lent;
+    lendings_.erase(it);
+  }
+  std::unique_ptr<Transport> inner_;
+  const Buffers& lent_;
+  std::mutex mu_;
+  std::vector<Lending> lendings_;
+  std::vector<std::thread> held_;
+};
+
 }  // namespace
+
+TEST_CASE("CL-5: data in host-shared memory is lent in place, and a lent range is unchanged until its receiver read it", "[transport][collectives]") {
+  for (int n : {2, 3, 4}) {
+    const std::size_t count = static_cast<std::size_t>(n) * 3 * 1000 + 1;  // 3 or 4 segments per chunk
+    INFO(n << " members");
+    const Buffers data(n, count, /*lend=*/true);
+    World w(n, options_for(count, 2, Staging::always));
+    std::vector<LendingSpy*> spies;
+    for (int r = 0; r < n; ++r) {
+      auto spy = std::make_unique<LendingSpy>(std::move(w.ts[static_cast<std::size_t>(r)]), data);
+      spies.push_back(spy.get());
+      w.ts[static_cast<std::size_t>(r)] = std::move(spy);
+      w.cs[static_cast<std::size_t>(r)] = std::make_unique<Collectives>(*w.ts[static_cast<std::size_t>(r)], options_for(count, 2, Staging::always));
+    }
+    std::vector<int> group(static_cast<std::size_t>(n));
+    std::iota(group.begin(), group.end(), 0);
+    std::vector<std::vector<float>> inputs(static_cast<std::size_t>(n));
+    std::vector<std::promise<Status>> done(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t i = 0; i < count; ++i) inputs[static_cast<std::size_t>(r)].push_back(data[r][i] = value(r, i));
+      w.cs[static_cast<std::size_t>(r)]->all_reduce(group, data[r].data(), count,
+                                                    [&p = done[static_cast<std::size_t>(r)]](Status st) { p.set_value(st); });
+    }
+    for (auto& p : done) REQUIRE(p.get_future().get().ok());
+    for (auto* spy : spies) spy->join();
+    for (int c = 0; c < n; ++c) {
+      const auto [b, e] = Collectives::chunk(count, n, c);
+      int wrong = 0;
+      for (std::size_t i = b; i < e; ++i)
+        for (int r = 0; r < n; ++r) wrong += data[r][i] != ring_sum(inputs, c, i);
+      CHECK(wrong == 0);
+    }
+    for (auto* spy : spies) {
+      CHECK(spy->staged == 0);  // every segment lent: no copy into a slot
+      CHECK(spy->lent == 2 * (n - 1) * 4);  // both phases, n - 1 steps, 4 segments
+      CHECK(spy->replies_checked == spy->lent);
+      CHECK(spy->changed_while_lent == 0);
+    }
+  }
+}
 
 TEST_CASE("CL-1, CL-3: segmented ring collectives sum in the ring's order, bit for bit, at any reduce window", "[transport][collectives]") {
   // Segments of 1000 floats, at most 8 per chunk: 1 segment, several, and
@@ -120,20 +262,25 @@ TEST_CASE("CL-1, CL-3: segmented ring collectives sum in the ring's order, bit f
     for (std::size_t count : {std::size_t{5}, un * 999, un * 3500 + 1, un * 20000 + 3, un * 3 * 262144 + 7}) {
       for (Staging staging : {Staging::never, Staging::always}) {  // CL-4: through shared memory or not
         for (int window : {1, 2, 5}) {  // CL-3, CL-4: scratch or staging slots, one to more than the ring's receives
-          INFO(n << " members, " << count << " floats, staging " << (staging == Staging::always) << ", window " << window);
-          World w(n, options_for(count, window, staging));
-          CHECK(wrong_sums(w, n, count) == 0);
+          for (bool lend : {false, true}) {  // CL-5: data in host-shared memory, lent in place
+            if (lend && (staging == Staging::never || window != 2)) continue;  // lending needs no slots
+            INFO(n << " members, " << count << " floats, staging " << (staging == Staging::always) << ", window "
+                   << window << ", lent " << lend);
+            World w(n, options_for(count, window, staging));
+            CHECK(wrong_sums(w, n, count, lend) == 0);
+          }
         }
       }
     }
   }
 }
 
-TEST_CASE("CL-4: a receiver that cannot map the sender's staging slots gets the bytes sent instead", "[transport][collectives]") {
+TEST_CASE("CL-4, CL-5: a receiver that cannot map the sender's staging slots or lent data gets the bytes sent instead", "[transport][collectives]") {
+  const bool lend = GENERATE(false, true);
   for (int n : {2, 3}) {
     const auto un = static_cast<std::size_t>(n);
     for (std::size_t count : {un * 999, un * 20000 + 3}) {
-      INFO(n << " members, " << count << " floats");
+      INFO(n << " members, " << count << " floats, lent " << lend);
       World w(n, options_for(count, 2, Staging::always));
       std::vector<ForeignHostTransport*> foreign;
       for (int r = 0; r < n; ++r) {
@@ -142,8 +289,8 @@ TEST_CASE("CL-4: a receiver that cannot map the sender's staging slots gets the 
         w.ts[static_cast<std::size_t>(r)] = std::move(f);
         w.cs[static_cast<std::size_t>(r)] = std::make_unique<Collectives>(*w.ts[static_cast<std::size_t>(r)], options_for(count, 2, Staging::always));
       }
-      CHECK(wrong_sums(w, n, count) == 0);
-      for (auto* f : foreign) CHECK(f->rewritten > 0);  // every member staged, and was refused
+      CHECK(wrong_sums(w, n, count, lend) == 0);
+      for (auto* f : foreign) CHECK(f->rewritten > 0);  // every member staged or lent, and was refused
     }
   }
 }

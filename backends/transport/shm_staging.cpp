@@ -1,71 +1,31 @@
-// CL-4's arenas: memfd files mapped by their owner read-write and by peers
-// (through /proc/<pid>/fd/<fd>) read-only.
+// CL-4's arenas (slots in a SharedBytes region), kept between operations,
+// and the peers' regions mapped here.
 #include "backends/transport/shm_staging.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <random>
 #include <string>
 
-#include "common/hash.hpp"
 #include "common/posix_file.hpp"
 
 namespace troupe {
-namespace {
 
-std::string text_of(const char* path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
-}
-
-std::uint64_t random_id() {
-  std::random_device rd;
-  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-}
-
-}  // namespace
-
-std::uint64_t this_host() {
-  static const std::uint64_t host = [] {
-    char ns[256] = {};
-    const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-    return fnv1a(std::string_view(ns, n > 0 ? static_cast<std::size_t>(n) : 0),
-                 fnv1a(text_of("/proc/sys/kernel/random/boot_id")));
-  }();
-  return host;
-}
-
-StagingArena::StagingArena(int fd, std::byte* base, int slots, std::size_t slot_bytes)
-    : fd_(fd), base_(base), slots_(slots), slot_bytes_(slot_bytes), id_(random_id()) {}
-
-StagingArena::~StagingArena() {
-  ::munmap(base_, static_cast<std::size_t>(slots_) * slot_bytes_);
-  ::close(fd_);
-}
+StagingArena::StagingArena(std::unique_ptr<SharedBytes> bytes, int slots, std::size_t slot_bytes)
+    : bytes_(std::move(bytes)), slots_(slots), slot_bytes_(slot_bytes) {}
 
 Expected<std::unique_ptr<StagingArena>> StagingArena::create(int slots, std::size_t slot_bytes) {
-  const std::size_t bytes = static_cast<std::size_t>(slots) * slot_bytes;
-  UniqueFd fd(::memfd_create("troupe-staging", MFD_CLOEXEC));
-  if (!fd) return make_error("collective staging: memfd_create: ", std::strerror(errno));
-  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0)
-    return make_error("collective staging: ftruncate to ", std::to_string(bytes), " bytes: ", std::strerror(errno));
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (base == MAP_FAILED) return make_error("collective staging: mmap of ", std::to_string(bytes), " bytes: ", std::strerror(errno));
-  return std::unique_ptr<StagingArena>(new StagingArena(fd.release(), static_cast<std::byte*>(base), slots, slot_bytes));
+  auto bytes = SharedBytes::create(static_cast<std::size_t>(slots) * slot_bytes, /*findable=*/false);
+  if (!bytes) return make_error("collective staging: ", bytes.error().message);
+  return std::unique_ptr<StagingArena>(new StagingArena(std::move(*bytes), slots, slot_bytes));
 }
 
 StagingDescriptor StagingArena::describe(int s, std::size_t bytes) const {
-  return {this_host(), id_, ::getpid(), fd_, static_cast<std::uint64_t>(slots_) * slot_bytes_,
-          static_cast<std::uint64_t>(s) * slot_bytes_, bytes};
+  return bytes_->describe(static_cast<std::size_t>(s) * slot_bytes_, bytes);
 }
 
 Expected<std::unique_ptr<StagingArena>> StagingPool::take(int slots, std::size_t slot_bytes) {

@@ -15,45 +15,32 @@
 #include <mutex>
 #include <vector>
 
+#include "backends/shared_bytes.hpp"
 #include "common/expected.hpp"
 
 namespace troupe {
 
-/// Travels as a message's bytes: where the sender's segment lies.
-struct StagingDescriptor {
-  std::uint64_t host = 0;      ///< this_host(): boot id and pid namespace
-  std::uint64_t arena_id = 0;  ///< random per arena (pids and fds are reused)
-  std::int64_t pid = 0, fd = -1;
-  std::uint64_t arena_bytes = 0, offset = 0, bytes = 0;
-};
-
 /// The receiver's answer, a message of its own.
 enum class StagingReply : std::uint64_t { consumed = 1, send_bytes = 2 };
-
-/// Identifies the kernel and pid namespace: two processes with the same value
-/// can open each other's /proc/<pid>/fd entries.
-std::uint64_t this_host();
 
 /// `slots` slots of `slot_bytes` in one shared-memory file, mapped here.
 class StagingArena {
  public:
   static Expected<std::unique_ptr<StagingArena>> create(int slots, std::size_t slot_bytes);
-  ~StagingArena();
+  ~StagingArena() = default;
   StagingArena(const StagingArena&) = delete;
   StagingArena& operator=(const StagingArena&) = delete;
 
   int slots() const { return slots_; }
   std::size_t slot_bytes() const { return slot_bytes_; }
-  std::byte* slot(int s) const { return base_ + static_cast<std::size_t>(s) * slot_bytes_; }
+  std::byte* slot(int s) const { return bytes_->data() + static_cast<std::size_t>(s) * slot_bytes_; }
   StagingDescriptor describe(int s, std::size_t bytes) const;
 
  private:
-  StagingArena(int fd, std::byte* base, int slots, std::size_t slot_bytes);
-  int fd_;
-  std::byte* base_;
+  StagingArena(std::unique_ptr<SharedBytes> bytes, int slots, std::size_t slot_bytes);
+  std::unique_ptr<SharedBytes> bytes_;
   int slots_;
   std::size_t slot_bytes_;
-  std::uint64_t id_;
 };
 
 /// Arenas kept between a Collectives' operations, each an operation's at a

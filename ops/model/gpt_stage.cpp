@@ -85,8 +85,11 @@ Status GptStage::allocate(Device& device, int slots, bool split_backward) {
     params_.push_back(StageParam{spec, {}, {}, total});
     total += shape_numel(spec.shape);
   }
-  auto pf = Tensor::zeros(device, {total});
-  auto gf = Tensor::zeros(device, {total});
+  // Host-shared: the data-parallel collectives over them (ZeRO-1's
+  // reduce-scatter of gradients, all-gather of parameters) lend them to the
+  // replicas of this host in place (CL-5).
+  auto pf = Tensor::zeros(device, {total}, DType::f32, Sharing::host);
+  auto gf = Tensor::zeros(device, {total}, DType::f32, Sharing::host);
   if (!pf) return pf.error();
   if (!gf) return gf.error();
   params_flat_ = *pf;

@@ -1,17 +1,23 @@
 // troupe bench collectives --nodes K...: ring all-reduce, reduce-scatter and
 // all-gather between K node processes over UCX, bus bandwidth as nccl-tests
 // defines it, repeated (min, median, max), beside gloo
-// (bench/gloo_collectives.py) on the same sizes, as many times.
+// (bench/gloo_collectives.py) on the same sizes, as many times, and beside the
+// machine's cross-core round trip at each size and repetition.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <map>
 #include <numeric>
+#include <span>
+#include <thread>
 
+#include "backends/device.hpp"
 #include "backends/transport/collectives.hpp"
+#include "backends/shared_bytes.hpp"
 #include "runtime/local_ranks.hpp"
 #include "tools/troupe/bench_figures.hpp"
+#include "tools/troupe/cross_core_probe.hpp"
 #include "tools/troupe/memory_bound.hpp"
 
 #ifndef TROUPE_SOURCE_DIR
@@ -36,16 +42,66 @@ struct OpDef {
   std::function<void(Completion)> run;
 };
 
-// One pass over every size: each op's median time over its iterations.
-// Returns rows [{bytes, op: {time_us, busbw_GBps}}].
-Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const std::vector<std::size_t>& sizes) {
+// A buffer of `floats` in the memory the options name.
+struct BenchBuffer {
+  std::unique_ptr<SharedBytes> shared;
+  std::vector<float> own;
+  std::span<float> floats;
+  static Expected<BenchBuffer> make(std::size_t count, Sharing sharing) {
+    BenchBuffer b;
+    if (sharing == Sharing::host) {
+      auto region = SharedBytes::create(count * sizeof(float), /*findable=*/true);
+      if (!region) return region.error();
+      b.shared = std::move(*region);
+      b.floats = {reinterpret_cast<float*>(b.shared->data()), count};
+    } else {
+      b.own.resize(count);
+      b.floats = b.own;
+    }
+    return b;
+  }
+};
+
+// The machine's cross-core round trip, taken by rank 0 once every rank is
+// ready, while the others sleep with nothing posted (a rank waiting in a
+// collective drives its transport, and its progress thread polls, on the
+// probe's cores); the ranks then leave together.
+Expected<double> probe_machine(UcxTransport& t, Collectives& coll, const std::vector<int>& group) {
+  auto barrier = [&] {
+    float token = 0;
+    return wait_for(t, [&](Completion c) { coll.all_reduce(group, &token, 1, std::move(c)); });
+  };
+  TROUPE_TRY(barrier());
+  double ns = 0;
+  if (t.rank() == 0) {
+    auto a = pinned_core(0, t.size()), b = pinned_core(t.size() - 1, t.size());
+    if (!a) return a.error();
+    if (!b) return b.error();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ns = cross_core_round_trip_ns(*a, *b == *a ? *a + 1 : *b);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(12));  // the probe takes 1-8 ms
+  }
+  TROUPE_TRY(barrier());
+  return ns;
+}
+
+// One pass over every size: each op's median time over its iterations, and
+// the machine's round trip before the size. Returns rows [{bytes,
+// machine_round_trip_ns, op: {time_us, busbw_GBps}}].
+Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const std::vector<std::size_t>& sizes, Sharing sharing) {
   std::vector<int> group(static_cast<std::size_t>(t.size()));
   std::iota(group.begin(), group.end(), 0);
   const int n = t.size();
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) {
-    std::vector<float> buf(std::max<std::size_t>(1, bytes / sizeof(float)), 1.0f);
-    nlohmann::json row = {{"bytes", bytes}};
+    auto made = BenchBuffer::make(std::max<std::size_t>(1, bytes / sizeof(float)), sharing);
+    if (!made) return made.error();
+    const std::span<float> buf = made->floats;
+    std::fill(buf.begin(), buf.end(), 1.0f);
+    auto round_trip = probe_machine(t, coll, group);
+    if (!round_trip) return round_trip.error();
+    nlohmann::json row = {{"bytes", bytes}, {"machine_round_trip_ns", *round_trip}};
     const std::vector<OpDef> ops = {
         {"all_reduce", Collectives::all_reduce_bus_factor(n),
          [&](Completion c) { coll.all_reduce(group, buf.data(), buf.size(), std::move(c)); }},
@@ -59,6 +115,14 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const 
       TROUPE_TRY(wait_for(t, op.run));  // warm-up
       std::vector<double> times;
       for (int i = 0; i < iterations_for(bytes); ++i) {
+        // As in training (gradients, then parameters, are written just
+        // before they are reduced or gathered), the data is freshly written:
+        // a peer reading it in place (CL-5) finds it in the writer's cache
+        // or in memory, never in its own from the iteration before. Untimed,
+        // and the ranks start together.
+        std::fill(buf.begin(), buf.end(), 1.0f);
+        float token = 0;
+        TROUPE_TRY(wait_for(t, [&](Completion c) { coll.all_reduce(group, &token, 1, std::move(c)); }));
         const auto t0 = std::chrono::steady_clock::now();
         TROUPE_TRY(wait_for(t, op.run));
         times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -72,7 +136,7 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const 
 }
 
 // Repetitions passes in one set of processes: rows [{bytes, op: [{time_us, busbw_GBps}, ...]}].
-Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions) {
+Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions, Sharing sharing) {
   Collectives coll(t);
   // Untimed: 1 MiB all-reduces for at least 200 ms (right after connecting,
   // transfers ran several times slower for about the first 100 ms; see bench
@@ -93,10 +157,12 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) rows.push_back({{"bytes", bytes}});
   for (int r = 0; r < repetitions; ++r) {
-    auto pass = measure_pass(t, coll, sizes);
+    auto pass = measure_pass(t, coll, sizes, sharing);
     if (!pass) return pass.error();
-    for (std::size_t i = 0; i < sizes.size(); ++i)
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (const char* op : kOps) rows[i][op].push_back((*pass)[i][op]);
+      rows[i]["machine_round_trip_ns"].push_back((*pass)[i]["machine_round_trip_ns"]);
+    }
   }
   return rows;
 }
@@ -122,10 +188,10 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
 // One node count: ours (repetitions passes) beside gloo's (its own passes),
 // with the three checks per size.
 Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& sizes, int repetitions, bool with_gloo,
-                                   nlohmann::json& goals_met) {
+                                   Sharing sharing, nlohmann::json& goals_met) {
   RankPlacement pinned;
   pinned.pin_to_cores = true;  // and gloo's ranks (--pin)
-  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions); }, pinned);
+  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing); }, pinned);
   if (!ours) return ours.error();
   std::vector<nlohmann::json> gloo_runs;
   if (with_gloo)
@@ -140,6 +206,9 @@ Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& si
       row[op] = {{"busbw_GBps", spread(bw[op])}, {"time_us", spread(column(raw[op], "time_us"))}};
       row[op]["max_over_min"] = highest(bw[op]) / lowest(bw[op]);
     }
+    const auto round_trips = raw["machine_round_trip_ns"].get<std::vector<double>>();
+    row["machine_round_trip_ns"] = spread(round_trips);
+    row["machine_round_trip_max_over_min"] = highest(round_trips) / lowest(round_trips);
     // Reduce-scatter against all-gather, repetition by repetition (same moment, same load).
     std::vector<double> rs_ag;
     for (std::size_t r = 0; r < bw["reduce_scatter"].size() && r < bw["all_gather"].size(); ++r)
@@ -148,8 +217,9 @@ Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& si
     const bool large = sizes[i] >= (std::size_t{1} << 20);
     if (large) {  // the machine's figure beside it: the same memory traffic, no transport
       const std::size_t received = sizes[i] / static_cast<std::size_t>(nodes) * static_cast<std::size_t>(nodes - 1);
-      const auto bound = copy_vs_copy_and_add(received, CollectiveOptions{}.segment_floats * sizeof(float), nodes, repetitions);
-      row["machine_copy_vs_copy_and_add"] = spread(bound);
+      const auto bound = copy_vs_add(received, CollectiveOptions{}.segment_floats * sizeof(float), nodes, repetitions,
+                                     /*staged=*/sharing == Sharing::process);
+      row["machine_copy_vs_add"] = spread(bound);
       row["reduce_scatter_vs_all_gather_over_machine"] = median(rs_ag) / median(bound);
       for (const char* op : kOps)
         if (row[op]["max_over_min"].get<double>() > 1.5) goals_met["max_over_min_le_1.5"] = false;
@@ -190,27 +260,33 @@ Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& si
 }  // namespace
 
 Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const std::vector<std::size_t>& sizes,
-                                           int repetitions, bool with_gloo) {
+                                           int repetitions, bool with_gloo, Sharing sharing) {
   nlohmann::json goals_met = {{"max_over_min_le_1.5", true}, {"reduce_scatter_ge_0.8_all_gather", true}};
   if (with_gloo) goals_met["all_reduce_ge_2x_gloo"] = true;
   nlohmann::json runs = nlohmann::json::array();
   for (int n : nodes) {
     if (n < 2) return make_error("--nodes must be >= 2");
-    auto run = run_nodes(n, sizes, repetitions, with_gloo, goals_met);
+    auto run = run_nodes(n, sizes, repetitions, with_gloo, sharing, goals_met);
     if (!run) return run.error();
     runs.push_back(*run);
   }
   return nlohmann::json{
       {"bench", "collectives"},
       {"algorithm", "ring over UCX in segments of 1 MiB (larger beyond 64 per chunk); segments >= 16 KiB "
-                    "through shared-memory slots (CL-4)"},
+                    "lent in place (CL-5: buffers in host-shared memory) or through shared-memory slots (CL-4: "
+                    "private buffers)"},
+      {"buffers", sharing == Sharing::host ? "host-shared (as the trainer's flat parameters and gradients)" : "private"},
+      {"data", "written by each rank before every timed iteration (untimed; the ranks then start together), as "
+               "gradients and parameters are before they are reduced or gathered"},
       {"placement", "rank r of K, ours and gloo's, pinned to core floor(r * cores / K): ring neighbours share a core"},
       {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
       {"repetitions", repetitions},
       {"figures", "busbw_GBps and time_us: min/median/max over repetitions, each the median of its iterations; "
-                  "*_vs_gloo: worst = our lowest over gloo's median; machine_copy_vs_copy_and_add (>= 1 MiB): the "
-                  "machine's figure beside reduce_scatter_vs_all_gather, one thread per rank staging each byte (a copy "
-                  "into a slot) and copying it into place, against staging it and adding it into place"},
+                  "*_vs_gloo: worst = our lowest over gloo's median; machine_round_trip_ns: the machine's figure beside "
+                  "max_over_min, one cache line's round trip between the first and last rank's cores, before each "
+                  "size in each repetition; machine_copy_vs_add (>= 1 MiB): the machine's figure beside "
+                  "reduce_scatter_vs_all_gather, one thread per rank copying each byte into place against adding it "
+                  "into place (each staged first, a copy into a slot, with private buffers)"},
       {"runs", runs},
       {"goals", {{"all_reduce_vs_gloo", "worst >= 2 at every size"},
                  {"reduce_scatter_vs_all_gather", ">= 0.8 at every size >= 1 MiB, every repetition"},

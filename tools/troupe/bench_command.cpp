@@ -7,6 +7,7 @@
 #include "tools/troupe/bench_ops.hpp"
 #include "tools/troupe/bench_checkpoint.hpp"
 #include "tools/troupe/bench_health.hpp"
+#include "backends/device.hpp"
 #include "tools/troupe/bench_recovery.hpp"
 #include "tools/troupe/bench_step.hpp"
 #include "tools/troupe/commands.hpp"
@@ -17,7 +18,7 @@ Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const s
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts,
                                          const std::string& tcp_congestion_control);
 Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const std::vector<std::size_t>& sizes,
-                                           int repetitions, bool with_gloo);
+                                           int repetitions, bool with_gloo, Sharing sharing);
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
                                         int warmup);
 }
@@ -198,6 +199,7 @@ void register_bench(CLI::App& app, Action& action) {
     std::vector<std::size_t> sizes{1024, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20};
     int repetitions = 5;
     bool no_gloo = false;
+    std::string buffers = "host-shared";
   };
   auto ca = std::make_shared<CollArgs>();
   auto* co = bench->add_subcommand("collectives", "Ring collectives between node processes, beside gloo");
@@ -205,9 +207,13 @@ void register_bench(CLI::App& app, Action& action) {
   co->add_option("--repetitions", ca->repetitions, "Passes over every size, ours and gloo's")->check(CLI::Range(1, 100));
   co->add_option("--sizes", ca->sizes, "Buffer sizes in bytes")->check(CLI::PositiveNumber);
   co->add_flag("--no-gloo", ca->no_gloo, "Skip the gloo peer");
+  co->add_option("--buffers", ca->buffers,
+                 "host-shared (lent in place to the other ranks, as the trainer's) or private (staged through slots)")
+      ->check(CLI::IsMember({"host-shared", "private"}));
   co->callback([ca, &action] {
     action = [ca] {
-      auto out = bench_collectives(ca->nodes, ca->sizes, ca->repetitions, !ca->no_gloo);
+      auto out = bench_collectives(ca->nodes, ca->sizes, ca->repetitions, !ca->no_gloo,
+                                   ca->buffers == "private" ? Sharing::process : Sharing::host);
       if (!out) return fail("bench collectives", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;

@@ -1,4 +1,4 @@
-// copy_vs_copy_and_add.
+// copy_vs_add.
 #include "tools/troupe/memory_bound.hpp"
 
 #include <algorithm>
@@ -20,22 +20,26 @@ struct Buffers {
   std::vector<float> from, place, slot;
 };
 
-// Each segment staged (copied into the slot), then copied (all-gather) or
-// added (reduce-scatter) into place.
-template <bool kAdd>
-void stage_then(Buffers& b) {
+// Each segment staged (copied into the slot) or not, then copied (all-gather)
+// or added (reduce-scatter) into place.
+template <bool kStaged, bool kAdd>
+void into_place(Buffers& b) {
   const std::size_t seg = b.slot.size();
   for (std::size_t at = 0; at < b.from.size(); at += seg) {
     const std::size_t n = std::min(seg, b.from.size() - at);
-    std::memcpy(b.slot.data(), b.from.data() + at, n * sizeof(float));
-    if constexpr (kAdd) add_into(b.place.data() + at, b.slot.data(), n);
-    else std::memcpy(b.place.data() + at, b.slot.data(), n * sizeof(float));
+    const float* from = b.from.data() + at;
+    if constexpr (kStaged) {
+      std::memcpy(b.slot.data(), from, n * sizeof(float));
+      from = b.slot.data();
+    }
+    if constexpr (kAdd) add_into(b.place.data() + at, from, n);
+    else std::memcpy(b.place.data() + at, from, n * sizeof(float));
   }
 }
 
 }  // namespace
 
-std::vector<double> copy_vs_copy_and_add(std::size_t bytes, std::size_t segment_bytes, int threads, int repetitions) {
+std::vector<double> copy_vs_add(std::size_t bytes, std::size_t segment_bytes, int threads, int repetitions, bool staged) {
   const std::size_t floats = std::max<std::size_t>(1, bytes / sizeof(float));
   const std::size_t seg = std::clamp<std::size_t>(segment_bytes / sizeof(float), 1, floats);
   // Enough iterations for about 64 MiB moved per pattern and repetition (at least 5).
@@ -61,8 +65,8 @@ std::vector<double> copy_vs_copy_and_add(std::size_t bytes, std::size_t segment_
     std::vector<std::thread> pool;
     for (std::size_t i = 0; i < n; ++i)
       pool.emplace_back([&, i] {
-        copy_s[i] = timed(buffers[i], stage_then<false>);
-        add_s[i] = timed(buffers[i], stage_then<true>);
+        copy_s[i] = timed(buffers[i], staged ? into_place<true, false> : into_place<false, false>);
+        add_s[i] = timed(buffers[i], staged ? into_place<true, true> : into_place<false, true>);
       });
     for (auto& th : pool) th.join();
     ratios.push_back(highest(copy_s) / highest(add_s));
