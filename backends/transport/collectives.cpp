@@ -106,9 +106,11 @@ namespace {
 // lends it (reduce-scatter adds into chunk me-k-2 at step k, lends chunk
 // me-k-1; all-gather writes chunk me-k-1, lends chunk me-k), and a phase ends
 // only once every reply is in. Measured between two processes on 2 cores,
-// data freshly written before each operation: all-reduce 1.6x (1 MiB) to
-// 3.2x (16 MiB) as fast as staged, and 3.3x at 256 MiB while the VM's cores
-// were slow to share lines (10.9-17.5 GB/s against 3.3).
+// data freshly written before each operation, all-reduce against staged
+// (medians): 1.6x at 1 MiB, 1.8-2.6x at 4-16 MiB, 1.5-1.6x at 64-256 MiB
+// (10.6 GB/s against 6.6); while the VM's cores were slow to share lines
+// (a cache line's round trip 400 ns, not 80), 2-3x at 4-64 MiB and 3.2-5x at
+// 256 MiB (10.9-17.3 GB/s against 3.3-3.4).
 struct RingOp : std::enable_shared_from_this<RingOp> {
   Transport* t;
   std::shared_ptr<ScratchPool> pool;  // scratch comes from and returns to it
