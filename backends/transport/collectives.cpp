@@ -531,6 +531,14 @@ Collectives::Collectives(Transport& transport, CollectiveOptions options)
 
 Collectives::~Collectives() = default;
 
+void Collectives::restart_sequences() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    next_op_.clear();
+  }
+  peers_->forget_all();
+}
+
 std::pair<std::size_t, std::size_t> Collectives::chunk(std::size_t count, int n, int i) {
   const auto un = static_cast<std::size_t>(n), ui = static_cast<std::size_t>(i);
   return {count * ui / un, count * (ui + 1) / un};

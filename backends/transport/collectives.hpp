@@ -63,8 +63,10 @@ class Collectives {
  public:
   /// A recovery restarted every member's collectives (a new transport
   /// generation, a replacement with fresh counters): each group's sequence
-  /// starts over, as it does in a new Collectives.
-  void restart_sequences() { next_op_.clear(); }
+  /// starts over, and the peers' memory mapped here is let go (they rebuild
+  /// their buffers, and a mapping would keep the old ones alive), as in a new
+  /// Collectives.
+  void restart_sequences();
   explicit Collectives(Transport& transport, CollectiveOptions options = {});
   /// Operations still in flight must have been aborted (Transport::abort_all).
   ~Collectives();

@@ -3,6 +3,7 @@
 #include "backends/transport/shm_staging.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
@@ -64,6 +65,7 @@ Expected<std::shared_ptr<const std::byte>> PeerArenas::map(const StagingDescript
   auto it = std::find_if(mapped_.begin(), mapped_.end(), [&](const Mapping& m) { return m.id == d.arena_id; });
   if (it == mapped_.end()) {
     if (d.host != this_host()) return make_error("collective staging: the sender is on another host");
+    mapped_.remove_if([](const Mapping& m) { return ::kill(static_cast<pid_t>(m.pid), 0) != 0 && errno == ESRCH; });
     const std::string path = "/proc/" + std::to_string(d.pid) + "/fd/" + std::to_string(d.fd);
     UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     struct stat st {};
@@ -73,7 +75,7 @@ Expected<std::shared_ptr<const std::byte>> PeerArenas::map(const StagingDescript
     void* base = ::mmap(nullptr, d.arena_bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
     if (base == MAP_FAILED) return make_error("collective staging: mmap ", path, ": ", std::strerror(errno));
     const std::size_t bytes = d.arena_bytes;
-    mapped_.push_front({d.arena_id, std::shared_ptr<const std::byte>(static_cast<const std::byte*>(base),
+    mapped_.push_front({d.arena_id, d.pid, std::shared_ptr<const std::byte>(static_cast<const std::byte*>(base),
                                                                      [bytes](const std::byte* p) { ::munmap(const_cast<std::byte*>(p), bytes); })});
     if (mapped_.size() > kKept) mapped_.pop_back();
     it = mapped_.begin();
@@ -82,6 +84,16 @@ Expected<std::shared_ptr<const std::byte>> PeerArenas::map(const StagingDescript
     it = mapped_.begin();
   }
   return std::shared_ptr<const std::byte>(it->base, it->base.get() + d.offset);
+}
+
+void PeerArenas::forget_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  mapped_.clear();
+}
+
+std::size_t PeerArenas::mapped() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mapped_.size();
 }
 
 }  // namespace troupe

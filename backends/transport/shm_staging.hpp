@@ -60,7 +60,11 @@ class StagingPool {
   std::vector<std::unique_ptr<StagingArena>> spare_;
 };
 
-/// Peers' arenas mapped read-only here, the most recently used kept.
+/// Peers' regions (staging arenas, lent data) mapped read-only here, the
+/// most recently used kept. A mapping keeps its region's memory alive after
+/// its owner let go of it, so mappings of processes that are gone are
+/// dropped whenever a new one is made, and forget_all() drops every one (a
+/// recovery: the peers rebuilt their buffers).
 class PeerArenas {
  public:
   PeerArenas() = default;
@@ -69,14 +73,19 @@ class PeerArenas {
   /// The descriptor's bytes, mapped for as long as the pointer is held, or
   /// an error if this process cannot map them.
   Expected<std::shared_ptr<const std::byte>> map(const StagingDescriptor& d);
+  /// Unmaps every region as soon as no operation holds it.
+  void forget_all();
+  /// Regions mapped here.
+  std::size_t mapped() const;
 
  private:
   struct Mapping {
     std::uint64_t id;
+    std::int64_t pid;
     std::shared_ptr<const std::byte> base;  // unmapped with its last holder
   };
   static constexpr std::size_t kKept = StagingPool::kSpareArenas;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::list<Mapping> mapped_;  // most recently used first
 };
 

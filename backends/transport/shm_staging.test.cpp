@@ -1,7 +1,11 @@
 // CL-4's arenas: a peer's slot maps to the bytes its owner wrote; a descriptor
 // from another host, past its arena's end or naming a file of another size is
-// refused; a pool hands a spare arena back out instead of making one.
+// refused; a pool hands a spare arena back out instead of making one. Peers'
+// mappings go once their process has gone, or when forgotten.
 #include "backends/transport/shm_staging.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -80,6 +84,51 @@ TEST_CASE("CL-4: a staging pool reuses a spare arena that is large enough", "[tr
   REQUIRE(larger.ok());
   CHECK(larger->get() != made);
   CHECK((*larger)->slot_bytes() == 16384);
+}
+
+TEST_CASE("Peers' mappings: a forgotten one stays readable while held, and a gone process's is dropped at the next new mapping", "[transport][staging]") {
+  auto own = SharedBytes::create(4096, false);
+  REQUIRE(own.ok());
+  std::memcpy((*own)->data(), "own", 4);
+  (void)this_host();  // computed before the fork, so the child only describes
+
+  // A child process lends a region of its own (inherited: the same memfd, its pid).
+  auto lent = SharedBytes::create(4096, false);
+  REQUIRE(lent.ok());
+  std::memcpy((*lent)->data(), "child's", 8);
+  int to_parent[2], to_child[2];
+  REQUIRE(::pipe(to_parent) == 0);
+  REQUIRE(::pipe(to_child) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const StagingDescriptor d = (*lent)->describe(0, 8);
+    char go = 0;
+    const bool ok = ::write(to_parent[1], &d, sizeof d) == static_cast<ssize_t>(sizeof d) && ::read(to_child[0], &go, 1) == 1;
+    ::_exit(ok ? 0 : 1);
+  }
+  StagingDescriptor from_child{};
+  REQUIRE(::read(to_parent[0], &from_child, sizeof from_child) == static_cast<ssize_t>(sizeof from_child));
+  CHECK(from_child.pid == child);
+  PeerArenas peers;
+  {
+    auto mapped = peers.map(from_child);
+    REQUIRE(mapped.ok());
+    CHECK(std::memcmp(mapped->get(), "child's", 8) == 0);
+  }
+  CHECK(peers.mapped() == 1);
+  REQUIRE(::write(to_child[1], "x", 1) == 1);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WEXITSTATUS(status) == 0);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+
+  auto mine = peers.map((*own)->describe(0, 4));  // a new mapping: the gone child's is dropped
+  REQUIRE(mine.ok());
+  CHECK(peers.mapped() == 1);
+  peers.forget_all();
+  CHECK(peers.mapped() == 0);
+  CHECK(std::memcmp(mine->get(), "own", 4) == 0);  // still mapped while held
 }
 
 }  // namespace troupe
