@@ -20,6 +20,9 @@ struct StagingDescriptor {
   std::uint64_t arena_id = 0;  ///< random per region (pids and fds are reused)
   std::int64_t pid = 0, fd = -1;
   std::uint64_t arena_bytes = 0, offset = 0, bytes = 0;
+  /// 1: nothing to map; the bytes come in a message of their own (a sender
+  /// that knows the receiver cannot map its memory, CL-6).
+  std::uint64_t bytes_follow = 0;
 };
 
 /// Identifies the kernel and pid namespace: two processes with the same value

@@ -6,7 +6,8 @@
 //   out of a few scratch slots that stay in cache (CL-3), or, between
 //   processes of one host, straight out of the sender's shared memory: a
 //   staging slot it copied the segment into (CL-4), or the data itself when
-//   it lies in host-shared memory (CL-5).
+//   it lies in host-shared memory (CL-5); to another host, sent unasked once
+//   the sender knows (CL-6).
 #include "backends/transport/collectives.hpp"
 
 #include "backends/transport/add_into.hpp"
@@ -20,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 namespace troupe {
@@ -70,6 +72,27 @@ struct ScratchPool {
   }
 };
 
+// CL-6: the ranks that asked this member for a staged segment's bytes (they
+// cannot map its memory: another host), so that its next operations send them
+// at once.
+struct RemotePeers {
+  std::mutex mu;
+  std::set<int> unmappable;
+
+  bool may_map(int rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    return !unmappable.count(rank);
+  }
+  void cannot_map(int rank) {
+    std::lock_guard<std::mutex> lock(mu);
+    unmappable.insert(rank);
+  }
+  void forget_all() {
+    std::lock_guard<std::mutex> lock(mu);
+    unmappable.clear();
+  }
+};
+
 namespace {
 
 // The ring's data moves in segments (CL-1): each chunk is cut into `segs`
@@ -111,6 +134,13 @@ namespace {
 // (10.6 GB/s against 6.6); while the VM's cores were slow to share lines
 // (a cache line's round trip 400 ns, not 80), 2-3x at 4-64 MiB and 3.2-5x at
 // 256 MiB (10.9-17.3 GB/s against 3.3-3.4).
+//
+// CL-6: a receiver on another host cannot map the sender's memory and
+// replies so; the sender then sends the bytes, a round trip per segment
+// later. It also remembers the receiver (RemotePeers): from its next
+// operation on, each descriptor says the bytes follow and the segment goes
+// right after it, straight from data (no slot, no copy, no reply). Forgotten
+// at a recovery (restart_sequences): a replacement may run elsewhere.
 struct RingOp : std::enable_shared_from_this<RingOp> {
   Transport* t;
   std::shared_ptr<ScratchPool> pool;  // scratch comes from and returns to it
@@ -131,16 +161,19 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   bool reported = false;
   Status error;
 
-  // CL-4: segments staged through shared memory (when `arena` is set), or
-  // CL-5: lent in place (when `lent`: data lies in a findable region, which
-  // `lent_region` describes from data[0]).
+  // How this member's segments leave when staged: through shared-memory slots
+  // (CL-4, `arena`), lent in place (CL-5: data lies in a findable region,
+  // which `lent_region` describes from data[0]), or sent at once after their
+  // descriptor (CL-6: the next member is known to be unable to map them).
+  enum class Outgoing { unstaged, slots, lent, sent };
+  Outgoing outgoing = Outgoing::unstaged;
   std::shared_ptr<StagingPool> staging_pool;
   std::shared_ptr<PeerArenas> peers;
+  std::shared_ptr<RemotePeers> remote;
   std::unique_ptr<StagingArena> arena;
-  bool lent = false;
   StagingDescriptor lent_region;
   std::vector<int> free_send_slots;
-  // Per outgoing record: a slot (staged) or a send, phase_step * segs + j (lent).
+  // Per outgoing record: a slot, or (lent, sent) a send, phase_step * segs + j.
   std::vector<int> slot_events;                     // completions it still waits for
   std::vector<StagingDescriptor> sent_descriptors;
   std::vector<StagingReply> replies;
@@ -294,7 +327,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     if (phase_over) end_phase();
   }
 
-  bool staged() const { return arena || lent; }
+  bool staged() const { return outgoing != Outgoing::unstaged; }
 
   // CL-4, sending segment j of phase step `phase_step`, data[b, e): it is
   // copied into a free slot (or waits in order for one) and the slot's
@@ -302,7 +335,10 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
   // receiver replied, or sent the bytes it asked for. CL-5: lent data needs
   // no slot: the descriptor of data[b, e) itself goes at once, and the range
   // is not written again before the receiver replied (the phase waits for
-  // every reply, and the ring writes a range only in a later phase).
+  // every reply, and the ring writes a range only in a later step). CL-6: to
+  // a member known to be unable to map either, the descriptor says the bytes
+  // follow, and data[b, e) goes right after it, unasked (no reply, no slot,
+  // no copy); the range is not written before that send completed.
   void send_staged(int phase_step, int j, std::size_t b, std::size_t e) {
     const Tag tg = tag(phase_step, j);
     const std::size_t bytes = (e - b) * sizeof(float);
@@ -310,7 +346,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (!error.ok()) return;
-      if (lent) {
+      if (outgoing != Outgoing::slots) {
         s = phase_step * segs + j;
       } else if (free_send_slots.empty()) {
         waiting_sends.push_back({phase_step, j, b, e});
@@ -323,25 +359,36 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
       slot_events[static_cast<std::size_t>(s)] = 2;
     }
     const std::byte* from = nullptr;
-    if (lent) {
-      sent_descriptors[static_cast<std::size_t>(s)] = lent_region;
-      sent_descriptors[static_cast<std::size_t>(s)].offset += b * sizeof(float);
-      sent_descriptors[static_cast<std::size_t>(s)].bytes = bytes;
+    auto& descriptor = sent_descriptors[static_cast<std::size_t>(s)];
+    if (outgoing == Outgoing::sent) {
+      descriptor = StagingDescriptor{};
+      descriptor.host = this_host();
+      descriptor.bytes = bytes;
+      descriptor.bytes_follow = 1;
+      auto self = shared_from_this();
+      t->send(next, tg, &descriptor, sizeof(StagingDescriptor), [self, s](Status st) { self->slot_event(std::move(st), s); });
+      t->send(next, tg | kBytesBit, data + b, bytes, [self, s](Status st) { self->slot_event(std::move(st), s); });
+      return;
+    }
+    if (outgoing == Outgoing::lent) {
+      descriptor = lent_region;
+      descriptor.offset += b * sizeof(float);
+      descriptor.bytes = bytes;
       from = reinterpret_cast<const std::byte*>(data + b);
     } else {
       std::memcpy(arena->slot(s), data + b, bytes);
       if (!end_touch()) return;
-      sent_descriptors[static_cast<std::size_t>(s)] = arena->describe(s, bytes);
+      descriptor = arena->describe(s, bytes);
       from = arena->slot(s);
     }
     auto self = shared_from_this();
     t->recv(next, tg | kReplyBit, &replies[static_cast<std::size_t>(s)], sizeof(StagingReply),
             [self, s, tg, from, bytes](Status st) { self->replied(std::move(st), s, tg, from, bytes); });
-    t->send(next, tg, &sent_descriptors[static_cast<std::size_t>(s)], sizeof(StagingDescriptor),
-            [self, s](Status st) { self->slot_event(std::move(st), s); });
+    t->send(next, tg, &descriptor, sizeof(StagingDescriptor), [self, s](Status st) { self->slot_event(std::move(st), s); });
   }
   void replied(Status st, int s, Tag tg, const std::byte* from, std::size_t bytes) {
     if (st && replies[static_cast<std::size_t>(s)] == StagingReply::send_bytes) {
+      remote->cannot_map(next);  // CL-6: its next operations send at once
       {
         std::lock_guard<std::mutex> lock(mu);
         ++slot_events[static_cast<std::size_t>(s)];
@@ -361,7 +408,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
       if (!st && error.ok()) error = std::move(st);
       if (!error.ok()) return report_if_quiet(lock);
       if (--slot_events[static_cast<std::size_t>(s)] > 0) return;
-      if (!lent) {
+      if (outgoing == Outgoing::slots) {
         free_send_slots.push_back(s);
         if (!waiting_sends.empty()) {
           waiting = waiting_sends.front();
@@ -418,6 +465,11 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
       t->send(prev, tg | kReplyBit, &r, sizeof r, [self](Status s2) { self->transfer_done(std::move(s2)); });
     };
     static constexpr StagingReply kConsumed = StagingReply::consumed, kSendBytes = StagingReply::send_bytes;
+    if (arrived[i].bytes_follow) {  // CL-6: the bytes come unasked, and nothing is to be replied
+      if (!end_touch()) return;
+      receive_bytes(reduce, k, j, rb, re, tg);
+      return transfer_done(Status::success());  // in place of the reply's send
+    }
     auto mapped = peers->map(arrived[i]);
     if (mapped) {
       const auto* from = reinterpret_cast<const float*>(mapped->get());
@@ -430,15 +482,21 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     if (!end_touch()) return;
     // Another host: the bytes come over the transport, received where they
     // are due before they are asked for.
+    receive_bytes(reduce, k, j, rb, re, tg);
+    reply(kSendBytes);
+  }
+  // A staged segment's bytes sent over the transport: added from a buffer of
+  // their own (reduce-scatter) or received in place (all-gather).
+  void receive_bytes(bool reduce, int k, int j, std::size_t rb, std::size_t re, Tag tg) {
+    auto self = shared_from_this();
     auto into = reduce ? std::make_shared<std::vector<float>>(re - rb) : nullptr;
-    t->recv(prev, tg | kBytesBit, into ? into->data() : data + rb, bytes,
-            [self, reduce, k, j, rb = rb, re = re, into](Status s2) {
+    t->recv(prev, tg | kBytesBit, into ? into->data() : data + rb, (re - rb) * sizeof(float),
+            [self, reduce, k, j, rb, re, into](Status s2) {
               if (!reduce) return s2 ? self->received_staged(false, k, j) : self->transfer_done(std::move(s2));
               if (!self->begin_touch(std::move(s2))) return;
               add_into(self->data + rb, into->data(), re - rb);
               if (self->end_touch()) self->received_staged(true, k, j);
             });
-    reply(kSendBytes);
   }
   void received_staged(bool reduce, int k, int j) {
     if (!reduce) return gathered(Status::success(), k, j);
@@ -525,7 +583,8 @@ Collectives::Collectives(Transport& transport, CollectiveOptions options)
       options_(options),
       scratch_(std::make_shared<ScratchPool>()),
       staging_(std::make_shared<StagingPool>()),
-      peers_(std::make_shared<PeerArenas>()) {
+      peers_(std::make_shared<PeerArenas>()),
+      remote_(std::make_shared<RemotePeers>()) {
   options_.max_segments = std::clamp(options_.max_segments, 1, 1 << kSegmentBits);
 }
 
@@ -537,6 +596,7 @@ void Collectives::restart_sequences() {
     next_op_.clear();
   }
   peers_->forget_all();
+  remote_->forget_all();
 }
 
 std::pair<std::size_t, std::size_t> Collectives::chunk(std::size_t count, int n, int i) {
@@ -564,6 +624,7 @@ namespace {
 
 void start_ring(Transport& t, const CollectiveOptions& options, const std::shared_ptr<ScratchPool>& pool,
                 const std::shared_ptr<StagingPool>& staging_pool, const std::shared_ptr<PeerArenas>& peers,
+                const std::shared_ptr<RemotePeers>& remote,
                 const std::vector<int>& group, float* data, std::size_t count, Tag tag_base, bool reduce, bool gather,
                 Completion done) {
   const int n = static_cast<int>(group.size());
@@ -592,12 +653,16 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
   const bool staged = options.staging == Staging::always ||
                       (options.staging == Staging::between_processes && !t.one_address_space());
   if (staged && n > 1 && segment_bytes >= options.staging_min_bytes) {
-    int records = 0;  // outgoing: slots, or every send of both phases (lent)
-    if (auto region = find_shared(data, count * sizeof(float)); region && options.lend_in_place) {
-      op->lent = true;
+    int records = 2 * (n - 1) * op->segs;  // outgoing: every send of both phases, or slots
+    auto region = find_shared(data, count * sizeof(float));
+    op->remote = remote;
+    if (remote->may_map(op->next) && region && options.lend_in_place) {
+      op->outgoing = RingOp::Outgoing::lent;
       op->lent_region = *region;
-      records = 2 * (n - 1) * op->segs;
+    } else if (!remote->may_map(op->next)) {
+      op->outgoing = RingOp::Outgoing::sent;
     } else {
+      op->outgoing = RingOp::Outgoing::slots;
       records = std::clamp(options.staging_slots, 1, op->segs * (n - 1));
       auto arena = staging_pool->take(records, segment_bytes);
       if (!arena) return done(arena.error());
@@ -622,15 +687,15 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
 }  // namespace
 
 void Collectives::all_reduce(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, scratch_, staging_, peers_, group, data, count, next_tag_base(group), true, true, std::move(done));
+  start_ring(t_, options_, scratch_, staging_, peers_, remote_, group, data, count, next_tag_base(group), true, true, std::move(done));
 }
 
 void Collectives::reduce_scatter(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, scratch_, staging_, peers_, group, data, count, next_tag_base(group), true, false, std::move(done));
+  start_ring(t_, options_, scratch_, staging_, peers_, remote_, group, data, count, next_tag_base(group), true, false, std::move(done));
 }
 
 void Collectives::all_gather(const std::vector<int>& group, float* data, std::size_t count, Completion done) {
-  start_ring(t_, options_, scratch_, staging_, peers_, group, data, count, next_tag_base(group), false, true, std::move(done));
+  start_ring(t_, options_, scratch_, staging_, peers_, remote_, group, data, count, next_tag_base(group), false, true, std::move(done));
 }
 
 void Collectives::broadcast(const std::vector<int>& group, int root, float* data, std::size_t count, Completion done) {

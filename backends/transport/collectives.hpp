@@ -24,6 +24,7 @@ namespace troupe {
 inline constexpr Tag kCollectiveTagBit = Tag{1} << 39;
 
 struct ScratchPool;
+struct RemotePeers;
 class StagingPool;
 class PeerArenas;
 
@@ -44,7 +45,7 @@ struct CollectiveOptions {
   /// CL-4: segments of at least `staging_min_bytes` go through `staging_slots`
   /// shared-memory slots per operation (a copy there, then the receiver adds
   /// or copies straight out of them) instead of the transport's rendezvous;
-  /// peers that cannot map the slots (other hosts) get the bytes sent.
+  /// peers that cannot map the slots (other hosts) get the bytes sent (CL-6).
   /// Measured between two processes on 2 cores: all-reduce 1.7-2.2x as fast
   /// at 64 KiB-4 MiB, 1.2-1.3x at 16-256 MiB, and reduce-scatter 0.85-1.0 of
   /// all-gather (was 0.72-0.77); 2x slower at 8 KiB segments (UCX sends those
@@ -63,9 +64,10 @@ class Collectives {
  public:
   /// A recovery restarted every member's collectives (a new transport
   /// generation, a replacement with fresh counters): each group's sequence
-  /// starts over, and the peers' memory mapped here is let go (they rebuild
-  /// their buffers, and a mapping would keep the old ones alive), as in a new
-  /// Collectives.
+  /// starts over, the peers' memory mapped here is let go (they rebuild their
+  /// buffers, and a mapping would keep the old ones alive), and which peers
+  /// could not map this member's memory is forgotten (a replacement may run
+  /// elsewhere), as in a new Collectives.
   void restart_sequences();
   explicit Collectives(Transport& transport, CollectiveOptions options = {});
   /// Operations still in flight must have been aborted (Transport::abort_all).
@@ -96,6 +98,7 @@ class Collectives {
   std::shared_ptr<ScratchPool> scratch_;
   std::shared_ptr<StagingPool> staging_;
   std::shared_ptr<PeerArenas> peers_;
+  std::shared_ptr<RemotePeers> remote_;
   std::mutex mu_;
   std::map<std::vector<int>, std::uint64_t> next_op_;  // per group
 };

@@ -107,7 +107,8 @@ int wrong_sums(World& w, int n, std::size_t count, bool lend = false) {
 }
 
 // A transport whose every staging descriptor says it comes from another host
-// (CL-4's receivers then ask for the bytes); counts the ones it rewrote.
+// (CL-4's receivers then ask for the bytes); counts the ones it rewrote, those
+// that said the bytes follow (CL-6), and the replies that asked for bytes.
 class ForeignHostTransport final : public Transport {
  public:
   explicit ForeignHostTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
@@ -118,14 +119,19 @@ class ForeignHostTransport final : public Transport {
     auto foreign = std::make_shared<StagingDescriptor>(*static_cast<const StagingDescriptor*>(data));
     foreign->host ^= 1;
     ++rewritten;
+    if (foreign->bytes_follow) ++bytes_followed;
     inner_->send(peer, tag, foreign.get(), bytes, [foreign, done = std::move(done)](Status st) { done(std::move(st)); });
   }
   void recv(int peer, Tag tag, void* data, std::size_t bytes, Completion done) override {
-    inner_->recv(peer, tag, data, bytes, std::move(done));
+    if (!(tag & kCollectiveTagBit) || bytes != sizeof(StagingReply)) return inner_->recv(peer, tag, data, bytes, std::move(done));
+    inner_->recv(peer, tag, data, bytes, [this, data, done = std::move(done)](Status st) {
+      if (st && *static_cast<const StagingReply*>(data) == StagingReply::send_bytes) ++asked_for_bytes;
+      done(std::move(st));
+    });
   }
   bool peer_failed(int peer) const override { return inner_->peer_failed(peer); }
   void abort_all() override { inner_->abort_all(); }
-  std::atomic<int> rewritten{0};
+  std::atomic<int> rewritten{0}, bytes_followed{0}, asked_for_bytes{0};
 
  private:
   std::unique_ptr<Transport> inner_;
@@ -275,7 +281,7 @@ TEST_CASE("CL-1, CL-3: segmented ring collectives sum in the ring's order, bit f
   }
 }
 
-TEST_CASE("CL-4, CL-5: a receiver that cannot map the sender's staging slots or lent data gets the bytes sent instead", "[transport][collectives]") {
+TEST_CASE("CL-4, CL-5, CL-6: a receiver that cannot map the sender's staging slots or lent data gets the bytes sent instead, unasked from the next operation on", "[transport][collectives]") {
   const bool lend = GENERATE(false, true);
   for (int n : {2, 3}) {
     const auto un = static_cast<std::size_t>(n);
@@ -290,7 +296,18 @@ TEST_CASE("CL-4, CL-5: a receiver that cannot map the sender's staging slots or 
         w.cs[static_cast<std::size_t>(r)] = std::make_unique<Collectives>(*w.ts[static_cast<std::size_t>(r)], options_for(count, 2, Staging::always));
       }
       CHECK(wrong_sums(w, n, count, lend) == 0);
-      for (auto* f : foreign) CHECK(f->rewritten > 0);  // every member staged or lent, and was refused
+      for (auto* f : foreign) {
+        CHECK(f->rewritten > 0);  // every member staged or lent, and was refused
+        CHECK(f->asked_for_bytes > 0);
+        f->rewritten = f->bytes_followed = f->asked_for_bytes = 0;
+      }
+      // CL-6: now every member knows, and sends the bytes after each descriptor.
+      CHECK(wrong_sums(w, n, count, lend) == 0);
+      for (auto* f : foreign) {
+        CHECK(f->bytes_followed > 0);
+        CHECK(f->bytes_followed == f->rewritten);
+        CHECK(f->asked_for_bytes == 0);
+      }
     }
   }
 }
