@@ -11,6 +11,10 @@
 //       nothing queued or posted is ever left without a thread to progress it.
 // UX-3  A driver that has polled kPoliteAfter without an event yields its core
 //       between polls (more processes than cores must not starve each other).
+//       Once a yield gave the core away (it took longer than kYieldGaveAway),
+//       the transport's drivers yield as soon as a poll finds nothing, until a
+//       yield returns at once again: a process sharing its core with a peer
+//       it waits for lets it run without first polling kPoliteAfter alone.
 // UX-4  Every tag carries the membership generation's low 8 bits: after
 //       begin_generation a message sent in an older generation never matches
 //       a receive (it is dropped and counted instead).
@@ -64,6 +68,9 @@ constexpr int kRankShift = kTagBits + kGenerationBits;
 constexpr Tag kGenerationMask = ((Tag{1} << kGenerationBits) - 1) << kTagBits;
 // How long a driver polls flat out before it yields its core between polls (UX-3).
 constexpr std::chrono::microseconds kPoliteAfter{5};
+// A yield that took longer than this ran something else on the core (UX-3);
+// one that nothing else wanted returns in well under a microsecond.
+constexpr std::chrono::microseconds kYieldGaveAway{3};
 // A driver reads the clock once per this many quiet polls (a read costs as
 // much as a poll of shared memory).
 constexpr int kPollsPerClockRead = 16;
@@ -144,6 +151,7 @@ struct UcxTransport::Impl {
   std::atomic<bool> sleeping{false};
   std::mutex worker_mu;            // UX-1
   std::atomic<int> drivers{0};     // threads in drive (UX-2)
+  std::atomic<bool> core_shared{false};  // the last yield gave the core away (UX-3)
   std::deque<Op> queue;
   std::deque<int> to_fail;
   std::vector<std::promise<void>> to_abort;  // abort_all() callers waiting for the progress thread
@@ -457,10 +465,14 @@ struct UcxTransport::Impl {
       if (last_activity == Clock::time_point{}) last_activity = now;
       const auto quiet = now - last_activity;
       if (quiet > idle) break;
-      // UX-3: past a few microseconds of quiet, let whatever else wants this
-      // core run between polls: with more processes than cores the peer we
-      // wait for may be waiting for this very core.
-      if (quiet > kPoliteAfter) ::sched_yield();
+      // UX-3: past a few microseconds of quiet, or at once while the core is
+      // shared, let whatever else wants this core run between polls: with
+      // more processes than cores the peer we wait for may be waiting for
+      // this very core.
+      if (quiet > kPoliteAfter || core_shared.load(std::memory_order_relaxed)) {
+        ::sched_yield();
+        core_shared.store(Clock::now() - now > kYieldGaveAway, std::memory_order_relaxed);
+      }
     }
     if (worker_lock) {
       pending = !inflight.empty();
@@ -724,7 +736,7 @@ std::string UcxTransport::describe() const {
     std::lock_guard<std::mutex> lock(impl_->mu);
     out = "rank " + std::to_string(impl_->rank) + ": " + std::to_string(impl_->queue.size()) + " queued, " +
           std::to_string(impl_->drivers.load()) + " driving, progress thread " +
-          (impl_->sleeping.load() ? "asleep" : "awake");
+          (impl_->sleeping.load() ? "asleep" : "awake") + (impl_->core_shared.load() ? ", core shared" : "");
   }
   std::unique_lock<std::mutex> worker(impl_->worker_mu, std::defer_lock);
   for (int i = 0; i < 100 && !worker.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -746,6 +758,8 @@ std::string UcxTransport::describe() const {
 }
 
 bool UcxTransport::faulted() const { return impl_->faulted.load(); }
+
+bool UcxTransport::core_shared() const { return impl_->core_shared.load(std::memory_order_relaxed); }
 
 bool UcxTransport::talked_to(int peer) const {
   return peer >= 0 && peer < impl_->size && impl_->talked[static_cast<std::size_t>(peer)].load(std::memory_order_relaxed);

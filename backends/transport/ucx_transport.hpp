@@ -76,6 +76,9 @@ class UcxTransport final : public Transport {
   /// UX-6: whether an operation failed with a UCX error of its own (not a
   /// cancellation, not a failed peer) since the worker was made or renewed.
   bool faulted() const;
+  /// UX-3: whether a driver's last yield gave its core away (another thread
+  /// or process wanted it); while so, drivers yield as soon as a poll finds nothing.
+  bool core_shared() const;
   /// UX-5: replaces the UCX worker. Every endpoint closes (what was in flight
   /// fails), the old worker goes with whatever protocol state UCX kept in it
   /// for a peer that died mid-transfer, and every rank, this one's own

@@ -4,6 +4,8 @@
 // (UX-1, UX-2, UX-7).
 #include "backends/transport/ucx_transport.hpp"
 
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -222,6 +224,56 @@ TEST_CASE("UX-1: callers that wait drive the worker: a ping-pong of every size a
     other.join();
     CHECK(failures == 0);
   }
+}
+
+TEST_CASE("UX-3: a driver whose yield gave its core to the peer it waits for yields at once from then on, until a yield returns at once", "[ucx][drive]") {
+  auto ts = connected(2);
+  auto pin = [](int core) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(core, &set);
+    return ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) == 0;
+  };
+  // Rank 1 sends after `busy` of work on `core` (spinning) or, without, after sleeping as long.
+  auto wait_for_rank_1 = [&](int core, bool busy) {
+    std::thread sender([&] {
+      REQUIRE(pin(core));
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+      if (busy) {
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      } else {
+        std::this_thread::sleep_until(until);
+      }
+      char byte = 1;
+      CHECK(wait_for(*ts[1], [&](Completion c) { ts[1]->send(0, 9, &byte, 1, std::move(c)); }).ok());
+    });
+    char got = 0;
+    CHECK(wait_for(*ts[0], [&](Completion c) { ts[0]->recv(1, 9, &got, 1, std::move(c)); }).ok());
+    sender.join();
+    CHECK(got == 1);
+  };
+  cpu_set_t before;
+  REQUIRE(::pthread_getaffinity_np(::pthread_self(), sizeof before, &before) == 0);
+  REQUIRE(pin(0));
+  CHECK_FALSE(ts[0]->core_shared());
+  // A few tries each: a VM's host may stall any one yield, or none.
+  bool shared = false;
+  for (int attempt = 0; attempt < 3 && !shared; ++attempt) {
+    wait_for_rank_1(0, /*busy=*/true);  // on this very core: the driver's yields let it run
+    shared = ts[0]->core_shared();
+  }
+  CHECK(shared);
+  CHECK(ts[0]->describe().find("core shared") != std::string::npos);
+  if (std::thread::hardware_concurrency() > 1) {
+    bool cleared = false;
+    for (int attempt = 0; attempt < 5 && !cleared; ++attempt) {
+      wait_for_rank_1(1, /*busy=*/false);  // elsewhere: nothing else wants this core
+      cleared = !ts[0]->core_shared();
+    }
+    CHECK(cleared);
+  }
+  ::pthread_setaffinity_np(::pthread_self(), sizeof before, &before);
 }
 
 TEST_CASE("UX-2: operations queued while another thread drives, or left in flight by it, all complete", "[ucx][drive]") {
