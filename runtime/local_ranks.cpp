@@ -16,11 +16,13 @@ namespace troupe {
 namespace {
 
 Expected<std::unique_ptr<UcxTransport>> join(const RedisServer& server, const std::string& job, int rank, int ranks,
-                                             const RankPlacement& placement) {
+                                             const RankPlacement& placement, bool shares_core) {
   auto redis = server.connect(std::chrono::milliseconds(5000));
   if (!redis) return redis.error();
   if (placement.enter) TROUPE_TRY(placement.enter(rank));
-  auto t = UcxTransport::create(rank, ranks, placement.options ? placement.options(rank) : UcxOptions{});
+  UcxOptions options = placement.options ? placement.options(rank) : UcxOptions{};
+  options.shares_core = options.shares_core || shares_core;
+  auto t = UcxTransport::create(rank, ranks, options);
   if (!t) return t.error();
   auto m = rendezvous(*redis, {job, rank, ranks, "bench", kTroupeVersion, (*t)->address(), std::chrono::milliseconds(30000)});
   if (!m) return m.error();
@@ -54,11 +56,15 @@ Expected<nlohmann::json> run_rank(const RedisServer& server, const std::string& 
                                   const std::function<Expected<nlohmann::json>(UcxTransport&)>& body,
                                   const RankPlacement& placement) {
   cpu_set_t before;
+  bool shares_core = false;  // with another rank (UX-3)
   if (placement.pin_to_cores) {
     if (::sched_getaffinity(0, sizeof before, &before) != 0) return make_error("run_ranks: sched_getaffinity failed");
     TROUPE_TRY(pin_to_core(rank, ranks, before));
+    const int mine = *core_in(rank, ranks, before);  // pinned: `before` has cores
+    for (int other = 0; other < ranks; ++other)
+      if (other != rank && *core_in(other, ranks, before) == mine) shares_core = true;
   }
-  auto t = join(server, job, rank, ranks, placement);
+  auto t = join(server, job, rank, ranks, placement, shares_core);
   auto out = t ? body(**t) : Expected<nlohmann::json>(t.error());
   // Rank 0 may be this process, which goes on (to run the peer, say).
   if (placement.pin_to_cores) (void)::sched_setaffinity(0, sizeof before, &before);

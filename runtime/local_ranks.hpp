@@ -27,6 +27,7 @@ struct RankPlacement {
   /// and a repetition in which two busy ranks shared a core ran at half speed
   /// (max/min over repetitions 1.3-1.9); pinned in turn (r mod C), whole runs
   /// went at a third of the speed of others; in blocks, 1.1-1.5 in 3 of 3 runs.
+  /// A rank pinned to a core with another gets UcxOptions::shares_core (UX-3).
   bool pin_to_cores = false;
 };
 

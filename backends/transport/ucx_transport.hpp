@@ -31,6 +31,10 @@ struct UcxOptions {
   /// UCX's transports (its UCX_TLS), e.g. "tcp" to cross a link even between
   /// processes of one machine; empty: UCX's choice (shared memory inside a host).
   std::string transports;
+  /// This process shares its core with other ranks (a placement put them
+  /// there): its drivers yield as soon as a poll finds nothing, not first
+  /// after polling a few microseconds alone (UX-3).
+  bool shares_core = false;
 };
 
 class UcxTransport final : public Transport {

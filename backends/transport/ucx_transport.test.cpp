@@ -276,6 +276,33 @@ TEST_CASE("UX-3: a driver whose yield gave its core to the peer it waits for yie
   ::pthread_setaffinity_np(::pthread_self(), sizeof before, &before);
 }
 
+TEST_CASE("UX-3: a transport placed on a shared core counts its core shared whatever its yields find", "[ucx][drive]") {
+  UcxOptions placed;
+  placed.shares_core = true;
+  std::vector<std::unique_ptr<UcxTransport>> ts;
+  std::vector<std::string> addrs;
+  for (int r = 0; r < 2; ++r) {
+    auto t = UcxTransport::create(r, 2, r == 0 ? placed : UcxOptions{});
+    REQUIRE(t.ok());
+    addrs.push_back((*t)->address());
+    ts.push_back(std::move(*t));
+  }
+  for (auto& t : ts) REQUIRE(t->connect(addrs).ok());
+  CHECK(ts[0]->core_shared());
+  CHECK_FALSE(ts[1]->core_shared());
+  // A wait with nothing else on the core: its yields return at once.
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    char byte = 1;
+    CHECK(wait_for(*ts[1], [&](Completion c) { ts[1]->send(0, 9, &byte, 1, std::move(c)); }).ok());
+  });
+  char got = 0;
+  CHECK(wait_for(*ts[0], [&](Completion c) { ts[0]->recv(1, 9, &got, 1, std::move(c)); }).ok());
+  sender.join();
+  CHECK(got == 1);
+  CHECK(ts[0]->core_shared());
+}
+
 TEST_CASE("UX-2: operations queued while another thread drives, or left in flight by it, all complete", "[ucx][drive]") {
   auto ts = connected(2);
   UcxTransport& t0 = *ts[0];
