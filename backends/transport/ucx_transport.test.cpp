@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -21,11 +22,12 @@
 namespace troupe {
 namespace {
 
-std::vector<std::unique_ptr<UcxTransport>> connected(int n) {
+// n connected transports; rank 0's with `first`'s options.
+std::vector<std::unique_ptr<UcxTransport>> connected(int n, const UcxOptions& first = {}) {
   std::vector<std::unique_ptr<UcxTransport>> ts;
   std::vector<std::string> addrs;
   for (int r = 0; r < n; ++r) {
-    auto t = UcxTransport::create(r, n, {});
+    auto t = UcxTransport::create(r, n, r == 0 ? first : UcxOptions{});
     REQUIRE(t.ok());
     addrs.push_back((*t)->address());
     ts.push_back(std::move(*t));
@@ -46,6 +48,20 @@ struct Waiter {
     return f.get();
   }
 };
+
+// Rank 0 waits (driving) for one byte that a thread sends from rank 1 once
+// `before_sending` returned.
+void byte_from_rank_1(std::vector<std::unique_ptr<UcxTransport>>& ts, const std::function<void()>& before_sending) {
+  std::thread sender([&] {
+    before_sending();
+    char byte = 1;
+    CHECK(wait_for(*ts[1], [&](Completion c) { ts[1]->send(0, 9, &byte, 1, std::move(c)); }).ok());
+  });
+  char got = 0;
+  CHECK(wait_for(*ts[0], [&](Completion c) { ts[0]->recv(1, 9, &got, 1, std::move(c)); }).ok());
+  sender.join();
+  CHECK(got == 1);
+}
 
 }  // namespace
 
@@ -236,7 +252,7 @@ TEST_CASE("UX-3: a driver whose yield gave its core to the peer it waits for yie
   };
   // Rank 1 sends after `busy` of work on `core` (spinning) or, without, after sleeping as long.
   auto wait_for_rank_1 = [&](int core, bool busy) {
-    std::thread sender([&] {
+    byte_from_rank_1(ts, [&] {
       REQUIRE(pin(core));
       const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
       if (busy) {
@@ -245,13 +261,7 @@ TEST_CASE("UX-3: a driver whose yield gave its core to the peer it waits for yie
       } else {
         std::this_thread::sleep_until(until);
       }
-      char byte = 1;
-      CHECK(wait_for(*ts[1], [&](Completion c) { ts[1]->send(0, 9, &byte, 1, std::move(c)); }).ok());
     });
-    char got = 0;
-    CHECK(wait_for(*ts[0], [&](Completion c) { ts[0]->recv(1, 9, &got, 1, std::move(c)); }).ok());
-    sender.join();
-    CHECK(got == 1);
   };
   cpu_set_t before;
   REQUIRE(::pthread_getaffinity_np(::pthread_self(), sizeof before, &before) == 0);
@@ -279,27 +289,11 @@ TEST_CASE("UX-3: a driver whose yield gave its core to the peer it waits for yie
 TEST_CASE("UX-3: a transport placed on a shared core counts its core shared whatever its yields find", "[ucx][drive]") {
   UcxOptions placed;
   placed.shares_core = true;
-  std::vector<std::unique_ptr<UcxTransport>> ts;
-  std::vector<std::string> addrs;
-  for (int r = 0; r < 2; ++r) {
-    auto t = UcxTransport::create(r, 2, r == 0 ? placed : UcxOptions{});
-    REQUIRE(t.ok());
-    addrs.push_back((*t)->address());
-    ts.push_back(std::move(*t));
-  }
-  for (auto& t : ts) REQUIRE(t->connect(addrs).ok());
+  auto ts = connected(2, placed);
   CHECK(ts[0]->core_shared());
   CHECK_FALSE(ts[1]->core_shared());
   // A wait with nothing else on the core: its yields return at once.
-  std::thread sender([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    char byte = 1;
-    CHECK(wait_for(*ts[1], [&](Completion c) { ts[1]->send(0, 9, &byte, 1, std::move(c)); }).ok());
-  });
-  char got = 0;
-  CHECK(wait_for(*ts[0], [&](Completion c) { ts[0]->recv(1, 9, &got, 1, std::move(c)); }).ok());
-  sender.join();
-  CHECK(got == 1);
+  byte_from_rank_1(ts, [] { std::this_thread::sleep_for(std::chrono::milliseconds(2)); });
   CHECK(ts[0]->core_shared());
 }
 
