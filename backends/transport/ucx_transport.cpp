@@ -17,9 +17,10 @@
 //       it waits for lets it run without first polling kPoliteAfter alone.
 //       A process placed on a shared core (UcxOptions::shares_core) always
 //       does (its peer is often not runnable at the moment of one yield).
-//       4 node processes on 2 cores, all-reduce of 1 MiB, per repetition:
-//       10.5-16.5 GB/s yielding only after kPoliteAfter, 11.8-17.1 with the
-//       yields' verdict alone, 20.1-20.4 placed (the VM's fast state).
+//       4 node processes on 2 cores, 1 MiB, per repetition: all-reduce
+//       10.4-10.9 GB/s and reduce-scatter 7.7-16.9 yielding only after
+//       kPoliteAfter; 11.8-17.1 and 10.3-10.6 with the yields' verdict alone;
+//       20.1-20.4 and 19.1-19.5 placed (the VM's fast state).
 // UX-4  Every tag carries the membership generation's low 8 bits: after
 //       begin_generation a message sent in an older generation never matches
 //       a receive (it is dropped and counted instead).
