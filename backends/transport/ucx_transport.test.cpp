@@ -275,13 +275,28 @@ TEST_CASE("UX-3: a driver whose yield gave its core to the peer it waits for yie
   }
   CHECK(shared);
   CHECK(ts[0]->describe().find("core shared") != std::string::npos);
+  // With the peer elsewhere the verdict must clear, but only where nothing
+  // else wants this core either (ctest -j runs other tests beside this one):
+  // an attempt counts when 2,000 yields just before it all returned at once.
+  auto core_quiet = [] {
+    for (int i = 0; i < 2000; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ::sched_yield();
+      if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(3)) return false;
+    }
+    return true;
+  };
   if (std::thread::hardware_concurrency() > 1) {
+    int counted = 0;
     bool cleared = false;
-    for (int attempt = 0; attempt < 5 && !cleared; ++attempt) {
-      wait_for_rank_1(1, /*busy=*/false);  // elsewhere: nothing else wants this core
+    for (int attempt = 0; attempt < 50 && counted < 3 && !cleared; ++attempt) {
+      if (!core_quiet()) continue;
+      ++counted;
+      wait_for_rank_1(1, /*busy=*/false);  // elsewhere
       cleared = !ts[0]->core_shared();
     }
-    CHECK(cleared);
+    if (counted > 0) CHECK(cleared);
+    else WARN("core 0 was never quiet: the verdict's clearing went unchecked");
   }
   ::pthread_setaffinity_np(::pthread_self(), sizeof before, &before);
 }
