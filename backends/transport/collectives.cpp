@@ -654,13 +654,13 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
                       (options.staging == Staging::between_processes && !t.one_address_space());
   if (staged && n > 1 && segment_bytes >= options.staging_min_bytes) {
     int records = 2 * (n - 1) * op->segs;  // outgoing: every send of both phases, or slots
-    auto region = find_shared(data, count * sizeof(float));
     op->remote = remote;
-    if (remote->may_map(op->next) && region && options.lend_in_place) {
+    auto region = options.lend_in_place ? find_shared(data, count * sizeof(float)) : std::nullopt;
+    if (!remote->may_map(op->next)) {
+      op->outgoing = RingOp::Outgoing::sent;
+    } else if (region) {
       op->outgoing = RingOp::Outgoing::lent;
       op->lent_region = *region;
-    } else if (!remote->may_map(op->next)) {
-      op->outgoing = RingOp::Outgoing::sent;
     } else {
       op->outgoing = RingOp::Outgoing::slots;
       records = std::clamp(options.staging_slots, 1, op->segs * (n - 1));

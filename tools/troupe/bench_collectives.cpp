@@ -12,9 +12,9 @@
 #include <span>
 #include <thread>
 
-#include "backends/device.hpp"
+#include "backends/cpu/cpu_device.hpp"
+#include "backends/tensor.hpp"
 #include "backends/transport/collectives.hpp"
-#include "backends/shared_bytes.hpp"
 #include "runtime/local_ranks.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/cross_core_probe.hpp"
@@ -40,26 +40,6 @@ struct OpDef {
   const char* name;
   double factor;  // nccl-tests' bus bandwidth factor
   std::function<void(Completion)> run;
-};
-
-// A buffer of `floats` in the memory the options name.
-struct BenchBuffer {
-  std::unique_ptr<SharedBytes> shared;
-  std::vector<float> own;
-  std::span<float> floats;
-  static Expected<BenchBuffer> make(std::size_t count, Sharing sharing) {
-    BenchBuffer b;
-    if (sharing == Sharing::host) {
-      auto region = SharedBytes::create(count * sizeof(float), /*findable=*/true);
-      if (!region) return region.error();
-      b.shared = std::move(*region);
-      b.floats = {reinterpret_cast<float*>(b.shared->data()), count};
-    } else {
-      b.own.resize(count);
-      b.floats = b.own;
-    }
-    return b;
-  }
 };
 
 // The machine's cross-core round trip, taken by rank 0 once every rank is
@@ -89,15 +69,18 @@ Expected<double> probe_machine(UcxTransport& t, Collectives& coll, const std::ve
 // One pass over every size: each op's median time over its iterations, and
 // the machine's round trip before the size. Returns rows [{bytes,
 // machine_round_trip_ns, op: {time_us, busbw_GBps}}].
-Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const std::vector<std::size_t>& sizes, Sharing sharing) {
+Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device& device,
+                                      const std::vector<std::size_t>& sizes, Sharing sharing) {
   std::vector<int> group(static_cast<std::size_t>(t.size()));
   std::iota(group.begin(), group.end(), 0);
   const int n = t.size();
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) {
-    auto made = BenchBuffer::make(std::max<std::size_t>(1, bytes / sizeof(float)), sharing);
-    if (!made) return made.error();
-    const std::span<float> buf = made->floats;
+    // As the trainer allocates its flat parameters and gradients.
+    auto tensor = Tensor::empty(device, {static_cast<std::int64_t>(std::max<std::size_t>(1, bytes / sizeof(float)))},
+                                DType::f32, sharing);
+    if (!tensor) return tensor.error();
+    const std::span<float> buf(tensor->f32(), static_cast<std::size_t>(tensor->numel()));
     std::fill(buf.begin(), buf.end(), 1.0f);
     auto round_trip = probe_machine(t, coll, group);
     if (!round_trip) return round_trip.error();
@@ -138,6 +121,7 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, const 
 // Repetitions passes in one set of processes: rows [{bytes, op: [{time_us, busbw_GBps}, ...]}].
 Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions, Sharing sharing) {
   Collectives coll(t);
+  CpuDevice device(1);  // the buffers' allocator
   // Untimed: 1 MiB all-reduces for at least 200 ms (right after connecting,
   // transfers ran several times slower for about the first 100 ms; see bench
   // transport). Rank 0 decides when to stop: the sum of the first element
@@ -157,7 +141,7 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) rows.push_back({{"bytes", bytes}});
   for (int r = 0; r < repetitions; ++r) {
-    auto pass = measure_pass(t, coll, sizes, sharing);
+    auto pass = measure_pass(t, coll, device, sizes, sharing);
     if (!pass) return pass.error();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (const char* op : kOps) rows[i][op].push_back((*pass)[i][op]);
