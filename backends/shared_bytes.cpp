@@ -1,16 +1,18 @@
 // Memfd regions, and the process's table of findable ones (by start address).
 #include "backends/shared_bytes.hpp"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "common/hash.hpp"
 #include "common/posix_file.hpp"
@@ -18,11 +20,31 @@
 namespace troupe {
 namespace {
 
-std::string first_line_of(const char* path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  return s;
+// Reads and links below use the stack only: this_host() may run in a child
+// forked from a multi-threaded process, where malloc's locks may be held.
+
+// The first line of a small file (at most 127 bytes of it), or "".
+std::string_view first_line_of(const char* path, char (&buf)[128]) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return {};
+  std::string_view line(buf, static_cast<std::size_t>(n));
+  return line.substr(0, line.find('\n'));
+}
+
+// What a /proc/self/ns link names ("net:[4026531840]"), or "".
+std::string_view namespace_of(const char* link, char (&buf)[128]) {
+  const ssize_t n = ::readlink(link, buf, sizeof buf - 1);
+  return n > 0 ? std::string_view(buf, static_cast<std::size_t>(n)) : std::string_view{};
+}
+
+std::uint64_t compute_host() {
+  char boot[128], pid_ns[128], net_ns[128];
+  return fnv1a(namespace_of("/proc/self/ns/net", net_ns),
+               fnv1a(namespace_of("/proc/self/ns/pid", pid_ns),
+                     fnv1a(first_line_of("/proc/sys/kernel/random/boot_id", boot))));
 }
 
 std::uint64_t random_id() {
@@ -45,13 +67,16 @@ FindableTable& findable() {
 }  // namespace
 
 std::uint64_t this_host() {
-  static const std::uint64_t host = [] {
-    char ns[256] = {};
-    const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
-    return fnv1a(std::string_view(ns, n > 0 ? static_cast<std::size_t>(n) : 0),
-                 fnv1a(first_line_of("/proc/sys/kernel/random/boot_id")));
-  }();
-  return host;
+  // Once per process, after it entered its namespaces: a forked child (run
+  // in a namespace of its own by VethHosts::enter) computes its own.
+  static std::atomic<std::uint64_t> host{0};
+  static std::atomic<pid_t> computed_in{0};
+  const pid_t me = ::getpid();
+  if (computed_in.load(std::memory_order_acquire) != me) {
+    host.store(compute_host(), std::memory_order_relaxed);
+    computed_in.store(me, std::memory_order_release);
+  }
+  return host.load(std::memory_order_relaxed);
 }
 
 SharedBytes::SharedBytes(int fd, std::byte* base, std::size_t bytes, bool findable_region)

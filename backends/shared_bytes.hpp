@@ -16,7 +16,7 @@ namespace troupe {
 
 /// Travels as a message's bytes: where a sender's bytes lie.
 struct StagingDescriptor {
-  std::uint64_t host = 0;      ///< this_host(): boot id and pid namespace
+  std::uint64_t host = 0;      ///< this_host(): boot id, pid and network namespaces
   std::uint64_t arena_id = 0;  ///< random per region (pids and fds are reused)
   std::int64_t pid = 0, fd = -1;
   std::uint64_t arena_bytes = 0, offset = 0, bytes = 0;
@@ -25,8 +25,12 @@ struct StagingDescriptor {
   std::uint64_t bytes_follow = 0;
 };
 
-/// Identifies the kernel and pid namespace: two processes with the same value
-/// can open each other's /proc/<pid>/fd entries.
+/// Identifies the host a process shares memory on: its kernel (boot id), pid
+/// namespace and network namespace. Two processes with the same value can
+/// open each other's /proc/<pid>/fd entries. Processes of one kernel in two
+/// network namespaces could too, but count as two hosts: that is how a
+/// machine plays two hosts (VethHosts), and a container is its own host; what
+/// they exchange then goes over their network, as between hosts (CL-6).
 std::uint64_t this_host();
 
 class SharedBytes {

@@ -3,10 +3,13 @@
 torch.distributed, K processes on 127.0.0.1, the same sizes; bus bandwidth with
 nccl-tests' definitions. Prints one JSON object (rank 0).
 
-  gloo_collectives.py --nodes K --sizes 1024,65536,... [--pin]
+  gloo_collectives.py --nodes K --sizes 1024,65536,... [--pin] [--hosts NS:ADDR:DEV,...]
 
 --pin: rank r of K runs on allowed core floor(r * C / K), as the benchmark
 pins its own ranks.
+--hosts: rank r runs in network namespace NS (ip netns exec), on its address
+ADDR of device DEV; rank 0's address is the rendezvous (as the benchmark's
+--across-hosts places its own ranks).
 """
 import argparse
 import json
@@ -25,12 +28,13 @@ def free_port():
     return port
 
 
-def worker(rank, world, port, sizes, iters, pin):
+def worker(rank, world, port, sizes, iters, pin, hosts):
     if pin:
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, [cores[rank * len(cores) // world]])
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": "lo"})
+    master, device = ("127.0.0.1", "lo") if not hosts else (hosts[0][1], hosts[rank][2])
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": master,
+                       "MASTER_PORT": str(port), "GLOO_SOCKET_IFNAME": device})
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -74,14 +78,20 @@ def main():
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--pin", action="store_true")
+    p.add_argument("--hosts", default="")
     a = p.parse_args()
     sizes = [int(s) for s in a.sizes.split(",")]
+    hosts = [h.split(":") for h in a.hosts.split(",")] if a.hosts else []
+    if hosts and (len(hosts) != a.nodes or any(len(h) != 3 for h in hosts)):
+        sys.exit("gloo_collectives.py: --hosts wants NS:ADDR:DEV for each of the %d ranks" % a.nodes)
     iters = lambda size: max(20, min(1000, (1 << 30) // max(size, 1)))  # as bench collectives
     if a.rank >= 0:
-        return worker(a.rank, a.nodes, a.port, sizes, iters, a.pin)
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, __file__, "--nodes", str(a.nodes), "--sizes", a.sizes,
-                               "--rank", str(r), "--port", str(port)] + (["--pin"] if a.pin else []),
+        return worker(a.rank, a.nodes, a.port, sizes, iters, a.pin, hosts)
+    port = free_port()  # on loopback; in a fresh namespace it is free too
+    procs = [subprocess.Popen((["ip", "netns", "exec", hosts[r][0]] if hosts else []) +
+                              [sys.executable, __file__, "--nodes", str(a.nodes), "--sizes", a.sizes,
+                               "--rank", str(r), "--port", str(port)] + (["--pin"] if a.pin else []) +
+                              (["--hosts", a.hosts] if hosts else []),
                               stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL)
              for r in range(a.nodes)]
     out = procs[0].communicate()[0]

@@ -10,6 +10,7 @@
 #include "runtime/rendezvous.hpp"
 #include "common/version.hpp"
 #include "runtime/redis_server.hpp"
+#include "runtime/veth_hosts.hpp"
 
 namespace troupe {
 
@@ -81,6 +82,19 @@ bool write_all(int fd, const std::string& text) {
 }
 
 }  // namespace
+
+RankPlacement on_hosts(const VethHosts& hosts) {
+  RankPlacement p;
+  p.pin_to_cores = true;
+  p.enter = [&hosts](int rank) { return hosts.enter(rank); };
+  p.options = [&hosts](int rank) {
+    UcxOptions o;
+    o.bind_address = hosts.address(rank);
+    o.transports = "tcp";
+    return o;
+  };
+  return p;
+}
 
 Expected<int> pinned_core(int rank, int ranks) {
   cpu_set_t allowed;

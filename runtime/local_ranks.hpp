@@ -31,6 +31,13 @@ struct RankPlacement {
   bool pin_to_cores = false;
 };
 
+class VethHosts;
+
+/// Rank r on `hosts`' host r (as on a machine of its own): in its network
+/// namespace, UCX over TCP from its address, pinned as pin_to_cores says.
+/// `hosts` must outlive the runs.
+RankPlacement on_hosts(const VethHosts& hosts);
+
 /// The core rank `rank` of `ranks` runs on with pin_to_cores, from this
 /// process's cores (for a peer's processes placed the same way).
 Expected<int> pinned_core(int rank, int ranks);

@@ -115,6 +115,12 @@ TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per
       CHECK(row[op]["busbw_GBps"]["min"].get<double>() <= row[op]["busbw_GBps"]["max"].get<double>());
       CHECK(figure(row[op]["time_us"]["median"]));
       CHECK(row[op]["max_over_min"].get<double>() >= 1);
+      // Each repetition's figure, in order, within the spread.
+      REQUIRE(row[op]["busbw_GBps_each"].size() == 2);
+      for (const auto& x : row[op]["busbw_GBps_each"]) {
+        CHECK(x.get<double>() >= row[op]["busbw_GBps"]["min"].get<double>());
+        CHECK(x.get<double>() <= row[op]["busbw_GBps"]["max"].get<double>());
+      }
     }
     CHECK(figure(row["reduce_scatter_vs_all_gather"]["median"]));
     CHECK_FALSE(row.contains("gloo"));  // --no-gloo
@@ -122,6 +128,10 @@ TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per
     CHECK(row["machine_round_trip_ns"]["n"] == 2);
     CHECK(figure(row["machine_round_trip_ns"]["min"]));
     CHECK(row["machine_round_trip_max_over_min"].get<double>() >= 1);
+    CHECK(row["machine_round_trip_ns_each"].size() == 2);
+    // And the vCPU time the hypervisor took meanwhile (0 at most moments; -1 without /proc/stat).
+    REQUIRE(row["machine_steal_ms_each"].size() == 2);
+    for (const auto& x : row["machine_steal_ms_each"]) CHECK(x.get<double>() >= -1);
     // The machine's figure beside it, where the goal applies (>= 1 MiB).
     const bool large = row["bytes"].get<std::size_t>() >= (std::size_t{1} << 20);
     CHECK(row.contains("machine_copy_vs_add") == large);
@@ -145,6 +155,32 @@ TEST_CASE("bench collectives --buffers private: staged through slots, and a buff
   const auto refused = run("timeout 60 " + troupe_bin() + " bench collectives --buffers pinned");
   CHECK(refused.exit_code != 0);
   CHECK(refused.err.find("--buffers") != std::string::npos);
+}
+
+TEST_CASE("bench collectives --across-hosts: each process count also runs with a namespace per rank, over TCP, reported but not judged",
+          "[bench][collectives][netns]") {
+  const auto j = bench("collectives --nodes 2 --sizes 1048576 --repetitions 1 --no-gloo --across-hosts");
+  REQUIRE(j["runs"].size() == 2);  // on one host, then across
+  const auto& here = j["runs"][0];
+  const auto& across = j["runs"][1];
+  CHECK(here["hosts"].get<std::string>().rfind("one host", 0) == 0);
+  CHECK(across["nodes"] == 2);
+  if (across.contains("skipped")) {  // no namespaces here: said why
+    CHECK_FALSE(across["skipped"].get<std::string>().empty());
+  } else {
+    CHECK(across["hosts"].get<std::string>().find("network namespaces") != std::string::npos);
+    CHECK(across["hosts"].get<std::string>().find("congestion control reno") != std::string::npos);
+    REQUIRE(across["results"].size() == 1);
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"})
+      CHECK(figure(across["results"][0][op]["busbw_GBps"]["min"]));
+    CHECK(across["goals_met"].contains("max_over_min_le_1.5"));
+  }
+  // Judged on one host only: the top-level verdict is the first run's.
+  CHECK(j["goals_met"] == here["goals_met"]);
+  const auto refused = run("timeout 60 " + troupe_bin() + " bench collectives --nodes 27 --across-hosts --no-gloo");
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.out.empty());
+  CHECK(refused.err.find("--nodes") != std::string::npos);
 }
 
 TEST_CASE("bench step: step time, throughput, MFU and memory of one process", "[bench][step]") {

@@ -183,6 +183,15 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     std::size_t begin, end;
   };
   std::deque<WaitingSend> waiting_sends;  // for a free slot, in order
+  // Reduce-scatter's segments that come as bytes (CL-6): received into
+  // `window` slots of scratch, or waiting in order for one.
+  int window = 2;
+  struct BytesReceive {
+    int k, j;
+    std::size_t begin, end;
+    Tag tg;
+  };
+  std::deque<BytesReceive> waiting_bytes;
 
   ~RingOp() {
     pool->give_back(std::move(scratch));
@@ -485,18 +494,55 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     receive_bytes(reduce, k, j, rb, re, tg);
     reply(kSendBytes);
   }
-  // A staged segment's bytes sent over the transport: added from a buffer of
-  // their own (reduce-scatter) or received in place (all-gather).
+  // A staged segment's bytes sent over the transport: received in place
+  // (all-gather), or (reduce-scatter) into one of reduce_window scratch slots
+  // and added from there. A receive that finds no free slot waits in order
+  // for one: every slot is held by a receive whose bytes were already sent
+  // (they follow their descriptor unasked, or were asked for), so it frees.
   void receive_bytes(bool reduce, int k, int j, std::size_t rb, std::size_t re, Tag tg) {
     auto self = shared_from_this();
-    auto into = reduce ? std::make_shared<std::vector<float>>(re - rb) : nullptr;
-    t->recv(prev, tg | kBytesBit, into ? into->data() : data + rb, (re - rb) * sizeof(float),
-            [self, reduce, k, j, rb, re, into](Status s2) {
-              if (!reduce) return s2 ? self->received_staged(false, k, j) : self->transfer_done(std::move(s2));
-              if (!self->begin_touch(std::move(s2))) return;
-              add_into(self->data + rb, into->data(), re - rb);
-              if (self->end_touch()) self->received_staged(true, k, j);
-            });
+    if (!reduce) {
+      t->recv(prev, tg | kBytesBit, data + rb, (re - rb) * sizeof(float), [self, k, j](Status s2) {
+        return s2 ? self->received_staged(false, k, j) : self->transfer_done(std::move(s2));
+      });
+      return;
+    }
+    int s = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (scratch.empty()) {  // the first segment that came as bytes
+        for (int w = window - 1; w >= 0; --w) free_slots.push_back(w);
+        scratch = pool->take(slot * static_cast<std::size_t>(window));
+      }
+      if (free_slots.empty()) {
+        waiting_bytes.push_back({k, j, rb, re, tg});
+        return;
+      }
+      s = free_slots.back();
+      free_slots.pop_back();
+    }
+    receive_bytes_into(s, {k, j, rb, re, tg});
+  }
+  void receive_bytes_into(int s, BytesReceive r) {
+    auto self = shared_from_this();
+    float* into = scratch.data() + static_cast<std::size_t>(s) * slot;
+    t->recv(prev, r.tg | kBytesBit, into, (r.end - r.begin) * sizeof(float), [self, s, r, into](Status s2) {
+      if (!self->begin_touch(std::move(s2))) return;
+      add_into(self->data + r.begin, into, r.end - r.begin);
+      if (!self->end_touch()) return;
+      std::optional<BytesReceive> next_in_line;
+      {
+        std::lock_guard<std::mutex> lock(self->mu);
+        if (self->waiting_bytes.empty()) {
+          self->free_slots.push_back(s);
+        } else {
+          next_in_line = self->waiting_bytes.front();
+          self->waiting_bytes.pop_front();
+        }
+      }
+      if (next_in_line) self->receive_bytes_into(s, *next_in_line);
+      self->received_staged(true, r.k, r.j);
+    });
   }
   void received_staged(bool reduce, int k, int j) {
     if (!reduce) return gathered(Status::success(), k, j);
@@ -671,6 +717,7 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
       for (int s = records - 1; s >= 0; --s) op->free_send_slots.push_back(s);
     }
     op->peers = peers;
+    op->window = std::clamp(options.reduce_window, 1, op->segs * (n - 1));
     op->slot_events.assign(static_cast<std::size_t>(records), 0);
     op->sent_descriptors.resize(static_cast<std::size_t>(records));
     op->replies.resize(static_cast<std::size_t>(records));

@@ -4,10 +4,13 @@
 // mappings go once their process has gone, or when forgotten.
 #include "backends/transport/shm_staging.hpp"
 
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace troupe {
@@ -129,6 +132,46 @@ TEST_CASE("Peers' mappings: a forgotten one stays readable while held, and a gon
   peers.forget_all();
   CHECK(peers.mapped() == 0);
   CHECK(std::memcmp(mine->get(), "own", 4) == 0);  // still mapped while held
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+// this_host() as a forked child computes it: in our namespaces, or (as
+// VethHosts::enter places a rank) after unsharing the network namespace.
+// Returns 0 where the child may not unshare it.
+std::uint64_t host_of_child(bool own_network) {
+  (void)this_host();  // cached here first: the child must compute its own
+  int to_parent[2];
+  REQUIRE(::pipe(to_parent) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    std::uint64_t host = 0;
+    if (!own_network || ::unshare(CLONE_NEWNET) == 0) host = this_host();
+    const bool ok = ::write(to_parent[1], &host, sizeof host) == static_cast<ssize_t>(sizeof host);
+    ::_exit(ok ? 0 : 1);
+  }
+  ::close(to_parent[1]);
+  std::uint64_t host = 0;
+  CHECK(::read(to_parent[0], &host, sizeof host) == static_cast<ssize_t>(sizeof host));
+  ::close(to_parent[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  return host;
+}
+
+TEST_CASE("this_host: a process in a network namespace of its own is another host, and a forked child in ours is this one", "[transport][staging]") {
+  CHECK(host_of_child(false) == this_host());
+  const std::uint64_t elsewhere = host_of_child(true);
+  if (elsewhere == 0) {
+    std::printf("SKIPPED: unshare(CLONE_NEWNET) is not permitted here\n");
+    std::fflush(stdout);
+    std::_Exit(77);
+  }
+  CHECK(elsewhere != this_host());
 }
 
 }  // namespace troupe

@@ -2,7 +2,11 @@
 // all-gather between K node processes over UCX, bus bandwidth as nccl-tests
 // defines it, repeated (min, median, max), beside gloo
 // (bench/gloo_collectives.py) on the same sizes, as many times, and beside the
-// machine's cross-core round trip at each size and repetition.
+// machine's cross-core round trip at each size and repetition. With
+// --across-hosts, each K also runs with every rank in a network namespace of
+// its own, ours and gloo's over TCP, as between hosts.
+#include "tools/troupe/bench_collectives.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,9 +20,11 @@
 #include "backends/tensor.hpp"
 #include "backends/transport/collectives.hpp"
 #include "runtime/local_ranks.hpp"
+#include "runtime/veth_hosts.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/cross_core_probe.hpp"
 #include "tools/troupe/memory_bound.hpp"
+#include "tools/troupe/steal_time.hpp"
 
 #ifndef TROUPE_SOURCE_DIR
 #define TROUPE_SOURCE_DIR "."
@@ -66,9 +72,10 @@ Expected<double> probe_machine(UcxTransport& t, Collectives& coll, const std::ve
   return ns;
 }
 
-// One pass over every size: each op's median time over its iterations, and
-// the machine's round trip before the size. Returns rows [{bytes,
-// machine_round_trip_ns, op: {time_us, busbw_GBps}}].
+// One pass over every size: each op's median time over its iterations, the
+// machine's round trip before the size and the vCPU time stolen while its ops
+// ran. Returns rows [{bytes, machine_round_trip_ns, machine_steal_ms, op:
+// {time_us, busbw_GBps}}].
 Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device& device,
                                       const std::vector<std::size_t>& sizes, Sharing sharing) {
   std::vector<int> group(static_cast<std::size_t>(t.size()));
@@ -85,6 +92,7 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
     auto round_trip = probe_machine(t, coll, group);
     if (!round_trip) return round_trip.error();
     nlohmann::json row = {{"bytes", bytes}, {"machine_round_trip_ns", *round_trip}};
+    const double steal_before = stolen_ms();
     const std::vector<OpDef> ops = {
         {"all_reduce", Collectives::all_reduce_bus_factor(n),
          [&](Completion c) { coll.all_reduce(group, buf.data(), buf.size(), std::move(c)); }},
@@ -113,6 +121,7 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
       const double secs = median(times);
       row[op.name] = {{"time_us", secs * 1e6}, {"busbw_GBps", static_cast<double>(bytes) / secs * op.factor / 1e9}};
     }
+    row["machine_steal_ms"] = stolen_ms() - steal_before;
     rows.push_back(row);
   }
   return rows;
@@ -145,20 +154,45 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
     if (!pass) return pass.error();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (const char* op : kOps) rows[i][op].push_back((*pass)[i][op]);
-      rows[i]["machine_round_trip_ns"].push_back((*pass)[i]["machine_round_trip_ns"]);
+      for (const char* machine : {"machine_round_trip_ns", "machine_steal_ms"})
+        rows[i][machine].push_back((*pass)[i][machine]);
     }
   }
   return rows;
 }
 
-nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
+// Where the ranks run: all on this machine's loopback, or each in a network
+// namespace of its own (`hosts`), ours and gloo's over TCP.
+struct Hosts {
+  std::string name;
+  RankPlacement placement;
+  std::string gloo_hosts;  // gloo_collectives.py --hosts: "NAMESPACE:ADDRESS:DEVICE,..." per rank
+};
+
+Hosts on_this_host() {
+  Hosts h{"one host: every rank on this machine's loopback", {}, ""};
+  h.placement.pin_to_cores = true;  // and gloo's ranks (--pin)
+  return h;
+}
+
+Hosts across(const VethHosts& hosts, const std::string& congestion_control) {
+  Hosts h{"a host per rank: network namespaces joined by veth pairs (a bridge for more than two), UCX and gloo over "
+          "TCP, congestion control " + congestion_control, {}, ""};
+  h.placement = on_hosts(hosts);
+  for (int r = 0; r < hosts.hosts(); ++r)
+    h.gloo_hosts += (r ? "," : "") + hosts.name(r) + ":" + hosts.address(r) + ":" + hosts.device(r);
+  return h;
+}
+
+nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes, const Hosts& where) {
   std::string list;
   for (auto s : sizes) {
     if (!list.empty()) list += ',';
     list += std::to_string(s);
   }
   const std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/gloo_collectives.py --nodes " +
-                          std::to_string(nodes) + " --sizes " + list + " --pin 2>/dev/null";
+                          std::to_string(nodes) + " --sizes " + list + " --pin" +
+                          (where.gloo_hosts.empty() ? "" : " --hosts " + where.gloo_hosts) + " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
   if (!p) return {{"error", "cannot run " + cmd}};
   std::string text;
@@ -169,17 +203,20 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes) {
   return j;
 }
 
-// One node count: ours (repetitions passes) beside gloo's (its own passes),
-// with the three checks per size.
-Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& sizes, int repetitions, bool with_gloo,
-                                   Sharing sharing, nlohmann::json& goals_met) {
-  RankPlacement pinned;
-  pinned.pin_to_cores = true;  // and gloo's ranks (--pin)
-  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing); }, pinned);
+// One node count on `where`: ours (repetitions passes) beside gloo's (its
+// own passes), with the three checks per size.
+Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, const Hosts& where) {
+  const auto& sizes = args.sizes;
+  const int repetitions = args.repetitions;
+  const bool with_gloo = args.with_gloo;
+  const Sharing sharing = args.buffers;
+  nlohmann::json goals_met = {{"max_over_min_le_1.5", true}, {"reduce_scatter_ge_0.8_all_gather", true}};
+  if (with_gloo) goals_met["all_reduce_ge_2x_gloo"] = true;
+  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing); }, where.placement);
   if (!ours) return ours.error();
   std::vector<nlohmann::json> gloo_runs;
   if (with_gloo)
-    for (int r = 0; r < repetitions; ++r) gloo_runs.push_back(run_gloo(nodes, sizes));
+    for (int r = 0; r < repetitions; ++r) gloo_runs.push_back(run_gloo(nodes, sizes, where));
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const auto& raw = (*ours)[i];
@@ -187,12 +224,16 @@ Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& si
     std::map<std::string, std::vector<double>> bw;
     for (const char* op : kOps) {
       bw[op] = column(raw[op], "busbw_GBps");
-      row[op] = {{"busbw_GBps", spread(bw[op])}, {"time_us", spread(column(raw[op], "time_us"))}};
+      row[op] = {{"busbw_GBps", spread(bw[op])},
+                 {"busbw_GBps_each", bw[op]},
+                 {"time_us", spread(column(raw[op], "time_us"))}};
       row[op]["max_over_min"] = highest(bw[op]) / lowest(bw[op]);
     }
     const auto round_trips = raw["machine_round_trip_ns"].get<std::vector<double>>();
     row["machine_round_trip_ns"] = spread(round_trips);
+    row["machine_round_trip_ns_each"] = round_trips;
     row["machine_round_trip_max_over_min"] = highest(round_trips) / lowest(round_trips);
+    row["machine_steal_ms_each"] = raw["machine_steal_ms"];
     // Reduce-scatter against all-gather, repetition by repetition (same moment, same load).
     std::vector<double> rs_ag;
     for (std::size_t r = 0; r < bw["reduce_scatter"].size() && r < bw["all_gather"].size(); ++r)
@@ -238,43 +279,73 @@ Expected<nlohmann::json> run_nodes(int nodes, const std::vector<std::size_t>& si
     }
     rows.push_back(row);
   }
-  return nlohmann::json{{"nodes", nodes}, {"results", rows}};
+  return nlohmann::json{{"nodes", nodes}, {"hosts", where.name}, {"results", rows}, {"goals_met", goals_met}};
+}
+
+// A run's goals into the judged ones: false wins, then null (not judged).
+void judge(nlohmann::json& goals_met, const nlohmann::json& run) {
+  for (const auto& [goal, met] : run["goals_met"].items()) {
+    if (!goals_met.contains(goal) || goals_met[goal] == false) continue;
+    if (met == false || met.is_null()) goals_met[goal] = met;
+  }
 }
 
 }  // namespace
 
-Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const std::vector<std::size_t>& sizes,
-                                           int repetitions, bool with_gloo, Sharing sharing) {
+Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args) {
   nlohmann::json goals_met = {{"max_over_min_le_1.5", true}, {"reduce_scatter_ge_0.8_all_gather", true}};
-  if (with_gloo) goals_met["all_reduce_ge_2x_gloo"] = true;
+  if (args.with_gloo) goals_met["all_reduce_ge_2x_gloo"] = true;
   nlohmann::json runs = nlohmann::json::array();
-  for (int n : nodes) {
+  for (int n : args.nodes) {
     if (n < 2) return make_error("--nodes must be >= 2");
-    auto run = run_nodes(n, sizes, repetitions, with_gloo, sharing, goals_met);
+    if (args.across_hosts && n > 26) return make_error("--nodes: at most 26 with --across-hosts (a namespace each)");
+  }
+  for (int n : args.nodes) {
+    auto run = run_nodes(n, args, on_this_host());
     if (!run) return run.error();
+    judge(goals_met, *run);
     runs.push_back(*run);
+    if (!args.across_hosts) continue;
+    auto made = VethHosts::create("coll", n);
+    if (!made) {  // reported, not judged
+      runs.push_back({{"nodes", n}, {"hosts", "a host per rank (network namespaces)"}, {"skipped", made.error().message}});
+      continue;
+    }
+    const VethHosts& hosts = **made;
+    if (!args.tcp_congestion_control.empty())
+      if (auto set = hosts.set_tcp_congestion_control(args.tcp_congestion_control); !set)
+        return make_error("--tcp-congestion-control: ", set.error().message);
+    auto in_use = hosts.tcp_congestion_control(0);
+    if (!in_use) return in_use.error();
+    auto across_run = run_nodes(n, args, across(hosts, *in_use));
+    if (!across_run) return across_run.error();
+    runs.push_back(*across_run);
   }
   return nlohmann::json{
       {"bench", "collectives"},
       {"algorithm", "ring over UCX in segments of 1 MiB (larger beyond 64 per chunk); segments >= 16 KiB "
                     "lent in place (CL-5: buffers in host-shared memory) or through shared-memory slots (CL-4: "
                     "private buffers)"},
-      {"buffers", sharing == Sharing::host ? "host-shared (as the trainer's flat parameters and gradients)" : "private"},
+      {"buffers", args.buffers == Sharing::host ? "host-shared (as the trainer's flat parameters and gradients)" : "private"},
       {"data", "written by each rank before every timed iteration (untimed; the ranks then start together), as "
                "gradients and parameters are before they are reduced or gathered"},
       {"placement", "rank r of K, ours and gloo's, pinned to core floor(r * cores / K): ring neighbours share a core"},
       {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
-      {"repetitions", repetitions},
+      {"repetitions", args.repetitions},
       {"figures", "busbw_GBps and time_us: min/median/max over repetitions, each the median of its iterations; "
                   "*_vs_gloo: worst = our lowest over gloo's median; machine_round_trip_ns: the machine's figure beside "
                   "max_over_min, one cache line's round trip between the first and last rank's cores, before each "
-                  "size in each repetition; machine_copy_vs_add (>= 1 MiB): the machine's figure beside "
+                  "size in each repetition; machine_steal_ms_each: vCPU time the hypervisor took, summed over the machine's "
+                  "CPUs, while each repetition's ops at the size ran (10 ms resolution); *_each: the repetitions in "
+                  "order; machine_copy_vs_add (>= 1 MiB): the machine's figure beside "
                   "reduce_scatter_vs_all_gather, one thread per rank copying each byte into place against adding it "
                   "into place (each staged first, a copy into a slot, with private buffers)"},
       {"runs", runs},
       {"goals", {{"all_reduce_vs_gloo", "worst >= 2 at every size"},
                  {"reduce_scatter_vs_all_gather", ">= 0.8 at every size >= 1 MiB, every repetition"},
-                 {"max_over_min", "<= 1.5 at every size >= 1 MiB, every op"}}},
+                 {"max_over_min", "<= 1.5 at every size >= 1 MiB, every op"},
+                 {"judged", "goals_met: the runs on one host; each run has its own (across hosts: reported, not "
+                            "judged)"}}},
       {"goals_met", goals_met}};
 }
 

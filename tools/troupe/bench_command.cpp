@@ -6,6 +6,7 @@
 #include "runtime/job_config.hpp"
 #include "tools/troupe/bench_ops.hpp"
 #include "tools/troupe/bench_checkpoint.hpp"
+#include "tools/troupe/bench_collectives.hpp"
 #include "tools/troupe/bench_health.hpp"
 #include "backends/device.hpp"
 #include "tools/troupe/bench_recovery.hpp"
@@ -17,8 +18,6 @@ nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts,
                                          const std::string& tcp_congestion_control);
-Expected<nlohmann::json> bench_collectives(const std::vector<int>& nodes, const std::vector<std::size_t>& sizes,
-                                           int repetitions, bool with_gloo, Sharing sharing);
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
                                         int warmup);
 }
@@ -194,26 +193,26 @@ void register_bench(CLI::App& app, Action& action) {
     };
   });
 
-  struct CollArgs {
-    std::vector<int> nodes{2, 4};
-    std::vector<std::size_t> sizes{1024, 16384, 65536, 262144, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20};
-    int repetitions = 5;
-    bool no_gloo = false;
-    std::string buffers = "host-shared";
-  };
-  auto ca = std::make_shared<CollArgs>();
+  auto ca = std::make_shared<CollectivesBenchArgs>();
+  auto no_gloo = std::make_shared<bool>(false);
+  auto buffers = std::make_shared<std::string>("host-shared");
   auto* co = bench->add_subcommand("collectives", "Ring collectives between node processes, beside gloo");
   co->add_option("--nodes", ca->nodes, "Process counts, each a run")->check(CLI::Range(2, 64));
   co->add_option("--repetitions", ca->repetitions, "Passes over every size, ours and gloo's")->check(CLI::Range(1, 100));
   co->add_option("--sizes", ca->sizes, "Buffer sizes in bytes")->check(CLI::PositiveNumber);
-  co->add_flag("--no-gloo", ca->no_gloo, "Skip the gloo peer");
-  co->add_option("--buffers", ca->buffers,
+  co->add_flag("--no-gloo", *no_gloo, "Skip the gloo peer");
+  co->add_option("--buffers", *buffers,
                  "host-shared (lent in place to the other ranks, as the trainer's) or private (staged through slots)")
       ->check(CLI::IsMember({"host-shared", "private"}));
-  co->callback([ca, &action] {
+  co->add_flag("--across-hosts", ca->across_hosts,
+               "Also run each process count with every rank in a network namespace of its own, over TCP (needs root)");
+  co->add_option("--tcp-congestion-control", ca->tcp_congestion_control,
+                 "TCP congestion control in those namespaces; empty keeps the machine's (reno: see bench_transport.cpp)");
+  co->callback([ca, no_gloo, buffers, &action] {
+    ca->with_gloo = !*no_gloo;
+    ca->buffers = *buffers == "private" ? Sharing::process : Sharing::host;
     action = [ca] {
-      auto out = bench_collectives(ca->nodes, ca->sizes, ca->repetitions, !ca->no_gloo,
-                                   ca->buffers == "private" ? Sharing::process : Sharing::host);
+      auto out = bench_collectives(*ca);
       if (!out) return fail("bench collectives", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;

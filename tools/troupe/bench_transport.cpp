@@ -190,14 +190,7 @@ Expected<Link> across(const VethHosts& hosts, const std::string& congestion_cont
   if (!in_use) return in_use.error();
   Link l;
   l.name = "tcp over a veth pair between two network namespaces, congestion control " + *in_use;
-  l.placement.pin_to_cores = true;
-  l.placement.enter = [&hosts](int rank) { return hosts.enter(rank); };
-  l.placement.options = [&hosts](int rank) {
-    UcxOptions o;
-    o.bind_address = hosts.address(rank);
-    o.transports = "tcp";
-    return o;
-  };
+  l.placement = on_hosts(hosts);
   for (int h : {0, 1}) {
     auto taskset = pinned(h);
     if (!taskset) return taskset.error();
