@@ -411,6 +411,51 @@ TEST_CASE("UX-7: a completion that posts again while its thread drives is queued
   for (int i = 0; i < kChain; ++i) CHECK(in[static_cast<std::size_t>(i)] == i);
 }
 
+TEST_CASE("UX-8: what a completion sends goes before a later completion of the same poll works, and a shared core runs them inside UCX's callbacks", "[ucx][drive]") {
+  const bool shares_core = GENERATE(false, true);
+  UcxOptions placed;
+  placed.shares_core = shares_core;
+  auto ts = connected(2, placed);
+  UcxTransport& t0 = *ts[0];
+  UcxTransport& t1 = *ts[1];
+  // Rank 1 sends A, then B. Rank 0's completion of A sends X back; its
+  // completion of B works until rank 1 has X (at most 2 s). A's completion
+  // waits until B was sent, so that B is there for the same poll.
+  long a = 0, b = 0, x = 7, x_in = 0;
+  std::atomic<bool> b_sent{false}, x_arrived{false}, b_done{false};
+  std::atomic<int> b_waited_ms{-1};
+  t1.recv(0, 9, &x_in, sizeof x_in, [&](Status st) { x_arrived.store(st.ok()); });
+  auto until = [](const std::atomic<bool>& flag, int ms) {
+    const auto t_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!flag.load() && std::chrono::steady_clock::now() < t_end) {
+    }
+    return flag.load();
+  };
+  t0.drive(
+      [&] {
+        t0.recv(1, 1, &a, sizeof a, [&](Status) {
+          t0.send(1, 9, &x, sizeof x, [](Status) {});
+          until(b_sent, 2000);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        });
+        t0.recv(1, 2, &b, sizeof b, [&](Status) {
+          const auto t_begin = std::chrono::steady_clock::now();
+          // On a shared core the send waits in the queue behind this completion (not deferred there).
+          if (!shares_core) until(x_arrived, 2000);
+          b_waited_ms.store(static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 std::chrono::steady_clock::now() - t_begin).count()));
+          b_done.store(true);
+        });
+        t1.send(0, 1, &a, sizeof a, [](Status) {});
+        t1.send(0, 2, &b, sizeof b, [&](Status) { b_sent.store(true); });
+      },
+      [&] { return b_done.load(); }, std::chrono::milliseconds(5000));
+  REQUIRE(until(b_done, 5000));
+  REQUIRE(until(x_arrived, 5000));
+  if (!shares_core) CHECK(b_waited_ms.load() < 1000);  // X left before B's completion ran
+  CHECK(x_in == 7);
+}
+
 TEST_CASE("UX-4: after begin_generation old messages never match, and failed peers are alive again", "[ucx]") {
   auto ts = connected(2);
   // Generation 0: rank 0 sends twice on tag 5 (eager and rendezvous sizes);
