@@ -135,7 +135,17 @@ TEST_CASE("bench collectives: ring all-reduce, reduce-scatter and all-gather per
     // The machine's figure beside it, where the goal applies (>= 1 MiB).
     const bool large = row["bytes"].get<std::size_t>() >= (std::size_t{1} << 20);
     CHECK(row.contains("machine_copy_vs_add") == large);
+    CHECK(row.contains("machine_all_reduce_GBps") == large);
     if (large) {
+      // The in-place ring's memory traffic alone, beside each repetition of ours.
+      CHECK(row["machine_all_reduce_GBps"]["n"] == 2);
+      CHECK(figure(row["machine_all_reduce_GBps"]["min"]));
+      REQUIRE(row["all_reduce_over_machine"]["each"].size() == 2);
+      for (std::size_t r = 0; r < 2; ++r)
+        CHECK(row["all_reduce_over_machine"]["each"][r].get<double>() ==
+              Approx(row["all_reduce"]["busbw_GBps_each"][r].get<double>() /
+                     row["machine_all_reduce_GBps_each"][r].get<double>()));
+      CHECK(row["all_reduce_over_machine"]["max_over_min"].get<double>() >= 1);
       CHECK(row["machine_copy_vs_add"]["n"] == 2);
       CHECK(figure(row["machine_copy_vs_add"]["min"]));
       CHECK(figure(row["reduce_scatter_vs_all_gather_over_machine"]));

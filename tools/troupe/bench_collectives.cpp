@@ -23,6 +23,7 @@
 #include "runtime/veth_hosts.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/cross_core_probe.hpp"
+#include "tools/troupe/in_place_ring.hpp"
 #include "tools/troupe/memory_bound.hpp"
 #include "tools/troupe/steal_time.hpp"
 
@@ -48,28 +49,44 @@ struct OpDef {
   std::function<void(Completion)> run;
 };
 
-// The machine's cross-core round trip, taken by rank 0 once every rank is
+// The machine's figures at this moment, taken by rank 0 once every rank is
 // ready, while the others sleep with nothing posted (a rank waiting in a
 // collective drives its transport, and its progress thread polls, on the
-// probe's cores); the ranks then leave together.
-Expected<double> probe_machine(UcxTransport& t, Collectives& coll, const std::vector<int>& group) {
+// probe's cores); the ranks then leave together. The round trip of a cache
+// line between the first and last rank's cores, and (at sizes >= 1 MiB) the
+// time of the in-place ring all-reduce's memory traffic alone (0 below).
+struct MachineNow {
+  double round_trip_ns = 0, all_reduce_s = 0;
+};
+Expected<MachineNow> probe_machine(UcxTransport& t, Collectives& coll, const std::vector<int>& group,
+                                   const std::vector<int>& cores, std::size_t bytes) {
   auto barrier = [&] {
     float token = 0;
     return wait_for(t, [&](Completion c) { coll.all_reduce(group, &token, 1, std::move(c)); });
   };
   TROUPE_TRY(barrier());
-  double ns = 0;
+  MachineNow now;
+  // The others sleep through the probe (1-8 ms), then wait in the barrier:
+  // they drive it for kDriveIdle (2 ms) and sleep, before the ring's traffic
+  // is timed.
+  constexpr auto kProbeSlept = std::chrono::milliseconds(12);
   if (t.rank() == 0) {
-    auto a = pinned_core(0, t.size()), b = pinned_core(t.size() - 1, t.size());
-    if (!a) return a.error();
-    if (!b) return b.error();
+    const auto t0 = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ns = cross_core_round_trip_ns(*a, *b == *a ? *a + 1 : *b);
+    const int a = cores.front(), b = cores.back();
+    now.round_trip_ns = cross_core_round_trip_ns(a, b == a ? a + 1 : b);
+    if (bytes >= (std::size_t{1} << 20)) {
+      std::this_thread::sleep_until(t0 + kProbeSlept + kDriveIdle + std::chrono::milliseconds(1));
+      const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 5, 30));
+      auto s = in_place_all_reduce_seconds(bytes, cores, iterations);
+      if (!s) return s.error();
+      now.all_reduce_s = *s;
+    }
   } else {
-    std::this_thread::sleep_for(std::chrono::milliseconds(12));  // the probe takes 1-8 ms
+    std::this_thread::sleep_for(kProbeSlept);
   }
   TROUPE_TRY(barrier());
-  return ns;
+  return now;
 }
 
 // One pass over every size: each op's median time over its iterations, the
@@ -77,7 +94,8 @@ Expected<double> probe_machine(UcxTransport& t, Collectives& coll, const std::ve
 // ran. Returns rows [{bytes, machine_round_trip_ns, machine_steal_ms, op:
 // {time_us, busbw_GBps}}].
 Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device& device,
-                                      const std::vector<std::size_t>& sizes, Sharing sharing) {
+                                      const std::vector<std::size_t>& sizes, Sharing sharing,
+                                      const std::vector<int>& cores) {
   std::vector<int> group(static_cast<std::size_t>(t.size()));
   std::iota(group.begin(), group.end(), 0);
   const int n = t.size();
@@ -89,9 +107,12 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
     if (!tensor) return tensor.error();
     const std::span<float> buf(tensor->f32(), static_cast<std::size_t>(tensor->numel()));
     std::fill(buf.begin(), buf.end(), 1.0f);
-    auto round_trip = probe_machine(t, coll, group);
-    if (!round_trip) return round_trip.error();
-    nlohmann::json row = {{"bytes", bytes}, {"machine_round_trip_ns", *round_trip}};
+    auto machine = probe_machine(t, coll, group, cores, bytes);
+    if (!machine) return machine.error();
+    nlohmann::json row = {{"bytes", bytes}, {"machine_round_trip_ns", machine->round_trip_ns}};
+    if (machine->all_reduce_s > 0)
+      row["machine_all_reduce_GBps"] =
+          static_cast<double>(bytes) / machine->all_reduce_s * Collectives::all_reduce_bus_factor(n) / 1e9;
     const double steal_before = stolen_ms();
     const std::vector<OpDef> ops = {
         {"all_reduce", Collectives::all_reduce_bus_factor(n),
@@ -128,7 +149,9 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
 }
 
 // Repetitions passes in one set of processes: rows [{bytes, op: [{time_us, busbw_GBps}, ...]}].
-Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions, Sharing sharing) {
+// `cores`: rank r's core (as run_ranks pins it), for the machine's figures.
+Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions, Sharing sharing,
+                                 const std::vector<int>& cores) {
   Collectives coll(t);
   CpuDevice device(1);  // the buffers' allocator
   // Untimed: 1 MiB all-reduces for at least 200 ms (right after connecting,
@@ -150,12 +173,12 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) rows.push_back({{"bytes", bytes}});
   for (int r = 0; r < repetitions; ++r) {
-    auto pass = measure_pass(t, coll, device, sizes, sharing);
+    auto pass = measure_pass(t, coll, device, sizes, sharing, cores);
     if (!pass) return pass.error();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (const char* op : kOps) rows[i][op].push_back((*pass)[i][op]);
-      for (const char* machine : {"machine_round_trip_ns", "machine_steal_ms"})
-        rows[i][machine].push_back((*pass)[i][machine]);
+      for (const char* machine : {"machine_round_trip_ns", "machine_steal_ms", "machine_all_reduce_GBps"})
+        if ((*pass)[i].contains(machine)) rows[i][machine].push_back((*pass)[i][machine]);
     }
   }
   return rows;
@@ -212,7 +235,14 @@ Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, 
   const Sharing sharing = args.buffers;
   nlohmann::json goals_met = {{"max_over_min_le_1.5", true}, {"reduce_scatter_ge_0.8_all_gather", true}};
   if (with_gloo) goals_met["all_reduce_ge_2x_gloo"] = true;
-  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing); }, where.placement);
+  std::vector<int> cores;  // taken here: a rank's own process may use only its core
+  for (int r = 0; r < nodes; ++r) {
+    auto core = pinned_core(r, nodes);
+    if (!core) return core.error();
+    cores.push_back(*core);
+  }
+  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing, cores); },
+                        where.placement);
   if (!ours) return ours.error();
   std::vector<nlohmann::json> gloo_runs;
   if (with_gloo)
@@ -234,6 +264,16 @@ Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, 
     row["machine_round_trip_ns_each"] = round_trips;
     row["machine_round_trip_max_over_min"] = highest(round_trips) / lowest(round_trips);
     row["machine_steal_ms_each"] = raw["machine_steal_ms"];
+    if (raw.contains("machine_all_reduce_GBps")) {
+      // Ours over the machine's in-place ring, repetition by repetition (taken just before ours).
+      const auto machine = raw["machine_all_reduce_GBps"].get<std::vector<double>>();
+      std::vector<double> over;
+      for (std::size_t r = 0; r < machine.size() && r < bw["all_reduce"].size(); ++r)
+        over.push_back(bw["all_reduce"][r] / machine[r]);
+      row["machine_all_reduce_GBps"] = spread(machine);
+      row["machine_all_reduce_GBps_each"] = machine;
+      row["all_reduce_over_machine"] = {{"spread", spread(over)}, {"each", over}, {"max_over_min", highest(over) / lowest(over)}};
+    }
     // Reduce-scatter against all-gather, repetition by repetition (same moment, same load).
     std::vector<double> rs_ag;
     for (std::size_t r = 0; r < bw["reduce_scatter"].size() && r < bw["all_gather"].size(); ++r)
@@ -335,7 +375,10 @@ Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args) {
       {"figures", "busbw_GBps and time_us: min/median/max over repetitions, each the median of its iterations; "
                   "*_vs_gloo: worst = our lowest over gloo's median; machine_round_trip_ns: the machine's figure beside "
                   "max_over_min, one cache line's round trip between the first and last rank's cores, before each "
-                  "size in each repetition; machine_steal_ms_each: vCPU time the hypervisor took, summed over the machine's "
+                  "size in each repetition; machine_all_reduce_GBps (>= 1 MiB): the machine's figure beside the all-reduce, "
+                  "the in-place ring's memory traffic alone (threads pinned as the ranks, no transport, a barrier per "
+                  "step), taken just before ours at each size in each repetition; all_reduce_over_machine: ours over "
+                  "it, repetition by repetition; machine_steal_ms_each: vCPU time the hypervisor took, summed over the machine's "
                   "CPUs, while each repetition's ops at the size ran (10 ms resolution); *_each: the repetitions in "
                   "order; machine_copy_vs_add (>= 1 MiB): the machine's figure beside "
                   "reduce_scatter_vs_all_gather, one thread per rank copying each byte into place against adding it "
