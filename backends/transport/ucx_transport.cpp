@@ -496,6 +496,9 @@ struct UcxTransport::Impl {
       DrivingScope scope(worker_lock ? this : t_driving);
       start();
     }
+    // UX-8: what completed inside start's posts (an eager send) runs now;
+    // the worker is never let go with completions listed and not run.
+    if (worker_lock) run_completed();
     // Quiet is timed from the first clock read after the last event, one read
     // per kPollsPerClockRead quiet polls; the worker is held across those
     // polls (a lock and an unlock cost as much as a poll).
@@ -529,6 +532,7 @@ struct UcxTransport::Impl {
       }
     }
     if (worker_lock) {
+      run_completed();
       pending = !inflight.empty();
       worker_lock.unlock();
     }

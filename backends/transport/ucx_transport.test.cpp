@@ -456,6 +456,22 @@ TEST_CASE("UX-8: what a completion sends goes before a later completion of the s
   CHECK(x_in == 7);
 }
 
+TEST_CASE("UX-8: a driver that stops at once still runs what its start's posts completed", "[ucx][drive]") {
+  auto ts = connected(2);
+  UcxTransport& t0 = *ts[0];
+  long v = 5, in = 0;
+  std::atomic<bool> sent{false};
+  Waiter got;
+  ts[1]->recv(0, 4, &in, sizeof in, got.cb());
+  // An eager send completes inside the post; the driver's condition already holds.
+  t0.drive([&] { t0.send(1, 4, &v, sizeof v, [&](Status st) { sent.store(st.ok()); }); }, [] { return true; },
+           std::chrono::milliseconds(1));
+  for (int i = 0; i < 1000 && !sent.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(sent.load());
+  REQUIRE(got.get().ok());
+  CHECK(in == 5);
+}
+
 TEST_CASE("UX-4: after begin_generation old messages never match, and failed peers are alive again", "[ucx]") {
   auto ts = connected(2);
   // Generation 0: rank 0 sends twice on tag 5 (eager and rendezvous sizes);
