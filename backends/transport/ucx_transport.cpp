@@ -221,18 +221,20 @@ struct UcxTransport::Impl {
     done(result);
   }
   // UX-8 (worker_mu): what UCX completed, in order, for run_completed.
-  std::vector<std::pair<Completion, Status>> completed;
-  // UX-8 (worker_mu, outside any UCX call): runs what completed, each with
-  // direct posting on (this thread holds the worker); what they post and UCX
-  // completes at once runs too. True if anything ran.
+  std::deque<std::pair<Completion, Status>> completed;
+  // UX-8 (worker_mu, outside any UCX call): runs what completed, first
+  // first, each with direct posting on (this thread holds the worker); what
+  // they post and UCX completes at once runs too. A call made inside a
+  // completion (drain, before it answers an abort) goes on with the same
+  // list, so the order holds and nothing listed is left behind. True if
+  // anything ran.
   bool run_completed() {
     bool ran = false;
-    std::vector<std::pair<Completion, Status>> batch;
+    DrivingScope scope(this);
     while (!completed.empty()) {
-      batch.clear();
-      batch.swap(completed);
-      DrivingScope scope(this);
-      for (auto& [done, result] : batch) done(result);
+      auto [done, result] = std::move(completed.front());
+      completed.pop_front();
+      done(result);
       ran = true;
     }
     return ran;
