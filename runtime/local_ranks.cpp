@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 
-#include "runtime/rendezvous.hpp"
+#include "common/cpu_affinity.hpp"
 #include "common/version.hpp"
+#include "runtime/rendezvous.hpp"
 #include "runtime/redis_server.hpp"
 #include "runtime/veth_hosts.hpp"
 
@@ -40,36 +42,28 @@ Expected<int> core_in(int rank, int ranks, const cpu_set_t& allowed) {
   return cores[static_cast<std::size_t>(rank) * cores.size() / static_cast<std::size_t>(ranks)];
 }
 
-// Pins the calling process, rank `rank` of `ranks`, to one of the cores in
-// `allowed`: consecutive ranks in blocks, so that ring neighbours share a core.
-Status pin_to_core(int rank, int ranks, const cpu_set_t& allowed) {
-  auto core = core_in(rank, ranks, allowed);
-  if (!core) return core.error();
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(*core, &one);
-  if (::sched_setaffinity(0, sizeof one, &one) != 0) return make_error("run_ranks: sched_setaffinity failed");
-  return Status::success();
-}
-
 // Rank r in this process: joins, runs the body, returns its result.
 Expected<nlohmann::json> run_rank(const RedisServer& server, const std::string& job, int rank, int ranks,
                                   const std::function<Expected<nlohmann::json>(UcxTransport&)>& body,
                                   const RankPlacement& placement) {
-  cpu_set_t before;
   bool shares_core = false;  // with another rank (UX-3)
+  // Rank 0 may be this process, which goes on (to run the peer, say): its
+  // cores come back when the rank is done.
+  std::optional<PinnedThread> pinned;
   if (placement.pin_to_cores) {
-    if (::sched_getaffinity(0, sizeof before, &before) != 0) return make_error("run_ranks: sched_getaffinity failed");
-    TROUPE_TRY(pin_to_core(rank, ranks, before));
-    const int mine = *core_in(rank, ranks, before);  // pinned: `before` has cores
+    // Consecutive ranks on a core in blocks, so that ring neighbours share one.
+    cpu_set_t allowed;
+    if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return make_error("run_ranks: sched_getaffinity failed");
+    auto mine = core_in(rank, ranks, allowed);
+    if (!mine) return mine.error();
+    auto pin = PinnedThread::to(*mine);
+    if (!pin) return make_error("run_ranks: ", pin.error().message);
+    pinned.emplace(std::move(*pin));
     for (int other = 0; other < ranks; ++other)
-      if (other != rank && *core_in(other, ranks, before) == mine) shares_core = true;
+      if (other != rank && *core_in(other, ranks, allowed) == *mine) shares_core = true;
   }
   auto t = join(server, job, rank, ranks, placement, shares_core);
-  auto out = t ? body(**t) : Expected<nlohmann::json>(t.error());
-  // Rank 0 may be this process, which goes on (to run the peer, say).
-  if (placement.pin_to_cores) (void)::sched_setaffinity(0, sizeof before, &before);
-  return out;
+  return t ? body(**t) : Expected<nlohmann::json>(t.error());
 }
 
 bool write_all(int fd, const std::string& text) {

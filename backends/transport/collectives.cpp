@@ -43,8 +43,6 @@ int index_in(const std::vector<int>& group, int rank) {
   return static_cast<int>(std::find(group.begin(), group.end(), rank) - group.begin());
 }
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
-
 }  // namespace
 
 // Scratch buffers kept between a Collectives' operations (a fresh buffer costs
@@ -198,7 +196,7 @@ struct RingOp : std::enable_shared_from_this<RingOp> {
     if (arena) staging_pool->give_back(std::move(arena));
   }
 
-  std::pair<std::size_t, std::size_t> chunk(int i) const { return Collectives::chunk(count, n, mod(i, n)); }
+  std::pair<std::size_t, std::size_t> chunk(int i) const { return Collectives::chunk(count, n, Collectives::ring_position(i, n)); }
   std::pair<std::size_t, std::size_t> segment(int c, int j) const {
     const auto [b, e] = chunk(c);
     const std::size_t len = e - b, uj = static_cast<std::size_t>(j), us = static_cast<std::size_t>(segs);
@@ -685,8 +683,8 @@ void start_ring(Transport& t, const CollectiveOptions& options, const std::share
   op->count = count;
   op->n = n;
   op->me = me;
-  op->next = group[static_cast<std::size_t>(mod(me + 1, n))];
-  op->prev = group[static_cast<std::size_t>(mod(me - 1, n))];
+  op->next = group[static_cast<std::size_t>(Collectives::ring_position(me + 1, n))];
+  op->prev = group[static_cast<std::size_t>(Collectives::ring_position(me - 1, n))];
   op->tag_base = tag_base;
   op->reduce_phase = reduce;
   op->gather_phase = gather;
@@ -757,9 +755,9 @@ void Collectives::broadcast(const std::vector<int>& group, int root, float* data
   op->t = &t_;
   op->data = data;
   op->count = count;
-  const int pos = mod(me - root, n);  // position along the chain from the root
-  if (pos > 0) op->prev = group[static_cast<std::size_t>(mod(me - 1, n))];
-  if (pos < n - 1) op->next = group[static_cast<std::size_t>(mod(me + 1, n))];
+  const int pos = Collectives::ring_position(me - root, n);  // position along the chain from the root
+  if (pos > 0) op->prev = group[static_cast<std::size_t>(Collectives::ring_position(me - 1, n))];
+  if (pos < n - 1) op->next = group[static_cast<std::size_t>(Collectives::ring_position(me + 1, n))];
   op->tag_base = tag;
   op->done = std::move(done);
   op->start();

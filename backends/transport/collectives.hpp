@@ -77,6 +77,8 @@ class Collectives {
 
   /// Element range [begin, end) of chunk i when `count` is split over n ranks.
   static std::pair<std::size_t, std::size_t> chunk(std::size_t count, int n, int i);
+  /// Position i on a ring of n, wrapped into [0, n) (i may be negative).
+  static int ring_position(int i, int n) { return ((i % n) + n) % n; }
 
   /// data (count) on every member becomes the elementwise sum over members.
   void all_reduce(const std::vector<int>& group, float* data, std::size_t count, Completion done);

@@ -1,26 +1,9 @@
 // UcxTransport: context/worker/endpoint handles in RAII wrappers, a queue of
 // operations posted by whichever thread drives the worker (the progress
-// thread, or a caller waiting in drive), callbacks into completions.
+// thread, or a caller waiting in drive: WorkerDriving), callbacks into
+// completions.
 //
-// UX-1  The worker (and every structure the progress thread owned: inflight,
-//       posting, failing) is touched only under worker_mu, by one thread at a
-//       time (UCS_THREAD_MODE_SERIALIZED).
-// UX-2  An operation queued while a driver is active is posted by that driver
-//       (send/recv skip waking the progress thread); a driver that stops with
-//       operations queued or in flight wakes the progress thread, so that
-//       nothing queued or posted is ever left without a thread to progress it.
-// UX-3  A driver that has polled kPoliteAfter without an event yields its core
-//       between polls (more processes than cores must not starve each other).
-//       Once a yield gave the core away (it took longer than kYieldGaveAway),
-//       the transport's drivers yield as soon as a poll finds nothing, until a
-//       yield returns at once again: a process sharing its core with a peer
-//       it waits for lets it run without first polling kPoliteAfter alone.
-//       A process placed on a shared core (UcxOptions::shares_core) always
-//       does (its peer is often not runnable at the moment of one yield).
-//       4 node processes on 2 cores, 1 MiB, per repetition: all-reduce
-//       10.4-10.9 GB/s and reduce-scatter 7.7-16.9 yielding only after
-//       kPoliteAfter; 11.8-17.1 and 10.3-10.6 with the yields' verdict alone;
-//       20.1-20.4 and 19.1-19.5 placed (the VM's fast state).
+// UX-1, UX-2, UX-3 (who drives the worker, and when): worker_driving.hpp.
 // UX-4  Every tag carries the membership generation's low 8 bits: after
 //       begin_generation a message sent in an older generation never matches
 //       a receive (it is dropped and counted instead).
@@ -59,13 +42,11 @@
 #include "backends/transport/ucx_transport.hpp"
 
 #include "backends/transport/live_pool.hpp"
+#include "backends/transport/worker_driving.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sched.h>
-#include <sys/eventfd.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
@@ -86,14 +67,6 @@ constexpr int kTagBits = 40;
 constexpr int kGenerationBits = 8;
 constexpr int kRankShift = kTagBits + kGenerationBits;
 constexpr Tag kGenerationMask = ((Tag{1} << kGenerationBits) - 1) << kTagBits;
-// How long a driver polls flat out before it yields its core between polls (UX-3).
-constexpr std::chrono::microseconds kPoliteAfter{5};
-// A yield that took longer than this ran something else on the core (UX-3);
-// one that nothing else wanted returns in well under a microsecond.
-constexpr std::chrono::microseconds kYieldGaveAway{3};
-// A driver reads the clock once per this many quiet polls (a read costs as
-// much as a poll of shared memory).
-constexpr int kPollsPerClockRead = 16;
 
 Error ucx_error(const char* call, int rank, ucs_status_t st) {
   char host[256] = {};
@@ -109,13 +82,6 @@ struct WorkerFree {
 };
 using ContextPtr = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextFree>;
 using WorkerPtr = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerFree>;
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -134,7 +100,7 @@ class DrivingScope {
   UcxTransport::Impl* outer_;
 };
 
-struct UcxTransport::Impl {
+struct UcxTransport::Impl final : WorkerDriving::Worker {
   enum class Kind { send, recv };
   struct Op {
     Kind kind = Kind::send;
@@ -160,18 +126,12 @@ struct UcxTransport::Impl {
   std::string address;
   std::vector<ucp_ep_h> eps;
   std::vector<std::atomic<bool>> failed;
-  Fd wake;
   int worker_fd = -1;
   bool event_mode = false;   // sleep on UCX's event fd (restricts UCX to transports with events)
   bool peer_errors = false;  // UCX-level peer failure detection (restricts UCX to tcp here)
-  std::thread progress;
-  std::atomic<bool> stop{false};
+  std::unique_ptr<WorkerDriving> driving;  // UX-1, UX-2, UX-3: its worker_mutex() guards the worker
   std::mutex mu;
-  std::atomic<int> queued{0};  // ops or failures waiting in queue / to_fail
-  std::atomic<bool> sleeping{false};
-  std::mutex worker_mu;            // UX-1
-  std::atomic<int> drivers{0};     // threads in drive (UX-2)
-  std::atomic<bool> core_shared{false};  // the last yield gave the core away (UX-3)
+  std::atomic<int> queued_ops{0};  // ops or failures waiting in queue / to_fail
   bool placed_on_shared_core = false;    // UcxOptions::shares_core
   std::deque<Op> queue;
   std::deque<int> to_fail;
@@ -186,7 +146,7 @@ struct UcxTransport::Impl {
   std::vector<std::promise<Expected<std::string>>> to_replace_worker;  // renew_worker() callers
   std::vector<std::atomic<bool>> talked;  // an operation with the peer was posted in this generation (UX-5)
   std::atomic<bool> faulted{false};        // an operation failed with a UCX error of its own (UX-6)
-  Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (worker_mu)
+  Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (the worker's mutex)
   std::vector<char> trash;  // where stale messages are received to be dropped
 
   explicit Impl(int n) : failed(static_cast<std::size_t>(n)), talked(static_cast<std::size_t>(n)) {}
@@ -195,17 +155,8 @@ struct UcxTransport::Impl {
     return make_peer_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
   }
 
-  // Called after queued was incremented; wakes the progress thread only if it
-  // sleeps and no driver will post the operation (UX-2: seq_cst against the
-  // driver's leaving, which looks at `queued` after lowering `drivers`).
-  void notify() {
-    if (drivers.load() > 0 || !sleeping.load()) return;
-    wake_progress_thread();
-  }
-  void wake_progress_thread() {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] auto n = ::write(wake.fd, &one, sizeof one);
-  }
+  // Called after queued_ops was incremented (UX-2).
+  void notify() { driving->notify(); }
 
   static void on_send(void* req, ucs_status_t st, void* user) {
     auto* n = static_cast<Node*>(user);
@@ -220,15 +171,15 @@ struct UcxTransport::Impl {
     DrivingScope off(nullptr);
     done(result);
   }
-  // UX-8 (worker_mu): what UCX completed, in order, for run_completed.
+  // UX-8 (the worker's mutex): what UCX completed, in order, for run_completed.
   std::deque<std::pair<Completion, Status>> completed;
-  // UX-8 (worker_mu, outside any UCX call): runs what completed, first
+  // UX-8 (the worker's mutex, outside any UCX call): runs what completed, first
   // first, each with direct posting on (this thread holds the worker); what
   // they post and UCX completes at once runs too. A call made inside a
   // completion (drain, before it answers an abort) goes on with the same
   // list, so the order holds and nothing listed is left behind. True if
   // anything ran.
-  bool run_completed() {
+  bool run_all_completed() {
     bool ran = false;
     DrivingScope scope(this);
     while (!completed.empty()) {
@@ -268,16 +219,16 @@ struct UcxTransport::Impl {
   }
 
   // A caller's operation: posted at once by this worker's driver (UX-7: it
-  // holds worker_mu; after what is queued), else queued for whoever holds it.
+  // holds the worker; after what is queued), else queued for whoever holds it.
   void submit(Op op) {
     if (t_driving == this) {
-      if (queued.load(std::memory_order_acquire) != 0) drain();
+      if (queued_ops.load(std::memory_order_acquire) != 0) drain();
       return post(std::move(op));
     }
     {
       std::lock_guard<std::mutex> lock(mu);
       queue.push_back(std::move(op));
-      queued.fetch_add(1);
+      queued_ops.fetch_add(1);
     }
     notify();
   }
@@ -357,7 +308,7 @@ struct UcxTransport::Impl {
       renewals.swap(to_renew);
       reconnects.swap(to_reconnect);
       replacements.swap(to_replace_worker);
-      queued.store(0, std::memory_order_release);
+      queued_ops.store(0, std::memory_order_release);
     }
     // UX-8: what an action failed has been reported before its caller hears
     // that it is done (an aborted receive's completion may no longer touch
@@ -365,25 +316,25 @@ struct UcxTransport::Impl {
     for (int peer : fails) fail_peer(peer);
     for (auto& promise : replacements) {
       auto address = replace_worker();
-      run_completed();
+      run_all_completed();
       promise.set_value(std::move(address));
     }
     for (auto& r : reconnects) {
       fail_peer(r.peer);
       close_ep(r.peer);
       auto opened = open_ep(r.peer, r.address);
-      run_completed();
+      run_all_completed();
       r.done.set_value(std::move(opened));
     }
     for (auto& [generation, promise] : renewals) {
       const std::uint64_t dropped = renew(generation);
-      run_completed();
+      run_all_completed();
       promise.set_value(dropped);
     }
     for (auto& op : ops) post(std::move(op));
     if (aborts.empty()) return;
     fail_everything();
-    run_completed();
+    run_all_completed();
     for (auto& a : aborts) a.set_value();
   }
 
@@ -432,134 +383,34 @@ struct UcxTransport::Impl {
     return any;
   }
 
-  // One round of the worker's work (UX-1: the caller holds worker_mu): posts
-  // what is queued, then progresses until nothing happens. True if anything did.
-  bool work() {
-    bool busy = queued.load(std::memory_order_acquire) != 0;
+  // WorkerDriving::Worker (UX-1: the caller holds the worker's mutex).
+  // One round: posts what is queued, progresses until nothing happens, runs
+  // what completed (UX-8). True if anything happened.
+  bool work() override {
+    bool busy = queued_ops.load(std::memory_order_acquire) != 0;
     if (busy) drain();
     while (ucp_worker_progress(worker.get()) != 0) busy = true;
-    return run_completed() || busy;
+    return run_all_completed() || busy;
   }
 
-  // Polls while there is traffic. After kSpin (20 µs) of quiet it sleeps: on the
-  // worker's event fd in event mode; otherwise (shared memory transports offer
-  // no events in UCX 1.13) on the wake fd alone, for a backoff of 20 µs growing
-  // to 100 µs while operations are in flight (about 1% of a core), and until
-  // woken when none are.
-  // Either way an idle transport costs no CPU.
-  // While a caller drives the worker (UX-2) it stays out of its way.
-  void loop() {
-    using Clock = std::chrono::steady_clock;
-    constexpr auto kSpin = std::chrono::microseconds(20);
-    auto last_activity = Clock::now();
-    long backoff_us = 20;
-    while (!stop.load(std::memory_order_acquire)) {
-      if (drivers.load() > 0) {
-        // UX-2: a driver has the worker, and wakes this thread when it leaves
-        // anything behind; until then sleep on the wake fd alone.
-        sleeping.store(true);
-        if (drivers.load() > 0) sleep_once(-1, false);
-        sleeping.store(false);
-        continue;
-      }
-      bool busy = false, pending = false;
-      {
-        std::lock_guard<std::mutex> lock(worker_mu);
-        busy = work();
-        pending = !inflight.empty();
-      }
-      const auto now = Clock::now();
-      if (busy) {
-        last_activity = now;
-        backoff_us = 20;
-      }
-      if (busy || now - last_activity < kSpin) continue;
-      if (event_mode) {
-        std::lock_guard<std::mutex> lock(worker_mu);
-        if (ucp_worker_arm(worker.get()) == UCS_ERR_BUSY) continue;
-      }
-      // Dekker with notify(): publish "sleeping", then look at the queue (and
-      // for drivers) once more.
-      sleeping.store(true);
-      if (queued.load() == 0 && drivers.load() == 0) sleep_once(pending ? backoff_us : -1, true);
-      sleeping.store(false);
-      if (!event_mode && pending) backoff_us = std::min(backoff_us * 2, 100L);
-    }
-  }
-
-  // drive's loop (UX-1, UX-2, UX-7).
-  bool drive(const std::function<void()>& start, const std::function<bool()>& done, std::chrono::microseconds idle) {
-    using Clock = std::chrono::steady_clock;
-    drivers.fetch_add(1);
-    std::unique_lock<std::mutex> worker_lock(worker_mu, std::try_to_lock);
+  bool in_flight() const override { return !inflight.empty(); }
+  // seq_cst: the progress thread's and a leaving driver's Dekker with notify() (UX-2).
+  bool queued() const override { return queued_ops.load() != 0; }
+  // UX-7: what `start` posts, this thread holding the worker, is posted at
+  // once; UX-8: what completed inside those posts (an eager send) runs before
+  // the worker is let go.
+  void drive_start(const std::function<void()>& start) override {
     if (start) {
-      // UX-2: what it posts is this driver's to post; UX-7: with the worker
-      // held, posted at once.
-      DrivingScope scope(worker_lock ? this : t_driving);
+      DrivingScope scope(this);
       start();
     }
-    // UX-8: what completed inside start's posts (an eager send) runs now;
-    // the worker is never let go with completions listed and not run.
-    if (worker_lock) run_completed();
-    // Quiet is timed from the first clock read after the last event, one read
-    // per kPollsPerClockRead quiet polls; the worker is held across those
-    // polls (a lock and an unlock cost as much as a poll).
-    Clock::time_point last_activity{};  // {}: not read since the last event
-    bool pending = false;
-    while (!done()) {
-      if (worker_lock || worker_lock.try_lock()) {
-        for (int quiet_polls = 0; quiet_polls < kPollsPerClockRead && !done();) {
-          if (work()) {
-            last_activity = {};
-            quiet_polls = 0;
-          } else {
-            ++quiet_polls;
-          }
-        }
-        pending = !inflight.empty();
-        worker_lock.unlock();
-        if (done()) break;
-      }
-      const auto now = Clock::now();
-      if (last_activity == Clock::time_point{}) last_activity = now;
-      const auto quiet = now - last_activity;
-      if (quiet > idle) break;
-      // UX-3: past a few microseconds of quiet, or at once while the core is
-      // shared, let whatever else wants this core run between polls: with
-      // more processes than cores the peer we wait for may be waiting for
-      // this very core.
-      if (quiet > kPoliteAfter || core_shared.load(std::memory_order_relaxed)) {
-        ::sched_yield();
-        core_shared.store(placed_on_shared_core || Clock::now() - now > kYieldGaveAway, std::memory_order_relaxed);
-      }
-    }
-    if (worker_lock) {
-      run_completed();
-      pending = !inflight.empty();
-      worker_lock.unlock();
-    }
-    drivers.fetch_sub(1);
-    if (queued.load() != 0 || pending) wake_progress_thread();
-    return done();
+    run_all_completed();
   }
+  void run_completed() override { run_all_completed(); }
+  bool arm() override { return ucp_worker_arm(worker.get()) != UCS_ERR_BUSY; }
+  int event_fd() const override { return worker_fd; }
 
-  // Sleeps until woken through the wake fd, or (with `worker_events`) an
-  // event of the worker in event mode, or the backoff (-1: none) in poll mode.
-  void sleep_once(long backoff_us, bool worker_events) {
-    pollfd fds[2] = {{wake.fd, POLLIN, 0}, {worker_fd, POLLIN, 0}};
-    if (event_mode && worker_events) {
-      ::poll(fds, 2, 100);
-    } else {
-      const timespec ts{0, backoff_us * 1000};
-      ::ppoll(fds, 1, backoff_us < 0 ? nullptr : &ts, nullptr);
-    }
-    if (fds[0].revents & POLLIN) {
-      std::uint64_t v;
-      [[maybe_unused]] auto n = ::read(wake.fd, &v, sizeof v);
-    }
-  }
-
-  // An endpoint to `peer` at its worker `address` (worker_mu, or before the progress thread runs).
+  // An endpoint to `peer` at its worker `address` (the worker's mutex, or before the progress thread runs).
   Status open_ep(int peer, const std::string& address) {
     ep_args[static_cast<std::size_t>(peer)] = {this, peer};
     ucp_ep_params_t ep{};
@@ -609,7 +460,7 @@ struct UcxTransport::Impl {
     return Status::success();
   }
 
-  // UX-5 (worker_mu): every operation fails and every endpoint closes, then
+  // UX-5 (the worker's mutex): every operation fails and every endpoint closes, then
   // the worker is destroyed and a new one opened; every peer stays failed.
   Expected<std::string> replace_worker() {
     fail_everything();
@@ -635,11 +486,7 @@ struct UcxTransport::Impl {
   }
 
   void shutdown() {
-    if (progress.joinable()) {
-      stop = true;
-      wake_progress_thread();
-      progress.join();
-    }
+    driving->stop_progress();
     // Fail whatever is still queued or in flight, then close the endpoints
     // while the requests they may complete still exist (their callbacks read
     // them), and only then forget what is left.
@@ -648,7 +495,7 @@ struct UcxTransport::Impl {
     fail_everything();
     for (int p = 0; p < static_cast<int>(eps.size()); ++p) close_ep(p);
     for (int i = 0; i < 100 && !inflight.empty(); ++i) ucp_worker_progress(worker.get());
-    run_completed();
+    run_all_completed();
     forget_inflight("transport of rank " + std::to_string(rank) + " shut down");
   }
 };
@@ -703,7 +550,6 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | (options.event_fd ? UCP_FEATURE_WAKEUP : 0);
   impl->event_mode = options.event_fd;
   impl->peer_errors = options.peer_error_detection;
-  impl->core_shared.store(options.shares_core);
   impl->placed_on_shared_core = options.shares_core;
   ucp_context_h ctx = nullptr;
   const ucs_status_t init = ucp_init(&params, config, &ctx);
@@ -711,8 +557,9 @@ Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size,
   if (init != UCS_OK) return ucx_error("ucp_init", rank, init);
   impl->context.reset(ctx);
   TROUPE_TRY(impl->open_worker());
-  impl->wake.fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl->wake.fd < 0) return make_error("eventfd failed on rank ", std::to_string(rank));
+  auto driving = WorkerDriving::create(*impl, {options.event_fd, options.shares_core});
+  if (!driving) return driving.error();
+  impl->driving = std::move(*driving);
   return std::unique_ptr<UcxTransport>(new UcxTransport(std::move(impl)));
 }
 
@@ -730,7 +577,7 @@ Status UcxTransport::connect(const std::vector<std::string>& addresses) {
     else
       TROUPE_TRY(m.open_ep(p, addresses[static_cast<std::size_t>(p)]));
   }
-  m.progress = std::thread([&m] { m.loop(); });
+  m.driving->start_progress();
   return Status::success();
 }
 
@@ -747,33 +594,33 @@ void UcxTransport::recv(int peer, Tag tag, void* data, std::size_t bytes, Comple
 
 bool UcxTransport::drive(const std::function<void()>& start, const std::function<bool()>& done,
                          std::chrono::microseconds idle) {
-  if (!impl_->progress.joinable()) return Transport::drive(start, done, idle);  // never connected
-  return impl_->drive(start, done, idle);
+  if (!impl_->driving->progress_started()) return Transport::drive(start, done, idle);  // never connected
+  return impl_->driving->drive(start, done, idle);
 }
 
 bool UcxTransport::peer_failed(int peer) const { return impl_->failed[static_cast<std::size_t>(peer)]; }
 
 void UcxTransport::abort_all() {
-  if (!impl_->progress.joinable()) return;  // never connected: nothing can be in flight
+  if (!impl_->driving->progress_started()) return;  // never connected: nothing can be in flight
   std::future<void> done;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->to_abort.emplace_back();
     done = impl_->to_abort.back().get_future();
-    impl_->queued.fetch_add(1);
+    impl_->queued_ops.fetch_add(1);
   }
   impl_->notify();
   done.wait();
 }
 
 std::uint64_t UcxTransport::begin_generation(std::uint64_t generation) {
-  if (!impl_->progress.joinable()) return 0;  // never connected: nothing old can arrive
+  if (!impl_->driving->progress_started()) return 0;  // never connected: nothing old can arrive
   std::future<std::uint64_t> done;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->to_renew.emplace_back(generation, std::promise<std::uint64_t>{});
     done = impl_->to_renew.back().second.get_future();
-    impl_->queued.fetch_add(1);
+    impl_->queued_ops.fetch_add(1);
   }
   impl_->notify();
   return done.get();
@@ -781,13 +628,13 @@ std::uint64_t UcxTransport::begin_generation(std::uint64_t generation) {
 
 Status UcxTransport::reconnect(int peer, const std::string& address) {
   if (peer < 0 || peer >= impl_->size) return make_error("ucx transport: reconnect to rank ", std::to_string(peer), " of ", std::to_string(impl_->size));
-  if (!impl_->progress.joinable()) return make_error("ucx transport: reconnect before connect");
+  if (!impl_->driving->progress_started()) return make_error("ucx transport: reconnect before connect");
   std::future<Status> done;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->to_reconnect.push_back({peer, address, {}});
     done = impl_->to_reconnect.back().done.get_future();
-    impl_->queued.fetch_add(1);
+    impl_->queued_ops.fetch_add(1);
   }
   impl_->notify();
   return done.get();
@@ -798,10 +645,10 @@ std::string UcxTransport::describe() const {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     out = "rank " + std::to_string(impl_->rank) + ": " + std::to_string(impl_->queue.size()) + " queued, " +
-          std::to_string(impl_->drivers.load()) + " driving, progress thread " +
-          (impl_->sleeping.load() ? "asleep" : "awake") + (impl_->core_shared.load() ? ", core shared" : "");
+          std::to_string(impl_->driving->drivers()) + " driving, progress thread " +
+          (impl_->driving->progress_asleep() ? "asleep" : "awake") + (impl_->driving->core_shared() ? ", core shared" : "");
   }
-  std::unique_lock<std::mutex> worker(impl_->worker_mu, std::defer_lock);
+  std::unique_lock<std::mutex> worker(impl_->driving->worker_mutex(), std::defer_lock);
   for (int i = 0; i < 100 && !worker.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (!worker.owns_lock()) return out + "; the worker is busy";
   char gen[32];
@@ -822,20 +669,20 @@ std::string UcxTransport::describe() const {
 
 bool UcxTransport::faulted() const { return impl_->faulted.load(); }
 
-bool UcxTransport::core_shared() const { return impl_->core_shared.load(std::memory_order_relaxed); }
+bool UcxTransport::core_shared() const { return impl_->driving->core_shared(); }
 
 bool UcxTransport::talked_to(int peer) const {
   return peer >= 0 && peer < impl_->size && impl_->talked[static_cast<std::size_t>(peer)].load(std::memory_order_relaxed);
 }
 
 Expected<std::string> UcxTransport::renew_worker() {
-  if (!impl_->progress.joinable()) return make_error("ucx transport: renew_worker before connect");
+  if (!impl_->driving->progress_started()) return make_error("ucx transport: renew_worker before connect");
   std::future<Expected<std::string>> done;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->to_replace_worker.emplace_back();
     done = impl_->to_replace_worker.back().get_future();
-    impl_->queued.fetch_add(1);
+    impl_->queued_ops.fetch_add(1);
   }
   impl_->notify();
   return done.get();
@@ -845,7 +692,7 @@ void UcxTransport::mark_failed(int peer) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->to_fail.push_back(peer);
-    impl_->queued.fetch_add(1);
+    impl_->queued_ops.fetch_add(1);
   }
   impl_->notify();
 }

@@ -73,8 +73,12 @@ Expected<MachineNow> probe_machine(UcxTransport& t, Collectives& coll, const std
   if (t.rank() == 0) {
     const auto t0 = std::chrono::steady_clock::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    const int a = cores.front(), b = cores.back();
-    now.round_trip_ns = cross_core_round_trip_ns(a, b == a ? a + 1 : b);
+    // Ranks all on one core have no round trip to show (0).
+    if (cores.front() != cores.back()) {
+      auto round_trip = cross_core_round_trip_ns(cores.front(), cores.back());
+      if (!round_trip) return round_trip.error();
+      now.round_trip_ns = *round_trip;
+    }
     if (bytes >= (std::size_t{1} << 20)) {
       std::this_thread::sleep_until(t0 + kProbeSlept + kDriveIdle + std::chrono::milliseconds(1));
       const int iterations = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / bytes, 5, 30));

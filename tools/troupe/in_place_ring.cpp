@@ -1,7 +1,6 @@
 // in_place_all_reduce_seconds: pinned threads, a spinning barrier per step.
 #include "tools/troupe/in_place_ring.hpp"
 
-#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 
 #include "backends/transport/add_into.hpp"
 #include "backends/transport/collectives.hpp"
+#include "common/cpu_affinity.hpp"
 #include "tools/troupe/bench_figures.hpp"
 
 namespace troupe::cli {
@@ -39,8 +39,6 @@ class SpinBarrier {
   alignas(64) std::atomic<int> generation_{0};
 };
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
-
 }  // namespace
 
 Expected<double> in_place_all_reduce_seconds(std::size_t bytes, const std::vector<int>& cores, int iterations) {
@@ -50,27 +48,25 @@ Expected<double> in_place_all_reduce_seconds(std::size_t bytes, const std::vecto
   std::vector<std::vector<float>> data(n);
   SpinBarrier together(ranks);
   std::vector<double> times;
-  std::atomic<bool> wrong{false};
+  std::atomic<bool> wrong{false}, wrong_core{false};
   auto rank = [&](int r) {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cores[static_cast<std::size_t>(r)], &set);
-    ::pthread_setaffinity_np(::pthread_self(), sizeof set, &set);
+    auto pinned = PinnedThread::to(cores[static_cast<std::size_t>(r)]);
+    if (!pinned) wrong_core.store(true);  // it plays on, for the others' sake
     auto& mine = data[static_cast<std::size_t>(r)];
     mine.assign(count, 1.0f);  // first touched on its core
     together.arrive_and_wait();
-    const auto& prev = data[static_cast<std::size_t>(mod(r - 1, ranks))];
+    const auto& prev = data[static_cast<std::size_t>(Collectives::ring_position(r - 1, ranks))];
     for (int i = 0; i <= iterations; ++i) {  // the first untimed
       std::fill(mine.begin(), mine.end(), 1.0f);
       together.arrive_and_wait();
       const auto t0 = std::chrono::steady_clock::now();
       for (int k = 0; k < ranks - 1; ++k) {
-        const auto [b, e] = Collectives::chunk(count, ranks, mod(r - k - 2, ranks));
+        const auto [b, e] = Collectives::chunk(count, ranks, Collectives::ring_position(r - k - 2, ranks));
         add_into(mine.data() + b, prev.data() + b, e - b);
         together.arrive_and_wait();
       }
       for (int k = 0; k < ranks - 1; ++k) {
-        const auto [b, e] = Collectives::chunk(count, ranks, mod(r - k - 1, ranks));
+        const auto [b, e] = Collectives::chunk(count, ranks, Collectives::ring_position(r - k - 1, ranks));
         std::memcpy(mine.data() + b, prev.data() + b, (e - b) * sizeof(float));
         together.arrive_and_wait();
       }
@@ -84,6 +80,7 @@ Expected<double> in_place_all_reduce_seconds(std::size_t bytes, const std::vecto
   std::thread first(rank, 0);  // pinned on a thread of its own: the caller's affinity stays
   first.join();
   for (auto& t : others) t.join();
+  if (wrong_core.load()) return make_error("the machine's in-place all-reduce could not pin its threads to the ranks' cores");
   if (wrong.load()) return make_error("the machine's in-place all-reduce of ", std::to_string(bytes), " bytes summed wrong");
   return median(times);
 }
