@@ -33,12 +33,14 @@
 //       after a reduce-scatter ran one after the other in about half the
 //       iterations (16 MiB between 2 processes: 480-540 us, not 250-290).
 //       A process placed on a shared core (UcxOptions::shares_core) runs
-//       completions inside the callbacks as before: deferred there, 4
-//       processes on 2 cores ran reduce-scatter and all-gather of 1-4 MiB at
-//       about 5 GB/s in 1 or 2 of every 3 repetitions (15-21 otherwise),
-//       whether what they sent was posted at once or queued; one process
-//       waited about 100 us for messages that had arrived while its
-//       core's other process ran.
+//       completions inside the callbacks as before. 4 processes on 2 cores,
+//       the VM's slow state, each op timed by its slowest rank with a
+//       barrier after it (4 repetitions, twice each way): deferred,
+//       reduce-scatter and all-gather of 4 MiB 13.7-15.2 GB/s, inside
+//       16.7-17.6; all-reduce of 1 MiB 12.5-14.2, inside 13.7-14.5; even at
+//       16 MiB. (A larger loss measured first, 5 GB/s in some repetitions,
+//       was the benchmark's: a rank that finished first wrote its next
+//       iteration's data on the core its peer still needed.)
 #include "backends/transport/ucx_transport.hpp"
 
 #include "backends/transport/live_pool.hpp"

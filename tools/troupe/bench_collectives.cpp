@@ -130,6 +130,7 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
       // As a waiting actor would: the caller drives the transport (UX-1).
       TROUPE_TRY(wait_for(t, op.run));  // warm-up
       std::vector<double> times;
+      std::vector<float> rank_seconds(static_cast<std::size_t>(n));
       for (int i = 0; i < iterations_for(bytes); ++i) {
         // As in training (gradients, then parameters, are written just
         // before they are reduced or gathered), the data is freshly written:
@@ -141,7 +142,15 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
         TROUPE_TRY(wait_for(t, [&](Completion c) { coll.all_reduce(group, &token, 1, std::move(c)); }));
         const auto t0 = std::chrono::steady_clock::now();
         TROUPE_TRY(wait_for(t, op.run));
-        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // The op took as long as its slowest rank: every rank's time, summed
+        // into place (each writes its own). Untimed, and a barrier too: no
+        // rank begins the next iteration's writes while another is still in
+        // its timed op (on a shared core they would take that rank's time).
+        std::fill(rank_seconds.begin(), rank_seconds.end(), 0.0f);
+        rank_seconds[static_cast<std::size_t>(t.rank())] = static_cast<float>(mine);
+        TROUPE_TRY(wait_for(t, [&](Completion c) { coll.all_reduce(group, rank_seconds.data(), rank_seconds.size(), std::move(c)); }));
+        times.push_back(*std::max_element(rank_seconds.begin(), rank_seconds.end()));
       }
       const double secs = median(times);
       row[op.name] = {{"time_us", secs * 1e6}, {"busbw_GBps", static_cast<double>(bytes) / secs * op.factor / 1e9}};
@@ -373,6 +382,9 @@ Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args) {
       {"buffers", args.buffers == Sharing::host ? "host-shared (as the trainer's flat parameters and gradients)" : "private"},
       {"data", "written by each rank before every timed iteration (untimed; the ranks then start together), as "
                "gradients and parameters are before they are reduced or gathered"},
+      {"timing", "an iteration's time is its slowest rank's, from leaving the barrier that starts it to the op's "
+                 "completion; the ranks then gather their times (a barrier: no rank writes the next iteration's data "
+                 "while another still runs its op)"},
       {"placement", "rank r of K, ours and gloo's, pinned to core floor(r * cores / K): ring neighbours share a core"},
       {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
       {"repetitions", args.repetitions},
