@@ -2,7 +2,9 @@
 // tests and benchmarks that must cross a real network link (TCP between two
 // addresses) without leaving the machine. Created by create(), removed with
 // every process still in them by the destructor. Needs root and iproute2; the
-// error says which is missing, for the caller to report as a skip.
+// error says which is missing, for the caller to report as a skip. Namespaces
+// whose creator was killed before its destructor ran are removed by the next
+// create() on the machine (VH-1, veth_hosts.cpp).
 #pragma once
 
 #include <memory>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "common/expected.hpp"
+#include "common/posix_file.hpp"
 
 namespace troupe {
 
@@ -47,6 +50,7 @@ class VethHosts {
  private:
   VethHosts() = default;
   std::vector<std::string> names_, addresses_, devices_;
+  std::vector<UniqueFd> locks_;  // VH-1: held while the namespaces live
   bool made_ = false;
 };
 

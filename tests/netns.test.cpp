@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <sstream>
 #include <thread>
 
 #include "runtime/redis_server.hpp"
@@ -223,6 +224,49 @@ TEST_CASE("a node killed on its host is replaced by a spare waiting on a third h
   CHECK(f0.err.find("takes the place of node 1") != std::string::npos);
   CHECK(f0.err.find("replaced on node 1 (spare ") != std::string::npos);
   CHECK(slurp(dir / "faulty.safetensors") == slurp(dir / "clean.safetensors"));
+}
+
+
+TEST_CASE("VH-1: namespaces whose creator was killed are removed by the next creator, and a live creator's are kept", "[netns]") {
+  auto keep = VethHosts::create("keep");
+  if (!keep) skip(keep.error().message);
+  auto exists = [](const std::string& ns) {
+    struct stat st {};
+    return ::stat(("/var/run/netns/" + ns).c_str(), &st) == 0;
+  };
+  // A creator killed with its namespaces made: no destructor runs.
+  int names[2];
+  REQUIRE(::pipe(names) == 0);
+  const pid_t creator = ::fork();
+  if (creator == 0) {
+    auto made = VethHosts::create("abandoned");
+    const std::string line = made ? (*made)->name(0) + " " + (*made)->name(1) + "\n" : "failed\n";
+    (void)!::write(names[1], line.data(), line.size());
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(names[1]);
+  char buf[256] = {};
+  std::size_t got = 0;
+  for (ssize_t n; got < sizeof buf - 1 && (n = ::read(names[0], buf + got, sizeof buf - 1 - got)) > 0;) {
+    got += static_cast<std::size_t>(n);
+    if (std::string(buf).find('\n') != std::string::npos) break;
+  }
+  ::close(names[0]);
+  ::kill(creator, SIGKILL);
+  ::waitpid(creator, nullptr, 0);
+  std::string a, b;
+  std::istringstream(buf) >> a >> b;
+  REQUIRE(a != "failed");
+  REQUIRE(exists(a));
+  REQUIRE(exists(b));
+  auto next = VethHosts::create("next");
+  REQUIRE(next);
+  CHECK_FALSE(exists(a));
+  CHECK_FALSE(exists(b));
+  CHECK(exists((*keep)->name(0)));
+  CHECK(exists((*keep)->name(1)));
+  CHECK(exists((*next)->name(0)));
 }
 
 }  // namespace troupe::testing

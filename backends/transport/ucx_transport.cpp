@@ -4,6 +4,9 @@
 // completions.
 //
 // UX-1, UX-2, UX-3 (who drives the worker, and when): worker_driving.hpp.
+//       Whatever the worker's holder owns (inflight, the completions' list,
+//       the generation's bits) is touched under its worker_mutex() alone,
+//       as the worker is (UCS_THREAD_MODE_SERIALIZED).
 // UX-4  Every tag carries the membership generation's low 8 bits: after
 //       begin_generation a message sent in an older generation never matches
 //       a receive (it is dropped and counted instead).
