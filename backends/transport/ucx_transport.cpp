@@ -39,8 +39,8 @@
 //       completions inside the callbacks as before. 4 processes on 2 cores,
 //       the VM's slow state, each op timed by its slowest rank with a
 //       barrier after it (4 repetitions, twice each way): deferred,
-//       reduce-scatter and all-gather of 4 MiB 13.7-15.2 GB/s, inside
-//       16.7-17.6; all-reduce of 1 MiB 12.5-14.2, inside 13.7-14.5; even at
+//       reduce-scatter and all-gather of 4 MiB 13.7-15.5 GB/s, inside
+//       16.7-17.7; all-reduce of 1 MiB 12.5-14.2, inside 13.7-14.5; even at
 //       16 MiB. (A larger loss measured first, 5 GB/s in some repetitions,
 //       was the benchmark's: a rank that finished first wrote its next
 //       iteration's data on the core its peer still needed.)
