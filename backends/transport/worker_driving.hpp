@@ -39,9 +39,9 @@ namespace troupe {
 
 class WorkerDriving {
  public:
-  /// What driving needs of the worker. work, in_flight, drive_start and
-  /// run_completed are called with worker_mutex() held; queued and event_fd
-  /// from any thread.
+  /// What driving needs of the worker. work, in_flight, drive_start,
+  /// run_completed and arm are called with worker_mutex() held; queued and
+  /// event_fd from any thread.
   class Worker {
    public:
     virtual ~Worker() = default;
