@@ -126,12 +126,15 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
         {"all_gather", Collectives::gather_bus_factor(n),
          [&](Completion c) { coll.all_gather(group, buf.data(), buf.size(), std::move(c)); }},
     };
-    for (const auto& op : ops) {
-      // As a waiting actor would: the caller drives the transport (UX-1).
-      TROUPE_TRY(wait_for(t, op.run));  // warm-up
-      std::vector<double> times;
-      std::vector<float> rank_seconds(static_cast<std::size_t>(n));
-      for (int i = 0; i < iterations_for(bytes); ++i) {
+    // As a waiting actor would: the caller drives the transport (UX-1).
+    for (const auto& op : ops) TROUPE_TRY(wait_for(t, op.run));  // warm-up
+    // The ops take turns, iteration by iteration: a stretch of the shared
+    // machine's noise (tens of ms) falls on all of them alike, not on one op's
+    // whole run, so reduce-scatter and all-gather are compared at one moment.
+    std::vector<std::vector<double>> times(ops.size());
+    std::vector<float> rank_seconds(static_cast<std::size_t>(n));
+    for (int i = 0; i < iterations_for(bytes); ++i) {
+      for (std::size_t o = 0; o < ops.size(); ++o) {
         // As in training (gradients, then parameters, are written just
         // before they are reduced or gathered), the data is freshly written:
         // a peer reading it in place (CL-5) finds it in the writer's cache
@@ -141,7 +144,7 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
         float token = 0;
         TROUPE_TRY(wait_for(t, [&](Completion c) { coll.all_reduce(group, &token, 1, std::move(c)); }));
         const auto t0 = std::chrono::steady_clock::now();
-        TROUPE_TRY(wait_for(t, op.run));
+        TROUPE_TRY(wait_for(t, ops[o].run));
         const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         // The op took as long as its slowest rank: every rank's time, summed
         // into place (each writes its own). Untimed, and a barrier too: no
@@ -149,11 +152,16 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
         // its timed op (on a shared core they would take that rank's time).
         std::fill(rank_seconds.begin(), rank_seconds.end(), 0.0f);
         rank_seconds[static_cast<std::size_t>(t.rank())] = static_cast<float>(mine);
-        TROUPE_TRY(wait_for(t, [&](Completion c) { coll.all_reduce(group, rank_seconds.data(), rank_seconds.size(), std::move(c)); }));
-        times.push_back(*std::max_element(rank_seconds.begin(), rank_seconds.end()));
+        TROUPE_TRY(wait_for(t, [&](Completion c) {
+          coll.all_reduce(group, rank_seconds.data(), rank_seconds.size(), std::move(c));
+        }));
+        times[o].push_back(*std::max_element(rank_seconds.begin(), rank_seconds.end()));
       }
-      const double secs = median(times);
-      row[op.name] = {{"time_us", secs * 1e6}, {"busbw_GBps", static_cast<double>(bytes) / secs * op.factor / 1e9}};
+    }
+    for (std::size_t o = 0; o < ops.size(); ++o) {
+      const double secs = median(times[o]);
+      row[ops[o].name] = {{"time_us", secs * 1e6},
+                          {"busbw_GBps", static_cast<double>(bytes) / secs * ops[o].factor / 1e9}};
     }
     row["machine_steal_ms"] = stolen_ms() - steal_before;
     rows.push_back(row);
@@ -384,7 +392,7 @@ Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args) {
                "gradients and parameters are before they are reduced or gathered"},
       {"timing", "an iteration's time is its slowest rank's, from leaving the barrier that starts it to the op's "
                  "completion; the ranks then gather their times (a barrier: no rank writes the next iteration's data "
-                 "while another still runs its op)"},
+                 "while another still runs its op); the three ops take turns, iteration by iteration"},
       {"placement", "rank r of K, ours and gloo's, pinned to core floor(r * cores / K): ring neighbours share a core"},
       {"bus_bandwidth", "nccl-tests: all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n"},
       {"repetitions", args.repetitions},
