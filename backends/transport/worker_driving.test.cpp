@@ -14,7 +14,9 @@ using namespace std::chrono_literals;
 
 // Operations queued by any thread; a round moves them in flight, and the
 // first round at least `latency` after that completes one. Records which
-// thread ran rounds and whether two ever ran at once.
+// thread completed the last operation (a round that finds nothing to do, as a
+// progress thread's on its way to sleep, changes nothing) and whether two
+// rounds ever ran at once.
 class CountingWorker final : public WorkerDriving::Worker {
  public:
   explicit CountingWorker(std::chrono::microseconds latency) : latency_(latency) {}
@@ -22,7 +24,6 @@ class CountingWorker final : public WorkerDriving::Worker {
   bool work() override {
     if (inside_.fetch_add(1) != 0) overlapped_ = true;
     rounds_.fetch_add(1);
-    last_thread_ = std::this_thread::get_id();
     bool busy = false;
     const auto now = std::chrono::steady_clock::now();
     if (const int q = queued_.exchange(0); q > 0) {
@@ -33,6 +34,7 @@ class CountingWorker final : public WorkerDriving::Worker {
     if (in_flight_ > 0 && now - posted_ >= latency_) {
       posted_ = now;
       --in_flight_;
+      completed_by_ = std::this_thread::get_id();
       completed_.fetch_add(1);
       busy = true;
     }
@@ -52,7 +54,7 @@ class CountingWorker final : public WorkerDriving::Worker {
   int completed() const { return completed_.load(); }
   long rounds() const { return rounds_.load(); }
   bool overlapped() const { return overlapped_.load(); }
-  std::thread::id last_thread() const { return last_thread_; }
+  std::thread::id completed_by() const { return completed_by_; }
 
  private:
   const std::chrono::microseconds latency_;
@@ -61,7 +63,7 @@ class CountingWorker final : public WorkerDriving::Worker {
   std::atomic<bool> overlapped_{false};
   int in_flight_ = 0;                              // under the worker's mutex
   std::chrono::steady_clock::time_point posted_;  // under the worker's mutex
-  std::thread::id last_thread_;     // under the worker's mutex
+  std::thread::id completed_by_;    // under the worker's mutex; read once `completed` shows it
 };
 
 std::unique_ptr<WorkerDriving> driving_of(CountingWorker& worker, WorkerDriving::Options options = {}) {
@@ -106,7 +108,7 @@ TEST_CASE("UX-2: a driver that leaves work in flight wakes the progress thread, 
   // Asleep without a backoff (nothing was in flight when it slept): only the
   // driver's wake gets it to finish the operation.
   CHECK(eventually([&] { return worker.completed() == 1; }));
-  CHECK(worker.last_thread() != std::this_thread::get_id());
+  CHECK(worker.completed_by() != std::this_thread::get_id());
 }
 
 TEST_CASE("UX-2: work queued while a driver is active is the driver's, not the progress thread's", "[worker_driving]") {
@@ -125,7 +127,7 @@ TEST_CASE("UX-2: work queued while a driver is active is the driver's, not the p
   other.join();
   REQUIRE(driver_was_in);
   CHECK(done);
-  CHECK(worker.last_thread() == std::this_thread::get_id());
+  CHECK(worker.completed_by() == std::this_thread::get_id());
 }
 
 TEST_CASE("UX-1: the progress thread and any number of drivers never run the worker's rounds at once", "[worker_driving]") {
