@@ -34,7 +34,8 @@ void finish(Self* self, bool ok, const std::string& reason) {
   auto& st = self->state;
   if (st.finished) return;
   st.finished = true;
-  spdlog::info("coordinator: health work: {} heartbeats, {:.2f} ms CPU", st.heartbeats, st.health_cpu_ns / 1e6);
+  spdlog::info("coordinator: health work: {} heartbeats, {}{:.2f} ms CPU", st.heartbeats, pauses_text(st.pauses->count(), st.pauses->total_ms()),
+               st.health_cpu_ns / 1e6);
   // Every node, a lost one too: a hung process reads it if it ever runs again.
   tell_every_node(self, msg::Finish{st.cfg.generation, ok, reason});
   if (ok)
@@ -232,6 +233,12 @@ void send_plans(Self* self) {
   }
 }
 
+// The next health check, kHealthCheckMs from now (H-7: one that comes late marks a pause).
+static void arm_health_check(Self* self) {
+  self->state.pauses->armed(HealthJudge::Clock::now(), std::chrono::milliseconds(kHealthCheckMs));
+  self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
+}
+
 caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
@@ -240,9 +247,10 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
   st.alive.assign(n, true);
   st.start = HealthJudge::Clock::now();
   st.judge.emplace(static_cast<int>(n), st.cfg.health, st.start);
+  st.pauses.emplace(std::chrono::milliseconds(st.cfg.health.heartbeat_ms / 2));
   st.verdicts = std::make_shared<VerdictRecord>("coordinator: ", st.cfg.metrics_path, st.cfg.trace_path,
                                                 st.cfg.successor_of >= 0 ? st.cfg.generation + 1 : 0);
-  self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
+  arm_health_check(self);
   // SV-1: monitor before the plan goes out.
   for (auto& node : st.cfg.nodes)
     if (node) self->monitor(node);
@@ -308,10 +316,17 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
         auto& st = self->state;
         if (self->current_sender() != self->ctrl() || st.finished) return;
         const std::int64_t cpu0 = thread_cpu_ns();
-        auto verdict = st.judge->check(HealthJudge::Clock::now());
+        const auto now = HealthJudge::Clock::now();
+        if (auto pause = st.pauses->ticked(now)) {  // H-7
+          spdlog::warn("coordinator: this process was paused for {} ms (its health check came that late); no node's "
+                       "silence counts it",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(pause->length()).count());
+          st.judge->paused(pause->from, pause->to);
+        }
+        auto verdict = st.judge->check(now);
         st.health_cpu_ns += thread_cpu_ns() - cpu0;
         if (verdict) on_judged(self, *verdict);
-        if (!st.finished) self->delayed_send(self, std::chrono::milliseconds(kHealthCheckMs), msg::HealthTick{});
+        if (!st.finished) arm_health_check(self);
       },
   };
 }

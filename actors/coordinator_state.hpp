@@ -13,6 +13,7 @@
 #include "actors/protocol.hpp"
 #include "actors/verdict_record.hpp"
 #include "runtime/health_judge.hpp"
+#include "runtime/local_pauses.hpp"
 #include "runtime/redis_client.hpp"
 
 namespace troupe::coordinator_detail {
@@ -23,6 +24,7 @@ struct CoordinatorState {
   int done_count = 0;
   std::optional<Verdict> from_peer_failure;  ///< held for kBlameGraceMs (SV-6)
   std::optional<HealthJudge> judge;  ///< SV-7
+  std::optional<LocalPauses> pauses;  ///< H-7: this process's, seen by the health tick
   std::shared_ptr<VerdictRecord> verdicts;  ///< SV-7
   HealthJudge::Clock::time_point start;
   std::uint64_t stale = 0, foreign = 0;

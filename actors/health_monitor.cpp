@@ -10,6 +10,7 @@
 #include "actors/protocol.hpp"
 #include "common/cpu_time.hpp"
 #include "runtime/health_relay.hpp"
+#include "runtime/local_pauses.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -27,9 +28,12 @@ struct MonitorState {
   Clock::time_point beaten{};  ///< when the last heartbeat went out
   std::uint64_t dropped = 0;   ///< member beats from non-members or other generations
   bool told = false;
-  /// Beats sent and the CPU time of the monitor's own thread (it is detached), for its exit line.
+  LocalPauses pauses{std::chrono::milliseconds(0)};  ///< H-7: this process's, seen by the tick
+  /// Beats sent, pauses seen (H-7) and the CPU time of the monitor's own thread (it is detached), for its exit line.
   std::shared_ptr<std::atomic<std::int64_t>> beats = std::make_shared<std::atomic<std::int64_t>>(0),
-                                             cpu_ns = std::make_shared<std::atomic<std::int64_t>>(0);
+                                             cpu_ns = std::make_shared<std::atomic<std::int64_t>>(0),
+                                             pauses_seen = std::make_shared<std::atomic<std::int64_t>>(0),
+                                             paused_ms = std::make_shared<std::atomic<std::int64_t>>(0);
   static inline const char* name = "troupe.health_monitor";
 };
 
@@ -46,7 +50,14 @@ msg::Heartbeat beat(MonitorState& st) {
   hb.generation = st.cfg.generation;
   hb.node = st.cfg.node;
   hb.seq = ++st.seq;
-  write_beats(hb, st.cfg.board->beats(st.cfg.first_rank));
+  // H-7: an actor was not idle, nor waited, while its process was paused.
+  std::vector<ActorBeat> beats = st.cfg.board->beats(st.cfg.first_rank);
+  const auto now = Clock::now();
+  for (ActorBeat& b : beats) {
+    b.idle_ms = without_pauses(st.pauses, b.idle_ms, now);
+    b.waiting_ms = without_pauses(st.pauses, b.waiting_ms, now);
+  }
+  write_beats(hb, beats);
   if (st.relay) {  // H-5
     const GroupSummary summary = st.relay->summary(Clock::now());
     write_beats(hb, summary.candidates);
@@ -67,12 +78,30 @@ void on_tick_beat(Self* self) {
   ++*st.beats;
 }
 
+// H-7: this process was paused over `p`: the upstream's silence (and a relay's
+// members') does not count it.
+void on_paused(Self* self, const LocalPauses::Pause& p) {
+  auto& st = self->state;
+  spdlog::warn("health monitor of node {}: this process was paused for {} ms (its tick came that late); the "
+               "coordinator's silence does not count it",
+               st.cfg.node, std::chrono::duration_cast<std::chrono::milliseconds>(p.length()).count());
+  for (Clock::time_point* heard : {&st.acked, &st.upstream_heard})
+    if (*heard < p.to) *heard += p.to - std::max(p.from, *heard);
+  if (st.relay) st.relay->paused(p.from, p.to);
+  st.pauses_seen->store(st.pauses.count());
+  st.paused_ms->store(st.pauses.total_ms());
+}
+
 void on_tick(Self* self) {
   auto& st = self->state;
   if (st.cfg.live_generation) st.cfg.generation = st.cfg.live_generation->load();
+  const auto now = Clock::now();
+  if (auto pause = st.pauses.ticked(now)) on_paused(self, *pause);
   // Ticks at most kTickMs apart, so that a pending tick never keeps the
   // actor (and its process) alive for long after it is told to exit.
-  self->delayed_send(self, std::chrono::milliseconds(std::min(st.cfg.limits.heartbeat_ms, kTickMs)), msg::HealthTick{});
+  const auto interval = std::chrono::milliseconds(std::min(st.cfg.limits.heartbeat_ms, kTickMs));
+  st.pauses.armed(now, interval);
+  self->delayed_send(self, interval, msg::HealthTick{});
   if (st.relay)
     while (auto v = st.relay->silent_member(Clock::now()))
       self->send(st.cfg.upstream, msg::MemberSilent{st.cfg.generation, st.cfg.node, v->node, v->evidence});
@@ -128,12 +157,14 @@ void on_member_beat(Self* self, const msg::Heartbeat& m) {
 caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
+  st.pauses = LocalPauses(std::chrono::milliseconds(st.cfg.limits.heartbeat_ms / 2));
   if (!st.cfg.members.empty() && st.cfg.members.size() == st.cfg.member_ranks.size())
     st.relay.emplace(st.cfg.member_ranks, st.cfg.limits, Clock::now());
   self->send(self, msg::HealthTick{});
   // What the heartbeats cost this node, for bench health.
-  self->attach_functor([node = st.cfg.node, beats = st.beats, cpu = st.cpu_ns] {
-    spdlog::info("health monitor of node {}: {} heartbeats, {:.2f} ms CPU", node, beats->load(), cpu->load() / 1e6);
+  self->attach_functor([node = st.cfg.node, beats = st.beats, pauses = st.pauses_seen, paused = st.paused_ms, cpu = st.cpu_ns] {
+    spdlog::info("health monitor of node {}: {} heartbeats, {}{:.2f} ms CPU", node, beats->load(),
+                 pauses_text(static_cast<int>(pauses->load()), paused->load()), cpu->load() / 1e6);
   });
   return {
       [self](msg::HealthTick) {

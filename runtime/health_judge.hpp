@@ -23,6 +23,9 @@
 //       waited longest is named. Waits are not judged for
 //       health.progress_timeout_ms after a recovery ended (resumed), so that
 //       a beat of actors parked during it names no hang.
+//  H-7  Silence is measured without the judge's own pauses (paused(); see
+//       runtime/local_pauses.hpp): a pause of the judging process or its
+//       machine held every beat back, so it is no one's silence.
 #pragma once
 
 #include <chrono>
@@ -105,6 +108,9 @@ class HealthJudge {
   /// A recovery ended at `at`: no transfer hang is judged for
   /// progress_timeout_ms (H-6: its parked actors' waits are no hang).
   void resumed(Clock::time_point at);
+  /// H-7: the judge's process was paused over [from, to]: no node's silence or
+  /// beats' age counts that span.
+  void paused(Clock::time_point from, Clock::time_point to);
   /// The verdict at `now`, if any (H-2, H-3, H-4, H-6).
   std::optional<Verdict> check(Clock::time_point now) const;
   /// H-2 alone: the first watched node silent too long.

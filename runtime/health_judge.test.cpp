@@ -1,4 +1,5 @@
-// HealthJudge: hung nodes (H-2), stuck actors and never the ones waiting (H-3), order (H-4), hung transfers (H-6).
+// HealthJudge: hung nodes (H-2), stuck actors and never the ones waiting (H-3), order (H-4), hung transfers (H-6),
+// and the judge's own pauses (H-7).
 #include "runtime/health_judge.hpp"
 
 #include <catch2/catch.hpp>
@@ -142,6 +143,44 @@ TEST_CASE("H-4: a hung node is reported before the actors it stopped", "[health]
   REQUIRE(v.has_value());
   CHECK(v->kind == "hung_process");
   CHECK(v->node == 1);
+}
+
+TEST_CASE("H-7: silence during the judge's own pause does not count, silence outside it does", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(3, kLimits, t0);
+  judge.heartbeat(0, t0 + milliseconds(250), {computing(0, 1, 0)});
+  judge.heartbeat(1, t0 + milliseconds(250), {computing(1, 1, 0)});
+  judge.heartbeat(2, t0 + milliseconds(700), {computing(2, 1, 0)});
+  // The judge's process stood still from 400 to 1100 (its tick came that late): every beat was held.
+  judge.paused(t0 + milliseconds(400), t0 + milliseconds(1100));
+  // Nodes 0 and 1: silent 250-400 and 1100-1150, 200 ms in all; without H-7 900 ms, hung.
+  CHECK_FALSE(judge.check(t0 + milliseconds(1150)).has_value());
+  judge.heartbeat(1, t0 + milliseconds(1160), {computing(1, 1, 0)});
+  CHECK_FALSE(judge.check(t0 + milliseconds(1750)).has_value());  // node 0: 150 + 650 = 800, not more
+  auto v = judge.check(t0 + milliseconds(1751));  // node 0 stayed silent after the pause: it is hung
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "hung_process");
+  CHECK(v->node == 0);
+  CHECK(v->silent_ms == 801);
+  // Node 2, heard inside the span the late tick marked (the judge may have been busy, not stopped): its
+  // silence counts from the span's end.
+  judge.forget(0);
+  CHECK_FALSE(judge.check(t0 + milliseconds(1900)).has_value());  // 1100-1900
+  CHECK(judge.check(t0 + milliseconds(1901)).has_value());
+}
+
+TEST_CASE("H-7: a pause does not make a stuck actor's beats younger than its own idle time says", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  judge.heartbeat(0, t0 + milliseconds(1000), {waiting(0, 5, 950)});
+  judge.heartbeat(1, t0 + milliseconds(1000), {computing(1, 5, 950)});
+  judge.paused(t0 + milliseconds(1020), t0 + milliseconds(1500));
+  // The beats' age counts 1000-1020 and 1500-1531 only: 950 + 51 = 1001 ms without progress.
+  CHECK_FALSE(judge.check(t0 + milliseconds(1530)).has_value());
+  auto v = judge.check(t0 + milliseconds(1531));
+  REQUIRE(v.has_value());
+  CHECK(v->kind == "stuck_actor");
+  CHECK(v->actor == 1);
 }
 
 TEST_CASE("a heartbeat naming a node out of range is ignored", "[health]") {

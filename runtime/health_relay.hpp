@@ -50,6 +50,8 @@ class HealthRelay {
   bool heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats);
   /// a member silent too long, named by its rank in the job.
   std::optional<Verdict> silent_member(Clock::time_point now);
+  /// H-7: the relay's process was paused over [from, to]: no member's silence counts it.
+  void paused(Clock::time_point from, Clock::time_point to) { judge_.paused(from, to); }
   /// H-5: the members' actors that could be stuck (node = their rank in the job), the rest counted.
   GroupSummary summary(Clock::time_point now) const;
   const std::vector<int>& members() const { return members_; }

@@ -48,6 +48,18 @@ TEST_CASE("R-2: a relay names a silent member by its rank, once, and ignores non
   CHECK_FALSE(relay.silent_member(t0 + milliseconds(1000)).has_value());  // once
 }
 
+TEST_CASE("H-7: a relay's own pause is no member's silence", "[health]") {
+  const auto t0 = Clock::now();
+  HealthRelay relay({5, 6}, kLimits, t0);
+  CHECK(relay.heartbeat(5, t0 + milliseconds(100), {computing(10, 1, 0)}));
+  CHECK(relay.heartbeat(6, t0 + milliseconds(100), {computing(12, 1, 0)}));
+  relay.paused(t0 + milliseconds(200), t0 + milliseconds(1000));
+  CHECK_FALSE(relay.silent_member(t0 + milliseconds(1700)).has_value());  // 100 + 700 ms outside the pause
+  auto v = relay.silent_member(t0 + milliseconds(1701));
+  REQUIRE(v.has_value());
+  CHECK(v->node == 5);
+}
+
 TEST_CASE("H-5: a stuck member actor is judged by the coordinator from its relay's summary", "[health]") {
   const auto t0 = Clock::now();
   // Nodes 0..3, relay_group 2: node 2 relays node 3; node 0 relays node 1.

@@ -1,7 +1,8 @@
 // Faults of whole processes, end to end: a stopped node, node 0 killed when
 // the nodes were started by hand, the launcher stopped with SIGTERM or killed
 // with SIGKILL, and a full disk during --save. Each ends within its bound and
-// leaves no process, shared-memory ring or temporary file behind.
+// leaves no process, shared-memory ring or temporary file behind. And what is
+// no fault: the whole machine paused.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -25,19 +26,25 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
+// A job over a synthetic corpus prepared in `dir`: `body` is its config but
+// for [data]; the config's path.
+std::string prepared_job(const ScratchDir& dir, const std::string& body) {
+  write_file(dir / "corpus.txt", synthetic_text(40000));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
+  const std::string cfg = dir / "job.toml";
+  write_file(cfg, body + "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  return cfg;
+}
+
 // A long training job (dp = 2: one stage actor per node) over a synthetic corpus.
 struct LongJob {
   ScratchDir dir;
-  std::string cfg = dir / "job.toml";
-  explicit LongJob(const std::string& tag) : dir(tag) {
-    write_file(dir / "corpus.txt", synthetic_text(40000));
-    REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string())
-                .exit_code == 0);
-    write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 4\nthreads = 1\n"
-                    "steps = 1000000\nlr = 3e-3\neval_every = 0\nlog_every = 1\n[parallel]\ndp = 2\n"
-                    "[health]\nheartbeat_ms = 200\npeer_timeout_ms = 1500\n"
-                    "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
-  }
+  std::string cfg;
+  explicit LongJob(const std::string& tag)
+      : dir(tag),
+        cfg(prepared_job(dir, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 4\nthreads = 1\n"
+                              "steps = 1000000\nlr = 3e-3\neval_every = 0\nlog_every = 1\n[parallel]\ndp = 2\n"
+                              "[health]\nheartbeat_ms = 200\npeer_timeout_ms = 1500\n")) {}
 };
 
 // Starts `args` (argv, after the troupe binary) with stdout and stderr to `log`.
@@ -157,6 +164,42 @@ TEST_CASE("a stopped node (SIGSTOP) ends the job with an error naming it within 
   CHECK(rings_of("launch-" + std::to_string(launcher) + "-").empty());
 }
 
+TEST_CASE("H-7: a pause of the whole machine (every process of the job stopped for 1.5 s) fails nothing", "[faults]") {
+  // A VM descheduled or migrated stops every process at once; the first thing
+  // to run after it is each judge's overdue tick, before the beats it held back.
+  // 1.5 s is past the heartbeat bound (4 x 200 ms) and within CAF's own
+  // connection timeout (health.peer_timeout_ms, 3 s), which H-7 does not reach.
+  ScratchDir dir("pause");
+  const std::string cfg = prepared_job(dir, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 4\n"
+                                            "threads = 1\nsteps = 3000\neval_every = 0\nlog_every = 1\n[parallel]\ndp = 2\n");
+  const auto log = dir / "launch.log";
+  const pid_t launcher = start({"launch", cfg, "--nodes", "2"}, log);
+  const bool training = wait_for_text(log, "step     3", 30s);
+  INFO(slurp(log));
+  REQUIRE(training);
+  std::vector<pid_t> job{launcher};  // the launcher, its redis-server and nodes
+  for (std::size_t i = 0; i < job.size(); ++i)
+    for (pid_t child : children_of(job[i])) job.push_back(child);
+  CHECK(job.size() >= 4);
+  for (pid_t p : job) ::kill(p, SIGSTOP);
+  std::this_thread::sleep_for(1500ms);
+  for (pid_t p : job) ::kill(p, SIGCONT);
+  const int status = wait_exit(launcher, 120s);
+  const std::string text = slurp(log);
+  INFO(text);
+  REQUIRE(status != -1);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(text.find("verdict") == std::string::npos);
+  CHECK(text.find("step  2999 | loss") != std::string::npos);
+  // Each judge saw the pause: the coordinator and both nodes' health monitors.
+  CHECK(text.find("coordinator: this process was paused for") != std::string::npos);
+  for (int node : {0, 1})
+    CHECK(text.find("health monitor of node " + std::to_string(node) + ": this process was paused for") !=
+          std::string::npos);
+  CHECK(processes_with(dir.path().string()).empty());
+}
+
 TEST_CASE("node 0 killed with SIGKILL when nodes were started by hand: the others exit non-zero within 2 s naming it", "[faults]") {
   HandStarted job("kill0", "byhand");
   const pid_t n0 = job.n0, n1 = job.n1;
@@ -231,12 +274,8 @@ TEST_CASE("the launcher stopped with SIGTERM or killed with SIGKILL leaves nothi
 
 TEST_CASE("a full disk during --save fails naming the file and leaves the previous file intact", "[faults]") {
   ScratchDir dir("fulldisk");
-  write_file(dir / "corpus.txt", synthetic_text(40000));
-  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code == 0);
-  const std::string cfg = dir / "job.toml";
-  write_file(cfg, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 4\nthreads = 1\nsteps = 2\n"
-                  "eval_every = 0\neval_windows = 2\n[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" +
-                      (dir / "val.bin") + "\"\n");
+  const std::string cfg = prepared_job(dir, "[model]\nlayers = 2\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 4\n"
+                                            "threads = 1\nsteps = 2\neval_every = 0\neval_windows = 2\n");
   const std::string disk = dir / "disk";
   std::filesystem::create_directories(disk);
   // 64 KiB: the weights (~150 KiB) cannot fit.
