@@ -27,6 +27,7 @@
 #include "training/progress.hpp"
 #include "training/recovery_snapshots.hpp"
 #include "actors/protocol.hpp"
+#include "actors/remote_connect.hpp"
 #include "actors/scheduler_policy.hpp"
 #include "actors/succession.hpp"
 #include "runtime/coordinator_lease.hpp"
@@ -328,13 +329,13 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     // connects out to every node; a restarted process beats the coordinator).
     if (const int relay = relay_of(o.rank, o.world, job->health.relay_group); relay > 0 && !o.rejoin) {
       const NodeEndpoint& r = peers[static_cast<std::size_t>(relay)];
-      if (auto linked = sys.middleman().connect(r.host, r.port); !linked)
+      if (auto linked = reach_node(sys, r.host, r.port); !linked)
         spdlog::warn("node {}: cannot connect to its relay, node {} ({}); their traffic goes through node 0", o.rank,
                      relay, sys.render(linked.error()));
     }
     if (o.rejoin) {  // back in a running job: the coordinator's node hands this node to the coordinator
       const std::string who = "node " + std::to_string(*host);
-      auto remote = sys.middleman().remote_actor(coordinator_node.host, coordinator_node.port);
+      auto remote = reach_actor(sys, coordinator_node.host, coordinator_node.port);
       if (!remote) return abort(make_error("--rejoin: cannot reach the coordinator on ", who, ": ", sys.render(remote.error())));
       if (caf::to_string(remote->node()) != coordinator_node.system_id)
         return abort(make_error("--rejoin: ", who, "'s address answered as another actor system"));
@@ -351,7 +352,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
           continue;
         }
         auto& p = peers[static_cast<std::size_t>(r)];
-        auto remote = sys.middleman().remote_actor(p.host, p.port);
+        auto remote = reach_actor(sys, p.host, p.port);
         if (!remote) return abort(make_error("cannot reach node ", std::to_string(r), ": ", sys.render(remote.error())));
         if (caf::to_string(remote->node()) != p.system_id)
           return abort(make_error("node ", std::to_string(r), "'s address answered as another actor system"));

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "actors/remote_connect.hpp"
 #include "runtime/coordinator_lease.hpp"
 #include "runtime/redis_client.hpp"
 
@@ -65,7 +66,7 @@ void Succession::run(caf::actor node, int lost, std::uint32_t lost_pid, std::uin
       continue;
     }
     auto ep = published_endpoint(*redis, config_.job_id, r);
-    auto remote = ep ? sys_.middleman().remote_actor(ep->host, ep->port) : caf::expected<caf::actor>(caf::sec::invalid_argument);
+    auto remote = ep ? reach_actor(sys_, ep->host, ep->port) : caf::expected<caf::actor>(caf::sec::invalid_argument);
     if (!remote || caf::to_string(remote->node()) != ep->system_id) {
       // Left unset: the coordinator names it unreachable and ends the job.
       spdlog::error("node {}: as the coordinator's successor, cannot reach node {}: {}", rank_, r,
