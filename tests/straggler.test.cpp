@@ -84,11 +84,16 @@ TEST_CASE("300 steps without faults: no straggler and no verdict", "[health][str
   // as long this test failed once with 0.15 (the log was cut before the
   // reason). health.straggler_threshold = 0.20 keeps
   // such a run clean and stays below what the drill above costs (x2: 22-36%);
-  // the default 0.10 is for machines with a core per actor.
+  // the default 0.10 is for machines with a core per actor. A fresh-clone CI
+  // run, this test alone on the machine, still saw stage 3 (the pipeline's
+  // last, on its critical path) compute 1.62x its normal for 3 steps in a
+  // row, which the replay charged 22% of the step: so 6 steps in a row here.
+  // What G-2 leaves out:
+  // a slowdown shared unevenly is charged to the critical path's stage.
   skip_under_sanitizers();
   FourStageJob job("health_quiet300");
   const auto r = run("timeout 300 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
-                     " --set train.steps=300 --set health.straggler_threshold=0.20");
+                     " --set train.steps=300 --set health.straggler_threshold=0.20 --set health.straggler_steps=6");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(job.stragglers().empty());
