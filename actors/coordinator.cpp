@@ -34,8 +34,8 @@ void finish(Self* self, bool ok, const std::string& reason) {
   auto& st = self->state;
   if (st.finished) return;
   st.finished = true;
-  spdlog::info("coordinator: health work: {} heartbeats, {}{:.2f} ms CPU", st.heartbeats, pauses_text(st.pauses->count(), st.pauses->total_ms()),
-               st.health_cpu_ns / 1e6);
+  spdlog::info("coordinator: health work: {} heartbeats, {}{:.2f} ms CPU", st.heartbeats,
+               pauses_text(st.pauses->count(), st.pauses->total_ms()), st.health_cpu_ns / 1e6);
   // Every node, a lost one too: a hung process reads it if it ever runs again.
   tell_every_node(self, msg::Finish{st.cfg.generation, ok, reason});
   if (ok)

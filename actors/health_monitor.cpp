@@ -59,7 +59,7 @@ msg::Heartbeat beat(MonitorState& st) {
   }
   write_beats(hb, beats);
   if (st.relay) {  // H-5
-    const GroupSummary summary = st.relay->summary(Clock::now());
+    const GroupSummary summary = st.relay->summary(now);
     write_beats(hb, summary.candidates);
     hb.actors_elsewhere = summary.rest.actors;
     hb.waiting_elsewhere = summary.rest.waiting;
@@ -85,8 +85,8 @@ void on_paused(Self* self, const LocalPauses::Pause& p) {
   spdlog::warn("health monitor of node {}: this process was paused for {} ms (its tick came that late); the "
                "coordinator's silence does not count it",
                st.cfg.node, std::chrono::duration_cast<std::chrono::milliseconds>(p.length()).count());
-  for (Clock::time_point* heard : {&st.acked, &st.upstream_heard})
-    if (*heard < p.to) *heard += p.to - std::max(p.from, *heard);
+  st.acked = past_pause(st.acked, p.from, p.to);
+  st.upstream_heard = past_pause(st.upstream_heard, p.from, p.to);
   if (st.relay) st.relay->paused(p.from, p.to);
   st.pauses_seen->store(st.pauses.count());
   st.paused_ms->store(st.pauses.total_ms());

@@ -130,7 +130,7 @@ TEST_CASE("RC-1: reach_actor tries again after a cut handshake and reaches the a
   CHECK(proxy.accepted() >= 2);  // the first connection was cut, a later one reached it
   caf::scoped_actor self{sys};
   int answer = 0;
-  self->request(*r, caf::infinite, 41).receive([&](int x) { answer = x; }, [](caf::error&) {});
+  self->request(*r, std::chrono::seconds(5), 41).receive([&](int x) { answer = x; }, [](caf::error&) {});
   CHECK(answer == 42);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }

@@ -1,7 +1,7 @@
 // HealthJudge.
 #include "runtime/health_judge.hpp"
+#include "runtime/local_pauses.hpp"
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace troupe {
@@ -92,8 +92,7 @@ bool HealthJudge::watched(int node) const {
 void HealthJudge::resumed(Clock::time_point at) { resumed_ = at; }
 
 void HealthJudge::paused(Clock::time_point from, Clock::time_point to) {
-  for (Node& n : nodes_)  // silence is [heard, now]: what of it falls in the pause is taken out
-    if (n.heard < to) n.heard += to - std::max(from, n.heard);
+  for (Node& n : nodes_) n.heard = past_pause(n.heard, from, to);
 }
 
 std::optional<Verdict> HealthJudge::check(Clock::time_point now) const {

@@ -13,6 +13,7 @@
 //       A process paused alone is still judged by the others: their ticks are on time.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -52,6 +53,13 @@ class LocalPauses {
   int count_ = 0;
   Clock::duration total_{};
 };
+
+/// `heard` (the last sign of a peer), moved past what of [from, to] came after
+/// it: the silence it starts no longer counts that pause.
+inline LocalPauses::Clock::time_point past_pause(LocalPauses::Clock::time_point heard, LocalPauses::Clock::time_point from,
+                                                 LocalPauses::Clock::time_point to) {
+  return heard < to ? heard + (to - std::max(from, heard)) : heard;
+}
 
 /// "" when none was seen, else "2 pauses of this process (1234 ms), " (for an exit line).
 std::string pauses_text(int count, std::int64_t total_ms);
