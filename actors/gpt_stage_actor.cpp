@@ -12,7 +12,7 @@
 #include "training/batches.hpp"
 #include "training/fault_drill.hpp"
 #include "actors/mailbox_inbox.hpp"
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/host_memory.hpp"
 #include "actors/protocol.hpp"
 #include "runtime/trace_writer.hpp"
 #include "ops/model/weights.hpp"
@@ -28,7 +28,6 @@ Expected<StagePlan> plan_of(const ActorArgs& args) { return make_stage_plan(args
 // Batches read in place from the node loader's shared-memory ring.
 struct RingBatches {
   std::shared_ptr<ShmRing> ring;
-  CpuDevice device{1};
   int step = -1;
   char* block = nullptr;
 };
@@ -70,8 +69,8 @@ Expected<BatchSource> ring_batches(caf::blocking_actor* self, const ActorArgs& a
     }
     auto* tokens = state->block + layout.offset_in_block(mb);
     auto* targets = tokens + static_cast<std::size_t>(B) * T * sizeof(std::int32_t);
-    return MicroBatch{Tensor::borrow(state->device, tokens, {B, T}, DType::i32),
-                      Tensor::borrow(state->device, targets, {B, T}, DType::i32)};
+    return MicroBatch{Tensor::borrow(host_memory(), tokens, {B, T}, DType::i32),
+                      Tensor::borrow(host_memory(), targets, {B, T}, DType::i32)};
   };
   src.release = [self, loader](int step) { self->send(loader, msg::BatchRelease{step}); };
   src.forget = [state] { state->step = -1; };
@@ -84,13 +83,12 @@ Expected<BatchSource> file_batches(const StagePlan& plan, int replica) {
   if (!f) return f.error();
   struct State {
     TokenFile file;
-    CpuDevice device{1};
     std::vector<MicroBatch> mbs;
   };
-  auto st = std::shared_ptr<State>(new State{std::move(*f), CpuDevice{1}, {}});
+  auto st = std::shared_ptr<State>(new State{std::move(*f), {}});
   const int B = plan.job.train.batch, T = plan.cfg.ctx;
   for (int mb = 0; mb < plan.job.parallel.microbatches; ++mb)
-    st->mbs.push_back({*Tensor::empty(st->device, {B, T}, DType::i32), *Tensor::empty(st->device, {B, T}, DType::i32)});
+    st->mbs.push_back({*Tensor::empty(host_memory(), {B, T}, DType::i32), *Tensor::empty(host_memory(), {B, T}, DType::i32)});
   BatchSource src;
   src.get = [st, seed = plan.job.train.seed, replica, dp = plan.dims.dp](int step, int mb) -> Expected<MicroBatch> {
     auto& m = st->mbs[static_cast<std::size_t>(mb)];

@@ -29,6 +29,11 @@ class Event {
   virtual bool query() const = 0;
   /// Blocks the calling thread until query() would be true.
   virtual void synchronize() const = 0;
+  /// Device time from `start` (recorded earlier on the same stream) to this
+  /// event, in µs; both must be complete. Instruction timing, the straggler
+  /// detector's costs and MFU come from these, so an asynchronous device is
+  /// measured where its work ran, not where the host enqueued it.
+  virtual double elapsed_us_since(const Event& start) const = 0;
 };
 
 /// An in-order queue of work on one device.
@@ -42,6 +47,11 @@ class Stream {
   virtual void wait(const Event& e) = 0;
   /// Blocks until every enqueued operation has finished.
   virtual void synchronize() = 0;
+  /// Calls `done` on some thread once all work enqueued so far has finished
+  /// (at once, on the caller's thread, where work completes when enqueued).
+  /// `done` must not enqueue work itself: it hands the completion on (to an
+  /// actor's mailbox), as every transport's completion does.
+  virtual void then(std::function<void()> done) = 0;
 };
 
 /// Memory owned by a device; freed by the device's deleter.
@@ -78,8 +88,15 @@ class Device {
   /// The same, readable in place by the other processes of this host where
   /// the device has such memory (host memory: CL-5); else as allocate().
   virtual Expected<std::shared_ptr<Buffer>> allocate_host_shared(std::size_t bytes) { return allocate(bytes); }
+  /// Host memory the device copies to and from at full speed (pinned), for
+  /// staging buffers; plain host memory where the device is the host.
+  virtual Expected<std::shared_ptr<Buffer>> allocate_pinned_host(std::size_t bytes) { return allocate(bytes); }
+  /// Whether the host may read and write this device's allocations directly.
+  virtual bool host_accessible() const = 0;
   /// Enqueues a copy of `bytes` from `src` to `dst` (either may be host memory) on `s`.
   virtual Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) = 0;
+  /// Enqueues setting `bytes` bytes at `dst` (device memory) to zero on `s`.
+  virtual Status fill_zero(void* dst, std::size_t bytes, Stream& s) = 0;
   virtual Stream& default_stream() = 0;
 };
 

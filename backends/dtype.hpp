@@ -52,4 +52,18 @@ inline float from_bf16(BFloat16 x) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(x.bits) << 16);
 }
 
+/// The DType whose elements are stored as C++ type T.
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
+template <>
+constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+template <>
+constexpr DType dtype_of<std::uint16_t>() { return DType::u16; }
+template <>
+constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+
 }  // namespace troupe

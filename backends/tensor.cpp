@@ -2,7 +2,8 @@
 #include "backends/tensor.hpp"
 
 #include <cassert>
-#include <cstring>
+#include <cstdio>
+#include <cstdlib>
 
 namespace troupe {
 
@@ -30,11 +31,12 @@ Tensor Tensor::borrow(Device& device, void* data, Shape shape, DType dtype) {
   return t;
 }
 
-Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype, Sharing sharing) {
+// A tensor of shape x dtype over memory `allocate` gives for its byte size.
+template <class Allocate>
+Expected<Tensor> Tensor::allocated(Shape shape, DType dtype, Allocate&& allocate) {
   for (auto d : shape)
     if (d < 0) return make_error("tensor: negative dimension in shape ", shape_string(shape));
-  auto bytes = static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype);
-  auto buffer = sharing == Sharing::host ? device.allocate_host_shared(bytes) : device.allocate(bytes);
+  auto buffer = allocate(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
   if (!buffer) return buffer.error();
   Tensor t;
   t.storage_ = std::move(*buffer);
@@ -43,12 +45,29 @@ Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype, Sharing
   return t;
 }
 
+Expected<Tensor> Tensor::empty(Device& device, Shape shape, DType dtype, Sharing sharing) {
+  return allocated(std::move(shape), dtype, [&](std::size_t bytes) {
+    return sharing == Sharing::host ? device.allocate_host_shared(bytes) : device.allocate(bytes);
+  });
+}
+
+Expected<Tensor> Tensor::pinned_host(Device& device, Shape shape, DType dtype) {
+  return allocated(std::move(shape), dtype, [&](std::size_t bytes) { return device.allocate_pinned_host(bytes); });
+}
+
 Expected<Tensor> Tensor::zeros(Device& device, Shape shape, DType dtype, Sharing sharing) {
-  if (device.kind() != DeviceKind::cpu)
-    return make_error("tensor: zeros() on ", device.name(), " needs a device memset");
   auto t = empty(device, std::move(shape), dtype, sharing);
-  if (t && t->nbytes() > 0) std::memset(t->raw(), 0, t->nbytes());
+  if (!t || t->nbytes() == 0) return t;
+  Stream& s = device.default_stream();
+  if (Status z = device.fill_zero(t->raw(), t->nbytes(), s); !z) return z.error();
+  s.synchronize();
   return t;
+}
+
+void Tensor::dtype_mismatch(DType asked) const {
+  std::fprintf(stderr, "tensor: %s data read as %s (shape %s)\n", std::string(dtype_name(dtype_)).c_str(),
+               std::string(dtype_name(asked)).c_str(), shape_string(shape_).c_str());
+  std::abort();
 }
 
 Tensor Tensor::view(std::int64_t offset, Shape shape) const {

@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backends/device.hpp"
@@ -27,9 +28,13 @@ class Tensor {
   /// Uninitialised storage of shape x dtype on `device`.
   static Expected<Tensor> empty(Device& device, Shape shape, DType dtype = DType::f32,
                                 Sharing sharing = Sharing::process);
-  /// Zero-filled storage.
+  /// Zero-filled storage (filled on the device's default stream, waited for).
   static Expected<Tensor> zeros(Device& device, Shape shape, DType dtype = DType::f32,
                                 Sharing sharing = Sharing::process);
+
+  /// Host memory that `device` copies to and from at full speed (pinned), for
+  /// staging what the host writes (token batches) or reads (snapshots).
+  static Expected<Tensor> pinned_host(Device& device, Shape shape, DType dtype = DType::f32);
 
   /// A tensor over memory someone else owns (e.g. a shared-memory ring slot);
   /// the memory must outlive every use of the tensor.
@@ -52,11 +57,20 @@ class Tensor {
   void* raw() const {
     return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));
   }
+  /// The elements as T; T must be the tensor's dtype (checked in every build:
+  /// reading bf16 bits as floats is a silent wrong answer, not a crash).
   template <class T>
-  T* data() const { return static_cast<T*>(raw()); }
+  T* data() const {
+    if (dtype_of<std::remove_const_t<T>>() != dtype_) dtype_mismatch(dtype_of<std::remove_const_t<T>>());
+    return static_cast<T*>(raw());
+  }
   float* f32() const { return data<float>(); }
 
  private:
+  [[noreturn]] void dtype_mismatch(DType asked) const;
+  template <class Allocate>
+  static Expected<Tensor> allocated(Shape shape, DType dtype, Allocate&& allocate);
+
   std::shared_ptr<Buffer> storage_;
   Shape shape_;
   DType dtype_ = DType::f32;

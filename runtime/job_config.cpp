@@ -123,6 +123,8 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"train.grad_clip", real(t.grad_clip, 0, 1e9)},
       {"train.seed", integer(t.seed, 0, kMaxI64)},
       {"train.threads", integer(t.threads, 0, 4096)},
+      {"train.device", string(t.device)},
+      {"train.precision", string(t.precision)},
       {"train.eval_every", integer(t.eval_every, 0, kMaxInt / 2)},
       {"train.eval_windows", integer(t.eval_windows, 0, 1 << 24)},
       {"train.log_every", integer(t.log_every, 0, kMaxInt / 2)},
@@ -296,6 +298,10 @@ Status check_relations(const JobConfig& c) {
     return make_error(where, ": train.optimizer must be adamw or lamb (got ", t.optimizer, ")");
   if (t.lr_schedule != "cosine" && t.lr_schedule != "constant")
     return make_error(where, ": train.lr_schedule must be cosine or constant (got ", t.lr_schedule, ")");
+  if (t.device != "cpu" && t.device != "cuda")
+    return make_error(where, ": train.device must be cpu or cuda (got ", t.device, ")");
+  if (t.precision != "fp32" && t.precision != "bf16")
+    return make_error(where, ": train.precision must be fp32 or bf16 (got ", t.precision, ")");
   if (t.min_lr > t.lr)
     return make_error(where, ": train.min_lr (", std::to_string(t.min_lr), ") must not exceed train.lr (",
                       std::to_string(t.lr), ")");

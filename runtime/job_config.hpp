@@ -55,6 +55,8 @@ struct TrainSection {
   int eval_every = 100;      ///< steps between validation evaluations; 0 = only at the end
   int eval_windows = 32;     ///< validation windows per evaluation
   int log_every = 10;        ///< steps between progress lines on stderr
+  std::string device = "cpu";       ///< cpu | cuda (the GPU: the node's local rank modulo the GPUs present)
+  std::string precision = "fp32";   ///< fp32 | bf16 (bf16 GEMMs and activations, fp32 master weights and sums)
 };
 
 struct DataSection {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The layering rule of docs/ARCHITECTURE.md: an include may point to the same
 # layer or one below, never above; CAF only in actors/, tools/, examples/,
-# tests/ and fuzz/. Prints every violation and fails if there is one.
+# tests/ and fuzz/; a concrete device (backends/cpu, backends/cuda) only in
+# backends/ and its own kernels (ops/cpu, ops/cuda). Prints every violation
+# and fails if there is one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rank() {
@@ -27,6 +29,14 @@ done < <(grep -rn --include='*.hpp' --include='*.cpp' --include='*.cu' '^#includ
            common schedules backends ops runtime training actors tools examples tests fuzz | sed -E 's/:[0-9]+:/:/')
 if grep -rln --include='*.hpp' --include='*.cpp' '#include <caf/' common schedules backends ops runtime training; then
   echo "layering: CAF included below actors/ (files above)"
+  status=1
+fi
+# The device seam: a concrete backend is named only inside it (the backend
+# itself, its kernels, and the test helpers that build a context for tests).
+if grep -rn --include='*.hpp' --include='*.cpp' --include='*.cu' --include='*.cuh' -E '#include "backends/(cpu|cuda)/' \
+     common schedules ops runtime training actors tools examples fuzz tests |
+   grep -vE '^ops/(cpu|cuda|testing)/|^ops/compute_device\.cpp:|\.test\.cpp:'; then
+  echo "layering: a concrete backend included outside backends/ and its kernels (lines above)"
   status=1
 fi
 [ $status -eq 0 ] && echo "layering: clean"

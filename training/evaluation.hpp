@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "backends/device.hpp"
+#include "ops/exec_context.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
 #include "runtime/token_file.hpp"
@@ -29,6 +29,6 @@ int fill_window_batch(const TokenFile& file, int ctx, std::int64_t first, std::i
 
 /// Evaluates `stage` (a whole model, sequence length = model ctx) over the
 /// first `windows` windows (all that fit when < 0). Uses the stage's slot 0.
-Expected<EvalResult> evaluate_windows(GptStage& stage, const TokenFile& file, std::int64_t windows, Stream& s);
+Expected<EvalResult> evaluate_windows(GptStage& stage, const TokenFile& file, std::int64_t windows, const ExecContext& ctx);
 
 }  // namespace troupe

@@ -1,6 +1,8 @@
 // JobConfig -> GptConfig / OptimizerConfig / LrSchedule.
 #include "training/job_model.hpp"
 
+#include <cstdlib>
+
 namespace troupe {
 
 GptConfig gpt_config(const JobConfig& job) {
@@ -16,6 +18,26 @@ OptimizerConfig optimizer_config(const JobConfig& job) {
                       static_cast<float>(t.eps), static_cast<float>(t.weight_decay)};
   c.grad_clip = static_cast<float>(t.grad_clip);
   return c;
+}
+
+DeviceChoice device_choice(const JobConfig& job, int local_rank, int sharers) {
+  DeviceChoice d;
+  d.kind = job.train.device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  d.threads = resolved_threads(job.train, sharers);
+  d.local_rank = local_rank;
+  d.precision = job.train.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  return d;
+}
+
+int local_rank_from_env(int fallback) {
+  for (const char* name : {"LOCAL_RANK", "SLURM_LOCALID"}) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0 && r < (1 << 20)) return static_cast<int>(r);
+  }
+  return fallback;
 }
 
 LrSchedule lr_schedule(const JobConfig& job) {

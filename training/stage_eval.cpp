@@ -3,18 +3,20 @@
 
 #include <algorithm>
 
+#include "backends/host_memory.hpp"
 #include "runtime/topology.hpp"
 #include "training/batches.hpp"
 #include "training/evaluation.hpp"
 
 namespace troupe {
 
-Expected<StageEvaluator> StageEvaluator::open(const StagePlan& plan, int rank, Device& device) {
+Expected<StageEvaluator> StageEvaluator::open(const StagePlan& plan, int rank) {
   auto val = open_data(plan.job.data.val, "data.val", plan.cfg.ctx, plan.cfg.vocab);
   if (!val) return val.error();
   const int B = plan.job.train.batch, T = plan.cfg.ctx;
-  auto tokens = Tensor::empty(device, {B, T}, DType::i32);
-  auto targets = Tensor::empty(device, {B, T}, DType::i32);
+  // Host memory: the runner copies a batch to the stage's device where it needs one.
+  auto tokens = Tensor::empty(host_memory(), {B, T}, DType::i32);
+  auto targets = Tensor::empty(host_memory(), {B, T}, DType::i32);
   if (!tokens) return tokens.error();
   if (!targets) return targets.error();
   StageEvaluator e(std::move(*val), MicroBatch{*tokens, *targets});
@@ -26,7 +28,7 @@ Expected<StageEvaluator> StageEvaluator::open(const StagePlan& plan, int rank, D
   return e;
 }
 
-Expected<double> StageEvaluator::run(StageRunner& runner, int tag_step, Stream& s) {
+Expected<double> StageEvaluator::run(StageRunner& runner, int tag_step, const ExecContext& ctx) {
   const std::int64_t batches = (windows_ + B_ - 1) / B_;
   const int mine = static_cast<int>(batches > replica_ ? (batches - replica_ + replicas_ - 1) / replicas_ : 0);
   auto first_window = [&](int mb) { return (static_cast<std::int64_t>(mb) * replicas_ + replica_) * B_; };
@@ -35,7 +37,7 @@ Expected<double> StageEvaluator::run(StageRunner& runner, int tag_step, Stream& 
     fill_window_batch(val_, ctx_, first_window(mb), windows_, batch_.tokens, batch_.targets);
     return batch_;
   };
-  return runner.run_forward_only(tag_step, mine, batch, rows, s);
+  return runner.run_forward_only(tag_step, mine, batch, rows, ctx);
 }
 
 }  // namespace troupe

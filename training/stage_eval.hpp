@@ -21,10 +21,10 @@ class StageEvaluator {
  public:
   /// For actor `rank` of `plan`: opens data.val (every stage, to agree on the
   /// number of windows) and the batch tensors on `device`.
-  static Expected<StageEvaluator> open(const StagePlan& plan, int rank, Device& device);
+  static Expected<StageEvaluator> open(const StagePlan& plan, int rank);
 
   /// This actor's share of the summed per-token loss (non-zero on the stages with the head).
-  Expected<double> run(StageRunner& runner, int tag_step, Stream& s);
+  Expected<double> run(StageRunner& runner, int tag_step, const ExecContext& ctx);
   /// Tokens evaluated over the whole job (the loss's denominator).
   std::int64_t tokens() const { return windows_ * ctx_; }
   std::int64_t windows() const { return windows_; }

@@ -39,13 +39,32 @@ struct StageRunner::Impl {
   Inbox* inbox = nullptr;
   std::vector<std::size_t> last_backward;  // per chunk: program index of the step's last (weight) backward
   std::size_t at(int chunk, int mb) const { return static_cast<std::size_t>(chunk * microbatches + mb); }
+  // A batch (host memory: the loader's ring) as the device reads it: itself
+  // where the device reads host memory, else a copy into a device buffer of
+  // the runner's (allocated on first use, one per microbatch index).
+  Expected<MicroBatch> on_device(const ExecContext& ctx, MicroBatch host, std::size_t i) {
+    if (ctx.device.host_accessible()) return host;
+    if (staged.size() <= i) staged.resize(i + 1);
+    MicroBatch& d = staged[i];
+    for (auto [dst, src] : {std::pair{&d.tokens, &host.tokens}, std::pair{&d.targets, &host.targets}}) {
+      if (!dst->defined() || dst->shape() != src->shape()) {
+        auto t = Tensor::empty(ctx.device, src->shape(), src->dtype());
+        if (!t) return t.error();
+        *dst = *t;
+      }
+      TROUPE_TRY(ctx.copy(*dst, *src));
+    }
+    ctx.stream.record()->synchronize();  // the host batch may be reused once this returns
+    return d;
+  }
+  std::vector<MicroBatch> staged;
   // Transport rank of the stage holding virtual stage vs.
   int rank_of_virtual(int vs) const { return links.stage_ranks[static_cast<std::size_t>(vs % stages)]; }
 };
 
 StageRunner::~StageRunner() = default;
 
-Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const GptConfig& cfg,
+Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ctx, const GptConfig& cfg,
                                                            const std::vector<StageSpec>& chunk_specs,
                                                            const schedules::Schedule& schedule, int stage, int B,
                                                            int T, StageLinks links, int replicas) {
@@ -82,14 +101,14 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(Device& device, const
   const std::int64_t C = cfg.dim;
   std::unique_ptr<StageRunner> r(new StageRunner());
   auto make = [&](std::vector<Tensor>& v) -> Status {
-    auto t = Tensor::empty(device, {B, T, C});
+    auto t = Tensor::empty(ctx.device, {B, T, C});
     if (!t) return t.error();
     v.push_back(*t);
     return Status::success();
   };
   for (int c = 0; c < schedule.chunks; ++c) {
     const StageSpec& spec = chunk_specs[static_cast<std::size_t>(c)];
-    auto model = GptStage::create(device, cfg, spec, B, T, impl->slots, schedule.kind == schedules::Kind::zb_h1);
+    auto model = GptStage::create(ctx, cfg, spec, B, T, impl->slots, schedule.kind == schedules::Kind::zb_h1);
     if (!model) return model.error();
     r->models_.push_back(std::move(*model));
     for (int mb = 0; mb < schedule.microbatches; ++mb) {
@@ -164,12 +183,12 @@ void StageRunner::record_transfers(int step) const {
   }
 }
 
-Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
+Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
   Impl& m = *impl_;
   Transport& t = *m.links.transport;
   const GptStage& any = *models_.front();
   const float dloss = 1.0f / static_cast<float>(any.batch() * any.seq() * m.microbatches * m.replicas);
-  for (auto& g : models_) g->zero_grads();
+  for (auto& g : models_) g->zero_grads(ctx);
   // Post every receive of the step before any compute.
   for (const auto& in : m.program) {
     const std::size_t i = m.at(in.chunk, in.mb);
@@ -188,6 +207,13 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
   ProgressSlot* const progress = m.links.progress;
   const FaultDrill* const drill = m.links.drill && m.links.drill->any() ? m.links.drill : nullptr;  // D-1
   const double slowdown = drill ? drill->compute_factor(step) : 1.0;
+  // Each compute instruction's device time, from events around it (read once
+  // the step's work is done), less what it waited on peers inside.
+  struct Marks {
+    std::unique_ptr<Event> begin, end;
+    double waited_us = 0;
+  };
+  std::vector<Marks> marks(m.program.size());
   const double start = now_us();
   for (std::size_t pc = 0; pc < m.program.size(); ++pc) {
     const auto& in = m.program[pc];
@@ -200,6 +226,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
     const int slot = in.mb % m.slots;
     const int vs = in.chunk * m.stages + m.stage;
     const double t0 = now_us();
+    if (compute) marks[pc].begin = ctx.stream.record();
     const double cpu0 = compute && m.links.cpu_clock_us ? m.links.cpu_clock_us() : 0;
     double waited = 0;  // inside a compute instruction, on peers: blocked time, not compute (G-1)
     auto timed_wait = [&](const auto& wait) {
@@ -227,13 +254,16 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
         if (first || last) {
           auto batch = timed_wait([&] { return m.links.batch(step, in.mb); });
           if (!batch) return batch.error();
-          m.batches[i] = std::move(*batch);
+          auto staged = m.on_device(ctx, std::move(*batch), i);
+          if (!staged) return staged.error();
+          m.batches[i] = std::move(*staged);
         }
         const Tensor& input = first ? m.batches[i].tokens : m.act_in[i];
-        times.loss += g.forward(slot, input, last ? &m.batches[i].targets : nullptr, dloss, s, needs);
+        times.loss += g.forward(slot, input, last ? &m.batches[i].targets : nullptr, dloss, ctx, needs);
         break;
       }
       case Op::send_act:
+        ctx.stream.record()->synchronize();  // the output is in memory before the transport reads it
         t.send(m.rank_of_virtual(vs + 1), tag_of(step, false, (vs + 1) / m.stages, in.mb), g.output(slot).raw(),
                g.output(slot).nbytes(), m.inbox->expect({StageEvent::activation_sent, in.chunk, in.mb}));
         break;
@@ -242,13 +272,14 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
         GptStage::GradsReady ready;
         if (pc == m.last_backward[static_cast<std::size_t>(in.chunk)] && m.links.grads_ready)
           ready = m.links.grads_ready(in.chunk);
-        if (in.op == Op::backward) g.backward(slot, last ? Tensor{} : m.grad_in[i], s, ready);
-        else g.backward_weight(slot, s, ready);
+        if (in.op == Op::backward) g.backward(slot, last ? Tensor{} : m.grad_in[i], ctx, ready);
+        else g.backward_weight(slot, ctx, ready);
         break;
       }
-      case Op::backward_input: g.backward_input(slot, last ? Tensor{} : m.grad_in[i], s); break;
+      case Op::backward_input: g.backward_input(slot, last ? Tensor{} : m.grad_in[i], ctx); break;
       case Op::send_grad:
-        std::memcpy(m.grad_out[i].raw(), g.input_grad().raw(), m.grad_out[i].nbytes());
+        TROUPE_TRY(ctx.copy(m.grad_out[i], g.input_grad()));
+        ctx.stream.record()->synchronize();  // the copy is in memory before the transport reads it
         t.send(m.rank_of_virtual(vs - 1), tag_of(step, true, (vs - 1) / m.stages, in.mb), m.grad_out[i].raw(),
                m.grad_out[i].nbytes(), m.inbox->expect({StageEvent::gradient_sent, in.chunk, in.mb}));
         break;
@@ -265,27 +296,32 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
       }
       t1 = now_us();
     }
+    if (compute) {
+      marks[pc].end = ctx.stream.record();
+      marks[pc].waited_us = waited;
+    }
     if (compute && m.links.cpu_clock_us) times.instruction_cpu_us[pc] = m.links.cpu_clock_us() - cpu0;
     times.blocked_us += waited;
     if (progress) progress->advanced(step, static_cast<int>(pc));
-    switch (in.op) {
-      case Op::recv_act:
-      case Op::recv_grad: times.blocked_us += t1 - t0; break;
-      case Op::forward: {
-        const double work = t1 - t0 - waited;
-        times.forward_us += work, ++times.forwards, times.instruction_us[pc] = work;
-        break;
-      }
-      case Op::backward:
-      case Op::backward_input: times.backward_us += t1 - t0, ++times.backwards, times.instruction_us[pc] = t1 - t0; break;
-      case Op::backward_weight: times.weight_us += t1 - t0, ++times.weights, times.instruction_us[pc] = t1 - t0; break;
-      default: break;
-    }
+    if (in.op == Op::recv_act || in.op == Op::recv_grad) times.blocked_us += t1 - t0;
     if (m.links.trace) record(in, step, m.links.trace->now_us() - (t1 - t0), m.links.trace->now_us());
   }
   for (const auto& in : m.program) {
     if (in.op == Op::send_act) TROUPE_TRY(m.inbox->wait({StageEvent::activation_sent, in.chunk, in.mb}));
     if (in.op == Op::send_grad) TROUPE_TRY(m.inbox->wait({StageEvent::gradient_sent, in.chunk, in.mb}));
+  }
+  ctx.stream.synchronize();
+  for (std::size_t pc = 0; pc < m.program.size(); ++pc) {
+    if (!marks[pc].begin) continue;
+    const double work = std::max(0.0, marks[pc].end->elapsed_us_since(*marks[pc].begin) - marks[pc].waited_us);
+    times.instruction_us[pc] = work;
+    switch (m.program[pc].op) {
+      case Op::forward: times.forward_us += work, ++times.forwards; break;
+      case Op::backward:
+      case Op::backward_input: times.backward_us += work, ++times.backwards; break;
+      case Op::backward_weight: times.weight_us += work, ++times.weights; break;
+      default: break;
+    }
   }
   times.wall_us = now_us() - start;
   if (m.links.trace) record_transfers(step);
@@ -296,7 +332,7 @@ Expected<StepTimes> StageRunner::run_step(int step, Stream& s) {
 
 Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
                                                const std::function<Expected<MicroBatch>(int mb)>& batch,
-                                               const std::function<int(int mb)>& rows, Stream& s) {
+                                               const std::function<int(int mb)>& rows, const ExecContext& ctx) {
   Impl& m = *impl_;
   Transport& t = *m.links.transport;
   const int chunks = static_cast<int>(models_.size());
@@ -323,16 +359,18 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
         if (first || last) {
           auto b = batch(mb);
           if (!b) return b.error();
-          data = std::move(*b);
+          auto staged = m.on_device(ctx, std::move(*b), i);
+          if (!staged) return staged.error();
+          data = std::move(*staged);
         }
         if (!first) TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, c, mb}));
-        g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, s);
+        g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, ctx);
         if (m.links.progress) m.links.progress->advanced(m.links.progress->step.load(std::memory_order_relaxed), -1);
         if (last) {
-          const float* losses = g.token_losses(slot).f32();
           const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();
-          for (std::int64_t k = 0; k < n; ++k) loss_sum += losses[k];
+          loss_sum += ctx.kernels.sum(g.token_losses(slot).view(0, {n}));
         } else {
+          ctx.stream.record()->synchronize();  // the output is in memory before the transport reads it
           t.send(m.rank_of_virtual(vs + 1), tag_of(tag_step, false, (vs + 1) / m.stages, mb), g.output(slot).raw(),
                  g.output(slot).nbytes(), m.inbox->expect({StageEvent::activation_sent, c, mb}));
         }

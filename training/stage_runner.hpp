@@ -79,7 +79,7 @@ class StageRunner {
   /// `chunk_specs`: the model chunks of `stage`, chunk 0 first (one without interleaving).
   /// `replicas`: data-parallel replicas whose gradients will be summed (the
   /// loss gradient is scaled so that the sum is the mean over all of them).
-  static Expected<std::unique_ptr<StageRunner>> create(Device& device, const GptConfig& cfg,
+  static Expected<std::unique_ptr<StageRunner>> create(const ExecContext& ctx, const GptConfig& cfg,
                                                        const std::vector<StageSpec>& chunk_specs,
                                                        const schedules::Schedule& schedule, int stage, int B, int T,
                                                        StageLinks links, int replicas = 1);
@@ -87,7 +87,7 @@ class StageRunner {
   int chunks() const { return static_cast<int>(models_.size()); }
   GptStage& model(int chunk = 0) { return *models_[static_cast<std::size_t>(chunk)]; }
   /// Zeroes the gradients and runs the step's instructions up to grad_sync.
-  Expected<StepTimes> run_step(int step, Stream& s);
+  Expected<StepTimes> run_step(int step, const ExecContext& ctx);
 
   /// A forward-only pass (evaluation) over `batches` microbatches of this
   /// replica, passed between the stages as in training, in (microbatch, chunk)
@@ -96,7 +96,7 @@ class StageRunner {
   /// On the stage with the head, returns the sum of the per-token losses of
   /// the first rows(mb) rows of each microbatch; elsewhere 0.
   Expected<double> run_forward_only(int tag_step, int batches, const std::function<Expected<MicroBatch>(int mb)>& batch,
-                                    const std::function<int(int mb)>& rows, Stream& s);
+                                    const std::function<int(int mb)>& rows, const ExecContext& ctx);
 
  private:
   struct Impl;

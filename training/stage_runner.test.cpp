@@ -8,7 +8,7 @@
 #include <cmath>
 #include <thread>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "ops/testing/cpu_context.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "backends/transport/wait.hpp"
@@ -42,8 +42,8 @@ void batch(int step, int mb, Tensor& tokens, Tensor& targets) {
 OptimizerConfig optimizer() { return OptimizerConfig{OptimizerKind::adamw, AdamHyper{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f}, 1.0f}; }
 
 std::vector<double> reference_losses() {
-  CpuDevice dev(1);
-  auto& s = dev.default_stream();
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
   auto cfg = config();
   auto stage = std::move(*GptStage::create(dev, cfg, whole_model(cfg), kB, kT));
   stage->init_weights(5);
@@ -51,7 +51,7 @@ std::vector<double> reference_losses() {
   auto tokens = *Tensor::empty(dev, {kB, kT}, DType::i32), targets = *Tensor::empty(dev, {kB, kT}, DType::i32);
   std::vector<double> out;
   for (int step = 0; step < kSteps; ++step) {
-    stage->zero_grads();
+    stage->zero_grads(s);
     double loss = 0;
     for (int mb = 0; mb < kMicro; ++mb) {
       batch(step, mb, tokens, targets);
@@ -74,8 +74,8 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p, int v = 1) {
   std::vector<std::thread> threads;
   for (int st = 0; st < p; ++st)
     threads.emplace_back([&, st] {
-      CpuDevice dev(1);
-      auto& s = dev.default_stream();
+      testing::CpuContext dev(1);
+      const ExecContext& s = dev;
       auto transport = fabric->endpoint(st);
       Collectives coll(*transport);
       std::vector<MicroBatch> data;
@@ -118,8 +118,8 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p, int v = 1) {
           (void)wait_for([&](Completion c) { coll.all_reduce({0, p - 1}, wte.f32(), static_cast<std::size_t>(wte.numel()), c); });
         }
         float sq = 0;
-        for (int c = 0; c < v; ++c) sq += static_cast<float>(sum_squares((*runner)->model(c).flat_grads(), s));
-        if (st == p - 1) sq -= static_cast<float>(sum_squares(last.find("wte.weight")->grad, s));  // counted on stage 0
+        for (int c = 0; c < v; ++c) sq += static_cast<float>(s.kernels.sum_squares((*runner)->model(c).flat_grads()));
+        if (st == p - 1) sq -= static_cast<float>(s.kernels.sum_squares(last.find("wte.weight")->grad));  // counted on stage 0
         (void)wait_for([&](Completion c) { coll.all_reduce(everyone, &sq, 1, c); });
         for (int c = 0; c < v; ++c) opts[static_cast<std::size_t>(c)].step_with_global_norm((*runner)->model(c), 3e-3f, step + 1, sq, s);
       }

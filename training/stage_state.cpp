@@ -1,27 +1,27 @@
 // StageState: build, the step's parts, snapshot and restore.
 #include "training/stage_state.hpp"
 
-#include <cstring>
-
 #include "ops/model/weights.hpp"
 #include "training/job_model.hpp"
 
 namespace troupe {
 namespace {
 
-// Copies `t` (f32) into `out`, resizing it only if its size differs.
-void copy_out(const Tensor& t, std::vector<float>& out) {
+// Enqueues a copy of `t` (f32, on the device) into `out`, resizing it only if
+// its size differs; the caller waits for the stream before reading `out`.
+Status copy_out(const ExecContext& ctx, const Tensor& t, std::vector<float>& out) {
   const auto n = static_cast<std::size_t>(t.numel());
   if (out.size() != n) out.resize(n);
-  if (n) std::memcpy(out.data(), t.f32(), n * sizeof(float));
+  if (t.dtype() != DType::f32) return make_error("snapshot: state tensors must be f32");
+  return ctx.device.copy(out.data(), t.raw(), n * sizeof(float), ctx.stream);
 }
 
-Status copy_in(const std::vector<float>& in, Tensor& t, const std::string& what) {
+Status copy_in(const ExecContext& ctx, const std::vector<float>& in, Tensor& t, const std::string& what) {
   if (in.size() != static_cast<std::size_t>(t.numel()))
     return make_error("snapshot: ", what, " holds ", std::to_string(in.size()), " values, the stage has ",
                       std::to_string(t.numel()));
-  if (!in.empty()) std::memcpy(t.f32(), in.data(), in.size() * sizeof(float));
-  return Status::success();
+  if (t.dtype() != DType::f32) return make_error("snapshot: state tensors must be f32");
+  return ctx.device.copy(t.raw(), in.data(), in.size() * sizeof(float), ctx.stream);
 }
 
 }  // namespace
@@ -31,12 +31,13 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
   const JobConfig& job = plan.job;
   const Coord me = coord_of(plan.dims, a.rank);
   std::unique_ptr<StageState> st(new StageState());
+  st->ctx_ = a.ctx;
   st->tied_split_ = plan.schedule.virtual_stages() > 1;  // embedding and head in different chunks
   StageLinks links = a.links;
   StageState* self = st.get();  // stable: the object lives on the heap
   links.grads_ready = [self](int c) { return self->zero(c).grads_ready(); };
   links.params_needed = [self](int c) { return self->zero(c).params_needed(); };
-  auto runner = StageRunner::create(*a.device, plan.cfg, plan.chunks_of(me.pp), plan.schedule, me.pp, job.train.batch,
+  auto runner = StageRunner::create(*a.ctx, plan.cfg, plan.chunks_of(me.pp), plan.schedule, me.pp, job.train.batch,
                                     plan.cfg.ctx, links, job.parallel.dp);
   if (!runner) return runner.error();
   st->runner_ = std::move(*runner);
@@ -50,7 +51,7 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
       TROUPE_TRY(load_weights(model, a.init_path, unused));
     }
     const bool tied_end = st->tied_split_ && (model.spec().embedding || model.spec().head);
-    auto z = ZeroChunk::create(*a.device, model, *a.collectives, dp_group(plan.dims, a.rank), me.dp,
+    auto z = ZeroChunk::create(*a.ctx, model, *a.collectives, dp_group(plan.dims, a.rank), me.dp,
                                optimizer_config(job), ZeroOptions{bucket, tied_end ? "wte.weight" : "", links.inbox, c});
     if (!z) return z.error();
     st->zero_.push_back(std::move(*z));
@@ -58,7 +59,7 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
   return st;
 }
 
-Expected<StepTimes> StageState::forward_backward(Stream& s) { return runner_->run_step(next_step_, s); }
+Expected<StepTimes> StageState::forward_backward(const ExecContext& ctx) { return runner_->run_step(next_step_, ctx); }
 
 Status StageState::wait_gathered() {
   for (auto& z : zero_) TROUPE_TRY(z->wait_params());
@@ -71,14 +72,14 @@ Status StageState::sync_gradients() {
   return Status::success();
 }
 
-double StageState::sum_squares(Stream& s) {
+double StageState::sum_squares(const ExecContext& ctx) {
   double sq = 0;
-  for (int c = 0; c < chunks(); ++c) sq += zero(c).owned_sum_squares(s, tied_split_ && model(c).spec().head);
+  for (int c = 0; c < chunks(); ++c) sq += zero(c).owned_sum_squares(ctx, tied_split_ && model(c).spec().head);
   return sq;
 }
 
-Status StageState::update(float lr, double global_sum_squares, Stream& s) {
-  for (auto& z : zero_) TROUPE_TRY(z->step(lr, next_step_ + 1, global_sum_squares, s));
+Status StageState::update(float lr, double global_sum_squares, const ExecContext& ctx) {
+  for (auto& z : zero_) TROUPE_TRY(z->step(lr, next_step_ + 1, global_sum_squares, ctx));
   for (auto& z : zero_) z->gather_params();
   ++next_step_;
   return Status::success();
@@ -93,10 +94,11 @@ Status StageState::snapshot(StageSnapshot& into) {
   into.exp_avg_sq.resize(n);
   for (std::size_t c = 0; c < n; ++c) {
     const int chunk = static_cast<int>(c);
-    copy_out(model(chunk).flat_params(), into.params[c]);
-    copy_out(zero(chunk).optimizer().first_moment(), into.exp_avg[c]);
-    copy_out(zero(chunk).optimizer().second_moment(), into.exp_avg_sq[c]);
+    TROUPE_TRY(copy_out(*ctx_, model(chunk).flat_params(), into.params[c]));
+    TROUPE_TRY(copy_out(*ctx_, zero(chunk).optimizer().first_moment(), into.exp_avg[c]));
+    TROUPE_TRY(copy_out(*ctx_, zero(chunk).optimizer().second_moment(), into.exp_avg_sq[c]));
   }
+  ctx_->stream.synchronize();
   return Status::success();
 }
 
@@ -110,10 +112,11 @@ Status StageState::restore(const StageSnapshot& from) {
   for (std::size_t c = 0; c < n; ++c) {
     const int chunk = static_cast<int>(c);
     const std::string which = "chunk " + std::to_string(c);
-    TROUPE_TRY(copy_in(from.params[c], model(chunk).flat_params(), which + " parameters"));
-    TROUPE_TRY(copy_in(from.exp_avg[c], zero(chunk).optimizer().first_moment(), which + " exp_avg"));
-    TROUPE_TRY(copy_in(from.exp_avg_sq[c], zero(chunk).optimizer().second_moment(), which + " exp_avg_sq"));
+    TROUPE_TRY(copy_in(*ctx_, from.params[c], model(chunk).flat_params(), which + " parameters"));
+    TROUPE_TRY(copy_in(*ctx_, from.exp_avg[c], zero(chunk).optimizer().first_moment(), which + " exp_avg"));
+    TROUPE_TRY(copy_in(*ctx_, from.exp_avg_sq[c], zero(chunk).optimizer().second_moment(), which + " exp_avg_sq"));
   }
+  ctx_->stream.synchronize();  // `from` may go once this returns
   next_step_ = from.next_step;
   return Status::success();
 }

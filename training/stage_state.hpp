@@ -33,7 +33,7 @@ struct StageSnapshot {
 };
 
 struct StageStateArgs {
-  Device* device = nullptr;
+  const ExecContext* ctx = nullptr;  ///< the stage actor's device and stream; outlives the state
   Collectives* collectives = nullptr;  ///< over the stage's transport
   const StagePlan* plan = nullptr;
   int rank = 0;  ///< the stage actor's rank (Megatron order over dp x pp)
@@ -57,7 +57,7 @@ class StageState {
 
   /// The step's forward and backward passes (its schedule's instruction list);
   /// gradient buckets start reducing during the backward.
-  Expected<StepTimes> forward_backward(Stream& s);
+  Expected<StepTimes> forward_backward(const ExecContext& ctx);
   /// Waits for the previous update's all-gather, then (after the caller has
   /// summed the tied embedding's halves) reduces the deferred buckets and
   /// waits for every bucket: each owned shard then holds the replicas' sum.
@@ -65,10 +65,10 @@ class StageState {
   Status sync_gradients();
   /// Squared norm of this replica's reduced gradient shards (the tied weight
   /// counted once, on the embedding's chunk, when the embedding and head are split).
-  double sum_squares(Stream& s);
+  double sum_squares(const ExecContext& ctx);
   /// The sharded optimizer update at learning rate `lr` with the global
   /// squared norm, then the parameters' all-gather starts; the step is done.
-  Status update(float lr, double global_sum_squares, Stream& s);
+  Status update(float lr, double global_sum_squares, const ExecContext& ctx);
 
   /// Copies the state into `into` at a step boundary (waits for the update's
   /// all-gather first); reuses `into`'s buffers when their sizes match.
@@ -78,6 +78,7 @@ class StageState {
 
  private:
   StageState() = default;
+  const ExecContext* ctx_ = nullptr;
   std::unique_ptr<StageRunner> runner_;
   std::vector<std::unique_ptr<ZeroChunk>> zero_;
   bool tied_split_ = false;

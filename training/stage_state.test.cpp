@@ -10,7 +10,7 @@
 #include <optional>
 #include <thread>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "ops/testing/cpu_context.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "training/job_model.hpp"
 #include "training/recovery_snapshots.hpp"
@@ -35,7 +35,7 @@ JobConfig small_job(const std::string& optimizer) {
 // One pipeline stage of one replica over an in-process transport, with
 // synthetic batches that are a pure function of (step, mb).
 struct Stage {
-  CpuDevice device{1};
+  testing::CpuContext device{1};
   std::shared_ptr<LocalFabric> fabric = LocalFabric::create(1);
   std::unique_ptr<Transport> transport = fabric->endpoint(0);
   Collectives collectives{*transport};
@@ -58,7 +58,7 @@ struct Stage {
       }
       return m;
     };
-    auto built = StageState::build(StageStateArgs{&device, &collectives, &plan, 0, links, ""});
+    auto built = StageState::build(StageStateArgs{&device.ctx, &collectives, &plan, 0, links, ""});
     REQUIRE(built.ok());
     state = std::move(*built);
   }
@@ -69,7 +69,7 @@ struct Stage {
   // Steps through the named parts, as train_stage does for one stage and one replica.
   void train(int steps) {
     const LrSchedule lrs = lr_schedule(plan.job);
-    auto& s = device.default_stream();
+    const ExecContext& s = device;
     for (int i = 0; i < steps; ++i) {
       REQUIRE(state->forward_backward(s).ok());
       REQUIRE(state->wait_gathered().ok());

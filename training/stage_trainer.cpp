@@ -14,8 +14,6 @@
 #include <optional>
 #include <thread>
 
-#include "backends/cpu/cpu_device.hpp"
-#include "backends/cpu/gemm.hpp"
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/lossy_transport.hpp"
 #include "backends/transport/wait.hpp"
@@ -70,8 +68,7 @@ class Trainer {
         plan_(*a.plan),
         job_(plan_.job),
         me_(coord_of(plan_.dims, a.rank)),
-        device_(resolved_threads(job_.train, a.actors_on_node)),
-        s_(device_.default_stream()),
+        compute_(ComputeDevice::open(device_choice(job_, local_rank_from_env(a.node), a.actors_on_node))),
         drill_(job_.faults, a.rank, a.node, a.local),
         lossy_(drill_.losses() ? std::make_unique<LossyTransport>(*a.transport, drill_.losses()) : nullptr),
         transport_(lossy_ ? *lossy_ : *a.transport),
@@ -93,6 +90,11 @@ class Trainer {
  private:
   Expected<double> train() {
     if (a_.progress) a_.progress->advanced(-1, -1);  // starting: not judged before step 0 (H-3)
+    if (!compute_) return compute_.error();
+    if (!ctx().device.host_accessible() && plan_.actors() > 1)  // the collectives and transfers read host memory
+      return make_error("train.device = \"", job_.train.device, "\" with ", std::to_string(plan_.actors()),
+                        " stage actors: device tensors between actors need device communicators, which this build "
+                        "lacks; use parallel.dp = parallel.pp = 1 on a GPU");
     TROUPE_TRY(build_state());
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
     AbortTransfersOnError abort_on_error(transport_);  // destroyed before the buffers it protects
@@ -254,17 +256,8 @@ class Trainer {
     links.batch = a_.batches.get;
     links.progress = a_.progress;
     links.drill = &drill_;
-    ThreadPool& pool = device_.cpu_stream().pool();
-    links.cpu_clock_us = [&pool] { return pool.cpu_us(); };
-    if (drill_.slows())
-      links.burn = [&pool](double cpu_us) {  // each compute thread burns its share, in its own CPU time
-        const auto share_ns = static_cast<std::int64_t>(cpu_us * 1000 / pool.size());
-        pool.run(pool.size(), [&](int) {
-          const std::int64_t until = thread_cpu_ns() + share_ns;
-          while (thread_cpu_ns() < until) {
-          }
-        });
-      };
+    links.cpu_clock_us = (*compute_)->compute_cpu_clock();
+    if (drill_.slows()) links.burn = (*compute_)->compute_burner();
     if (!a_.trace_path.empty() && !trace_) {  // once: a rebuilt state (a recovery) writes on the same tracks
       trace_ = std::make_unique<TraceWriter>();
       const std::string name = "stage " + std::to_string(me_.pp) + " replica " + std::to_string(me_.dp);
@@ -276,7 +269,7 @@ class Trainer {
       links.trace_track = links_.trace_track;
       links.transfer_track = links_.transfer_track;
     }
-    auto st = StageState::build(StageStateArgs{&device_, &coll_, &plan_, a_.rank, links, a_.init_path});
+    auto st = StageState::build(StageStateArgs{&ctx(), &coll_, &plan_, a_.rank, links, a_.init_path});
     if (!st) return st.error();
     state_ = std::move(*st);
     links_ = links;
@@ -334,11 +327,8 @@ class Trainer {
     // MFU's denominator: the root's measured peak per thread, times the threads
     // that can run at once (the stage actors' threads, at most the cores) on
     // every node.
-    ThreadPool& pool = device_.cpu_stream().pool();
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int nodes = std::max(1, plan_.actors() / std::max(1, a_.actors_on_node));
-    root_->peak_flops =
-        measure_sgemm_peak(pool) * 1e9 / pool.size() * std::min(pool.size() * a_.actors_on_node, cores) * nodes;
+    root_->peak_flops = (*compute_)->measure_peak_flops(a_.actors_on_node) * nodes;
     const auto& par = job_.parallel;
     spdlog::info("model: {} layers, d={}, {} heads, ctx {}, {:.2f}M parameters; dp {} x pp {}, {} ({} chunk{}), {} "
                  "microbatches of {}",
@@ -360,7 +350,7 @@ class Trainer {
 
   Status forward_backward(StepFigures& f) {
     f.start = Clock::now();
-    auto times = state_->forward_backward(s_);
+    auto times = state_->forward_backward(ctx());
     if (!times) return times.error();
     f.times = std::move(*times);
     return state_->wait_gathered();  // a failed all-gather of the last update surfaces here
@@ -392,10 +382,10 @@ class Trainer {
   // The global norm over every shard of every stage, then the sharded update.
   Status update(StepFigures& f) {
     const auto start = Clock::now();
-    f.global_sum_squares = static_cast<float>(state_->sum_squares(s_));
+    f.global_sum_squares = static_cast<float>(state_->sum_squares(ctx()));
     TROUPE_TRY(all_reduce(everyone_, &f.global_sum_squares, 1, "the gradient norm all-reduce"));
     f.lr = learning_rate(lrs_, state_->next_step());
-    TROUPE_TRY(state_->update(static_cast<float>(f.lr), f.global_sum_squares, s_));
+    TROUPE_TRY(state_->update(static_cast<float>(f.lr), f.global_sum_squares, ctx()));
     f.sync_us = f.tied_sync_us + f.exposed_sync_us + us_since(start);
     if (trace_) {
       const double now = trace_->now_us();
@@ -428,12 +418,12 @@ class Trainer {
     const bool last = step + 1 == t.steps;
     if (!((t.eval_every > 0 && (step + 1) % t.eval_every == 0) || last)) return std::optional<double>();
     if (!eval_) {
-      auto e = StageEvaluator::open(plan_, a_.rank, device_);
+      auto e = StageEvaluator::open(plan_, a_.rank);
       if (!e) return e.error();
       eval_.emplace(std::move(*e));
     }
     TROUPE_TRY(state_->wait_gathered());  // the update's parameters
-    auto share = eval_->run(state_->runner(), step, s_);
+    auto share = eval_->run(state_->runner(), step, ctx());
     if (!share) return share.error();
     float sum = static_cast<float>(*share);
     TROUPE_TRY(all_reduce(everyone_, &sum, 1, "the validation loss all-reduce"));
@@ -545,8 +535,8 @@ class Trainer {
   const StagePlan& plan_;
   const JobConfig& job_;
   const Coord me_;
-  CpuDevice device_;
-  Stream& s_;
+  Expected<std::unique_ptr<ComputeDevice>> compute_;  ///< this actor's device, stream and kernels
+  const ExecContext& ctx() const { return (*compute_)->context(); }
   const FaultDrill drill_;                        ///< this actor's fault drills (none: no cost, D-1)
   std::unique_ptr<LossyTransport> lossy_;        ///< a lose drill's: every transfer goes through it (else none)
   Transport& transport_;                          ///< the actor's transport (or lossy_ over it)

@@ -49,7 +49,7 @@ struct ZeroChunk::Impl {
 ZeroChunk::ZeroChunk(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ZeroChunk::~ZeroChunk() = default;
 
-Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(Device& device, GptStage& model, Collectives& collectives,
+Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(const ExecContext& ctx, GptStage& model, Collectives& collectives,
                                                        std::vector<int> replicas, int me, OptimizerConfig optimizer,
                                                        ZeroOptions options) {
   if (options.bucket_elements < 1) return make_error("parallel.bucket_mb must be > 0");
@@ -82,7 +82,7 @@ Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(Device& device, GptStage&
     if (hi > lo) owned.push_back({b.begin + static_cast<std::int64_t>(lo), b.begin + static_cast<std::int64_t>(hi)});
   }
   std::sort(owned.begin(), owned.end(), [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
-  auto opt = StageOptimizer::create(device, model, optimizer, owned);
+  auto opt = StageOptimizer::create(ctx, model, optimizer, owned);
   if (!opt) return opt.error();
   impl->optimizer.emplace(std::move(*opt));
   return std::unique_ptr<ZeroChunk>(new ZeroChunk(std::move(impl)));
@@ -108,13 +108,16 @@ GptStage::GradsReady ZeroChunk::grads_ready() {
     m.remaining[b] = m.buckets[b].size();
     m.launched[b] = false;
   }
-  return [this](std::int64_t begin, std::int64_t end) {
+  return [this](std::int64_t begin, std::int64_t end, const Event& done) {
     Impl& z = *impl_;
+    bool in_memory = false;  // waited for once, and only when a bucket starts
     for (std::size_t b = 0; b < z.buckets.size(); ++b) {
       const std::int64_t lo = std::max(begin, z.buckets[b].begin), hi = std::min(end, z.buckets[b].end);
       if (hi <= lo) continue;
       z.remaining[b] -= hi - lo;
-      if (z.remaining[b] == 0 && b != z.deferred) start_reduce(b);
+      if (z.remaining[b] != 0 || b == z.deferred) continue;
+      if (!in_memory) done.synchronize(), in_memory = true;
+      start_reduce(b);
     }
   };
 }
@@ -139,11 +142,11 @@ Status ZeroChunk::wait_grads() {
   return Status::success();
 }
 
-double ZeroChunk::owned_sum_squares(Stream& s, bool skip_deferred) const {
-  return impl_->optimizer->owned_sum_squares(*impl_->model, s, skip_deferred ? impl_->options.deferred_param : "");
+double ZeroChunk::owned_sum_squares(const ExecContext& ctx, bool skip_deferred) const {
+  return impl_->optimizer->owned_sum_squares(*impl_->model, ctx, skip_deferred ? impl_->options.deferred_param : "");
 }
 
-Status ZeroChunk::step(float lr, int t, double global_sum_squares, Stream& s) {
+Status ZeroChunk::step(float lr, int t, double global_sum_squares, const ExecContext& ctx) {
   Impl& m = *impl_;
   Status status;
   NormReducer reduce;
@@ -153,7 +156,7 @@ Status ZeroChunk::step(float lr, int t, double global_sum_squares, Stream& s) {
       status = wait_for([&](Completion c) { m.coll->all_reduce(m.replicas, f.data(), f.size(), std::move(c)); });
       std::copy(f.begin(), f.end(), sums.begin());
     };
-  m.optimizer->step_with_global_norm(*m.model, lr, t, global_sum_squares, s, reduce);
+  m.optimizer->step_with_global_norm(*m.model, lr, t, global_sum_squares, ctx, reduce);
   return status;
 }
 

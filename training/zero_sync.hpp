@@ -45,7 +45,7 @@ class ZeroChunk {
  public:
   /// `replicas`: transport ranks of this chunk's data-parallel group; `me` is
   /// this rank's index in it.
-  static Expected<std::unique_ptr<ZeroChunk>> create(Device& device, GptStage& model, Collectives& collectives,
+  static Expected<std::unique_ptr<ZeroChunk>> create(const ExecContext& ctx, GptStage& model, Collectives& collectives,
                                                      std::vector<int> replicas, int me, OptimizerConfig optimizer,
                                                      ZeroOptions options);
   ~ZeroChunk();
@@ -61,9 +61,9 @@ class ZeroChunk {
   Status wait_grads();
   /// Sum of squared (reduced) gradients over this replica's shards; the
   /// deferred parameter is left out when `skip_deferred`.
-  double owned_sum_squares(Stream& s, bool skip_deferred) const;
+  double owned_sum_squares(const ExecContext& ctx, bool skip_deferred) const;
   /// The sharded update (blocking: LAMB's norms are all-reduced over the replicas).
-  Status step(float lr, int t, double global_sum_squares, Stream& s);
+  Status step(float lr, int t, double global_sum_squares, const ExecContext& ctx);
   /// Starts the all-gather of the updated parameters.
   void gather_params();
   /// Waits for gather_params() (immediately done if none is in flight).

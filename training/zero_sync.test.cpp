@@ -6,7 +6,7 @@
 #include <set>
 #include <thread>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "ops/testing/cpu_context.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "common/hash.hpp"
 #include "ops/testing/small_models.hpp"
@@ -24,7 +24,7 @@ float grad_value(int replica, std::int64_t i) {
 }  // namespace
 
 TEST_CASE("Z-1: buckets tile the flat buffer at parameter boundaries, the lone tensor apart", "[zero]") {
-  CpuDevice dev(1);
+  testing::CpuContext dev(1);
   const GptConfig cfg = model_config();
   for (const StageSpec spec : {whole_model(cfg), StageSpec{1, 3, false, true}})
     for (std::int64_t size : {1, 500, 3000, 1 << 30}) {
@@ -53,7 +53,7 @@ TEST_CASE("Z-3, Z-4: reduced shards hold the sums and gathered parameters equal 
       OptimizerConfig oc;
       oc.kind = kind;
       // Reference: one optimizer over the summed gradients.
-      CpuDevice ref_dev(1);
+      testing::CpuContext ref_dev(1);
       auto ref = std::move(*GptStage::create(ref_dev, cfg, whole_model(cfg), 1, cfg.ctx));
       ref->init_weights(3);
       const std::int64_t total = ref->flat_grads().numel();
@@ -64,7 +64,7 @@ TEST_CASE("Z-3, Z-4: reduced shards hold the sums and gathered parameters equal 
       }
       const std::vector<float> summed(ref->flat_grads().f32(), ref->flat_grads().f32() + total);
       auto ref_opt = *StageOptimizer::create(ref_dev, *ref, oc);  // (LAMB overwrites the gradients)
-      ref_opt.step(*ref, 1e-2f, 1, ref_dev.default_stream());
+      ref_opt.step(*ref, 1e-2f, 1, ref_dev.ctx);
 
       auto fabric = LocalFabric::create(n);
       std::vector<std::vector<float>> params(static_cast<std::size_t>(n));
@@ -73,8 +73,8 @@ TEST_CASE("Z-3, Z-4: reduced shards hold the sums and gathered parameters equal 
       std::vector<std::thread> threads;
       for (int r = 0; r < n; ++r)
         threads.emplace_back([&, r] {
-          CpuDevice dev(1);
-          Stream& s = dev.default_stream();
+          testing::CpuContext dev(1);
+          const ExecContext& s = dev;
           auto t = fabric->endpoint(r);
           Collectives coll(*t);
           auto stage = std::move(*GptStage::create(dev, cfg, whole_model(cfg), 1, cfg.ctx));
@@ -90,7 +90,7 @@ TEST_CASE("Z-3, Z-4: reduced shards hold the sums and gathered parameters equal 
           // Gradients become final back to front, as in a backward.
           auto ready = (*z)->grads_ready();
           for (auto it = stage->params().rbegin(); it != stage->params().rend(); ++it)
-            ready(it->offset, it->offset + it->value.numel());
+            ready(it->offset, it->offset + it->value.numel(), *s.stream.record());
           if (auto st = (*z)->wait_grads(); !st) {
             errors[static_cast<std::size_t>(r)] = st.error().message;
             return;
@@ -123,7 +123,7 @@ TEST_CASE("Z-3, Z-4: reduced shards hold the sums and gathered parameters equal 
 }
 
 TEST_CASE("a bucket whose gradients never became final is an error, not a hang", "[zero]") {
-  CpuDevice dev(1);
+  testing::CpuContext dev(1);
   const GptConfig cfg = model_config();
   auto stage = std::move(*GptStage::create(dev, cfg, whole_model(cfg), 1, cfg.ctx));
   auto fabric = LocalFabric::create(1);
@@ -131,7 +131,7 @@ TEST_CASE("a bucket whose gradients never became final is an error, not a hang",
   Collectives coll(*t);
   auto z = std::move(*ZeroChunk::create(dev, *stage, coll, {0}, 0, {}, ZeroOptions{700, ""}));
   auto ready = z->grads_ready();
-  ready(stage->flat_grads().numel() - 10, stage->flat_grads().numel());
+  ready(stage->flat_grads().numel() - 10, stage->flat_grads().numel(), *dev.ctx.stream.record());
   auto st = z->wait_grads();
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().message.find("never reduced") != std::string::npos);

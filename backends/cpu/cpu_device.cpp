@@ -4,6 +4,8 @@
 #include "backends/shared_bytes.hpp"
 
 #include <cassert>
+#include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -14,10 +16,21 @@ namespace {
 
 constexpr std::size_t kAlignment = 64;
 
+// Work is done when enqueued, so an event is complete when recorded and its
+// time is the host's clock at that moment.
 class CompletedEvent final : public Event {
  public:
+  CompletedEvent() : at_(std::chrono::steady_clock::now()) {}
   bool query() const override { return true; }
   void synchronize() const override {}
+  double elapsed_us_since(const Event& start) const override {
+    const auto* s = dynamic_cast<const CompletedEvent*>(&start);
+    if (s == nullptr) return std::nan("");  // an event of another device: no common clock
+    return std::chrono::duration<double, std::micro>(at_ - s->at_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point at_;
 };
 
 bool cpu_has_avx512_bf16() {
@@ -38,6 +51,8 @@ Device& CpuStream::device() { return device_; }
 std::unique_ptr<Event> CpuStream::record() { return std::make_unique<CompletedEvent>(); }
 
 void CpuStream::wait(const Event& e) { e.synchronize(); }
+
+void CpuStream::then(std::function<void()> done) { done(); }
 
 CpuDevice::CpuDevice(int threads)
     : threads_(threads < 1 ? 1 : threads), stream_(std::make_unique<CpuStream>(*this, threads_)) {
@@ -67,9 +82,9 @@ Status CpuDevice::copy(void* dst, const void* src, std::size_t bytes, Stream&) {
   return Status::success();
 }
 
-CpuStream& as_cpu(Stream& s) {
-  assert(s.device().kind() == DeviceKind::cpu);
-  return static_cast<CpuStream&>(s);
+Status CpuDevice::fill_zero(void* dst, std::size_t bytes, Stream&) {
+  if (bytes) std::memset(dst, 0, bytes);
+  return Status::success();
 }
 
 }  // namespace troupe

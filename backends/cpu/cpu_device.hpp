@@ -20,6 +20,7 @@ class CpuStream final : public Stream {
   std::unique_ptr<Event> record() override;
   void wait(const Event& e) override;
   void synchronize() override {}
+  void then(std::function<void()> done) override;
   /// The threads that run this stream's kernels.
   ThreadPool& pool() { return pool_; }
 
@@ -38,7 +39,9 @@ class CpuDevice final : public Device {
   Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) override;
   /// A findable SharedBytes region (CL-5), page-aligned.
   Expected<std::shared_ptr<Buffer>> allocate_host_shared(std::size_t bytes) override;
+  bool host_accessible() const override { return true; }
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
+  Status fill_zero(void* dst, std::size_t bytes, Stream& s) override;
   Stream& default_stream() override { return *stream_; }
   CpuStream& cpu_stream() { return *stream_; }
 
@@ -46,8 +49,5 @@ class CpuDevice final : public Device {
   int threads_;
   std::unique_ptr<CpuStream> stream_;
 };
-
-/// The CPU stream behind `s`; `s` must belong to a CPU device.
-CpuStream& as_cpu(Stream& s);
 
 }  // namespace troupe

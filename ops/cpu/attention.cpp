@@ -9,11 +9,11 @@
 #include <cstring>
 #include <vector>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/thread_pool.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "ops/cpu/fast_math.hpp"
 
-namespace troupe {
+namespace troupe::cpu {
 namespace {
 
 constexpr int kRowBlock = 64;
@@ -46,14 +46,14 @@ void masked_softmax_row(float* p, int k_lo, int k_hi, int lo, int i) {
 
 }  // namespace
 
-void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int NH, int window, Stream& s) {
+void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int NH, int window, ThreadPool& pool) {
   const Geometry g = geometry(qkv, NH, window);
   const int ld = 3 * g.C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.hs));
   const float* base = qkv.f32();
   float* o = out.f32();
   float* a = att.f32();
-  as_cpu(s).pool().run(g.B * g.NH, [&](int task) {
+  pool.run(g.B * g.NH, [&](int task) {
     const int b = task / g.NH, h = task % g.NH;
     const float* q = base + static_cast<long>(b) * g.T * ld + h * g.hs;
     const float* k = q + g.C;
@@ -74,7 +74,7 @@ void attention_forward(Tensor& out, Tensor& att, const Tensor& qkv, int NH, int 
 }
 
 void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att, int NH,
-                        int window, Stream& s) {
+                        int window, ThreadPool& pool) {
   const Geometry g = geometry(qkv, NH, window);
   const int ld = 3 * g.C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(g.hs));
@@ -82,7 +82,7 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   const float* dbase = dout.f32();
   const float* a = att.f32();
   float* dbase_qkv = dqkv.f32();
-  as_cpu(s).pool().run(g.B * g.NH, [&](int task) {
+  pool.run(g.B * g.NH, [&](int task) {
     thread_local std::vector<float> dp_scratch;
     dp_scratch.resize(static_cast<std::size_t>(kRowBlock) * g.T);
     float* dp = dp_scratch.data();
@@ -127,4 +127,4 @@ void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, con
   });
 }
 
-}  // namespace troupe
+}  // namespace troupe::cpu

@@ -4,18 +4,18 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/thread_pool.hpp"
 #include "ops/cpu/fast_math.hpp"
 
-namespace troupe {
+namespace troupe::cpu {
 
 void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets, float dlogits_scale,
-                                    Stream& s) {
+                                    ThreadPool& pool) {
   const std::int64_t V = logits.dim(-1), N = logits.numel() / V;
   float* z = logits.f32();
   float* out = losses.f32();
   const std::int32_t* tgt = targets.data<std::int32_t>();
-  as_cpu(s).pool().parallel_for(N, 32, [&](std::int64_t r0, std::int64_t r1) {
+  pool.parallel_for(N, 32, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       float* zr = z + r * V;
       const float target_logit = zr[tgt[r]];
@@ -35,4 +35,4 @@ void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor
   });
 }
 
-}  // namespace troupe
+}  // namespace troupe::cpu

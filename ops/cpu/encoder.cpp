@@ -4,17 +4,17 @@
 
 #include <cstdint>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/thread_pool.hpp"
 
-namespace troupe {
+namespace troupe::cpu {
 
-void encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, Stream& s) {
+void encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe, ThreadPool& pool) {
   const std::int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
   const std::int32_t* tok = tokens.data<std::int32_t>();
   const float* te = wte.f32();
   const float* pe = wpe.f32();
   float* o = out.f32();
-  as_cpu(s).pool().parallel_for(B * T, 64, [&](std::int64_t begin, std::int64_t end) {
+  pool.parallel_for(B * T, 64, [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t bt = begin; bt < end; ++bt) {
       const float* a = te + tok[bt] * C;
       const float* p = pe + (bt % T) * C;
@@ -24,13 +24,13 @@ void encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const
   });
 }
 
-void encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens, Stream& s) {
+void encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens, ThreadPool& pool) {
   const std::int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
   const std::int32_t* tok = tokens.data<std::int32_t>();
   const float* d = dout.f32();
   float* dte = dwte.f32();
   float* dpe = dwpe.f32();
-  as_cpu(s).pool().parallel_for(C, 16, [&](std::int64_t c0, std::int64_t c1) {
+  pool.parallel_for(C, 16, [&](std::int64_t c0, std::int64_t c1) {
     for (std::int64_t b = 0; b < B; ++b)
       for (std::int64_t t = 0; t < T; ++t) {
         const float* g = d + (b * T + t) * C;
@@ -44,4 +44,4 @@ void encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tens
   });
 }
 
-}  // namespace troupe
+}  // namespace troupe::cpu

@@ -3,19 +3,19 @@
 
 #include <cmath>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/thread_pool.hpp"
 #include "ops/cpu/fast_math.hpp"
 
-namespace troupe {
+namespace troupe::cpu {
 namespace {
 constexpr float kScale = 0.7978845608028654f;  // sqrt(2/pi)
 
 }  // namespace
 
-void gelu_forward(Tensor& out, const Tensor& inp, Stream& s) {
+void gelu_forward(Tensor& out, const Tensor& inp, ThreadPool& pool) {
   const float* x = inp.f32();
   float* y = out.f32();
-  as_cpu(s).pool().parallel_for(inp.numel(), 4096, [&](std::int64_t b, std::int64_t e) {
+  pool.parallel_for(inp.numel(), 4096, [&](std::int64_t b, std::int64_t e) {
 #pragma omp simd
     for (std::int64_t i = b; i < e; ++i) {
       float v = x[i];
@@ -25,11 +25,11 @@ void gelu_forward(Tensor& out, const Tensor& inp, Stream& s) {
   });
 }
 
-void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout, Stream& s) {
+void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout, ThreadPool& pool) {
   const float* x = inp.f32();
   const float* g = dout.f32();
   float* dx = dinp.f32();
-  as_cpu(s).pool().parallel_for(inp.numel(), 4096, [&](std::int64_t b, std::int64_t e) {
+  pool.parallel_for(inp.numel(), 4096, [&](std::int64_t b, std::int64_t e) {
 #pragma omp simd
     for (std::int64_t i = b; i < e; ++i) {
       float v = x[i];
@@ -42,4 +42,4 @@ void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout, Stream& 
   });
 }
 
-}  // namespace troupe
+}  // namespace troupe::cpu

@@ -5,15 +5,15 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/thread_pool.hpp"
 
-namespace troupe {
+namespace troupe::cpu {
 namespace {
 constexpr float kEps = 1e-5f;
 }
 
 void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
-                       const Tensor& bias, Stream& s) {
+                       const Tensor& bias, ThreadPool& pool) {
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
   const float* x = inp.f32();
   const float* w = weight.f32();
@@ -21,7 +21,7 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
   float* y = out.f32();
   float* mu = mean.f32();
   float* rs = rstd.f32();
-  as_cpu(s).pool().parallel_for(N, 16, [&](std::int64_t r0, std::int64_t r1) {
+  pool.parallel_for(N, 16, [&](std::int64_t r0, std::int64_t r1) {
     for (std::int64_t r = r0; r < r1; ++r) {
       const float* xr = x + r * C;
       float sum = 0.0f;
@@ -42,9 +42,8 @@ void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& in
 }
 
 void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                        const Tensor& weight, const Tensor& mean, const Tensor& rstd, Stream& s) {
+                        const Tensor& weight, const Tensor& mean, const Tensor& rstd, ThreadPool& pool) {
   const std::int64_t C = inp.dim(-1), N = inp.numel() / C;
-  auto& pool = as_cpu(s).pool();
   const int parts = pool.size();
   std::vector<float> partial(static_cast<std::size_t>(parts) * 2 * C, 0.0f);
   const float* x = inp.f32();
@@ -89,4 +88,4 @@ void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tens
   }
 }
 
-}  // namespace troupe
+}  // namespace troupe::cpu

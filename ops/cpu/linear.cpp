@@ -3,15 +3,14 @@
 
 #include <vector>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/cpu/thread_pool.hpp"
 #include "backends/cpu/gemm.hpp"
 
-namespace troupe {
+namespace troupe::cpu {
 
-void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, Stream& s) {
+void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias, ThreadPool& pool) {
   const int C = static_cast<int>(weight.dim(0)), OC = static_cast<int>(weight.dim(1));
   const int N = static_cast<int>(inp.numel() / C);
-  auto& pool = as_cpu(s).pool();
   float* y = out.f32();
   float beta = 0.0f;
   if (bias.defined()) {
@@ -25,17 +24,16 @@ void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const 
   sgemm(pool, false, false, N, OC, C, 1.0f, inp.f32(), C, weight.f32(), OC, beta, y, OC);
 }
 
-void linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight, bool accumulate_dinp, Stream& s) {
+void linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight, bool accumulate_dinp, ThreadPool& pool) {
   const int C = static_cast<int>(weight.dim(0)), OC = static_cast<int>(weight.dim(1));
   const int N = static_cast<int>(dout.numel() / OC);
-  sgemm(as_cpu(s).pool(), false, true, N, C, OC, 1.0f, dout.f32(), OC, weight.f32(), OC,
+  sgemm(pool, false, true, N, C, OC, 1.0f, dout.f32(), OC, weight.f32(), OC,
         accumulate_dinp ? 1.0f : 0.0f, dinp.f32(), C);
 }
 
-void linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp, Stream& s) {
+void linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp, ThreadPool& pool) {
   const int C = static_cast<int>(dweight.dim(0)), OC = static_cast<int>(dweight.dim(1));
   const int N = static_cast<int>(inp.numel() / C);
-  auto& pool = as_cpu(s).pool();
   const float* g = dout.f32();
   sgemm(pool, true, false, C, OC, N, 1.0f, inp.f32(), C, g, OC, 1.0f, dweight.f32(), OC);
   if (!dbias.defined()) return;
@@ -51,9 +49,9 @@ void linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout, 
 }
 
 void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
-                     const Tensor& weight, bool accumulate_dinp, Stream& s) {
-  linear_backward_input(dinp, dout, weight, accumulate_dinp, s);
-  linear_backward_weight(dweight, dbias, dout, inp, s);
+                     const Tensor& weight, bool accumulate_dinp, ThreadPool& pool) {
+  linear_backward_input(dinp, dout, weight, accumulate_dinp, pool);
+  linear_backward_weight(dweight, dbias, dout, inp, pool);
 }
 
-}  // namespace troupe
+}  // namespace troupe::cpu

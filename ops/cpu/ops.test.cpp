@@ -1,17 +1,11 @@
-// Every CPU op: forward against the naive double reference, backward against
+// Every CPU kernel, through the kernel table: forward against the naive double reference, backward against
 // finite differences of that reference (loss = sum(out * R) for random R).
 #include <catch2/catch.hpp>
 #include <cstring>
 
 #include "backends/cpu/cpu_device.hpp"
-#include "ops/cpu/attention.hpp"
-#include "ops/cpu/cross_entropy.hpp"
-#include "ops/cpu/encoder.hpp"
+#include "ops/cpu/cpu_kernels.hpp"
 #include "ops/cpu/fast_math.hpp"
-#include "ops/cpu/gelu.hpp"
-#include "ops/cpu/layernorm.hpp"
-#include "ops/cpu/linear.hpp"
-#include "ops/cpu/residual.hpp"
 #include "ops/testing/reference.hpp"
 
 namespace troupe {
@@ -21,7 +15,7 @@ namespace {
 
 struct Fixture {
   CpuDevice cpu{2};
-  Stream& s = cpu.default_stream();
+  CpuKernels k{cpu.cpu_stream().pool()};
   std::mt19937 rng{42};
   Tensor random(Shape shape, float lo = -1, float hi = 1) {
     auto t = *Tensor::empty(cpu, std::move(shape));
@@ -29,6 +23,11 @@ struct Fixture {
     return t;
   }
   Tensor zeros(Shape shape) { return *Tensor::zeros(cpu, std::move(shape)); }
+  void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                       const Tensor& weight, bool accumulate) {
+    k.linear_backward_input(dinp, dout, weight, accumulate);
+    k.linear_backward_weight(dweight, dbias, dout, inp);
+  }
 };
 
 void check_forward(const Tensor& got, const ref::Vec& want, double tol = 1e-5) {
@@ -62,14 +61,14 @@ TEST_CASE("layernorm forward and backward", "[ops][layernorm]") {
   const int N = 7, C = 19;
   auto x = fx.random({N, C}), w = fx.random({C}), b = fx.random({C});
   auto y = fx.zeros({N, C}), mean = fx.zeros({N}), rstd = fx.zeros({N});
-  layernorm_forward(y, mean, rstd, x, w, b, fx.s);
+  fx.k.layernorm_forward(y, mean, rstd, x, w, b);
   ref::Vec X = ref::to_vec(x), W = ref::to_vec(w), Bv = ref::to_vec(b);
   check_forward(y, ref::layernorm(X, W, Bv, N, C));
 
   auto R = fx.random({N, C});
   ref::Vec Rv = ref::to_vec(R);
   auto dx = fx.zeros({N, C}), dw = fx.zeros({C}), db = fx.zeros({C});
-  layernorm_backward(dx, dw, db, R, x, w, mean, rstd, fx.s);
+  fx.k.layernorm_backward(dx, dw, db, R, x, w, mean, rstd);
   auto f = [&] { return ref::dot(ref::layernorm(X, W, Bv, N, C), Rv); };
   check_gradient(dx, X, f);
   check_gradient(dw, W, f);
@@ -81,14 +80,14 @@ TEST_CASE("linear forward and backward, overwriting or accumulating dinp", "[ops
   const int N = 5, C = 7, OC = 11;
   auto x = fx.random({N, C}), w = fx.random({C, OC}), b = fx.random({OC});
   auto y = fx.zeros({N, OC});
-  linear_forward(y, x, w, b, fx.s);
+  fx.k.linear_forward(y, x, w, b);
   ref::Vec X = ref::to_vec(x), W = ref::to_vec(w), Bv = ref::to_vec(b);
   check_forward(y, ref::linear(X, W, Bv, N, C, OC));
 
   auto R = fx.random({N, OC});
   ref::Vec Rv = ref::to_vec(R);
   auto dx = fx.random({N, C}), dw = fx.zeros({C, OC}), db = fx.zeros({OC});
-  linear_backward(dx, dw, db, R, x, w, false, fx.s);
+  fx.linear_backward(dx, dw, db, R, x, w, false);
   auto f = [&] { return ref::dot(ref::linear(X, W, Bv, N, C, OC), Rv); };
   check_gradient(dx, X, f);
   check_gradient(dw, W, f);
@@ -96,7 +95,7 @@ TEST_CASE("linear forward and backward, overwriting or accumulating dinp", "[ops
 
   SECTION("accumulate adds to what dinp held") {
     auto before = ref::to_vec(dx);
-    linear_backward(dx, dw, db, R, x, w, true, fx.s);
+    fx.linear_backward(dx, dw, db, R, x, w, true);
     for (int i = 0; i < N * C; ++i) REQUIRE(dx.f32()[i] == Approx(2 * before[static_cast<std::size_t>(i)]).margin(1e-5));
   }
 }
@@ -105,13 +104,13 @@ TEST_CASE("gelu forward and backward", "[ops][gelu]") {
   Fixture fx;
   auto x = fx.random({257}, -5, 5);
   auto y = fx.zeros({257});
-  gelu_forward(y, x, fx.s);
+  fx.k.gelu_forward(y, x);
   ref::Vec X = ref::to_vec(x);
   check_forward(y, ref::gelu(X), 1e-5);
   auto R = fx.random({257});
   ref::Vec Rv = ref::to_vec(R);
   auto dx = fx.zeros({257});
-  gelu_backward(dx, x, R, fx.s);
+  fx.k.gelu_backward(dx, x, R);
   check_gradient(dx, X, [&] { return ref::dot(ref::gelu(X), Rv); });
 }
 
@@ -122,14 +121,14 @@ TEST_CASE("causal attention, full and sliding-window, forward and backward", "[o
     INFO("window " << window);
     auto qkv = fx.random({B, T, 3 * C});
     auto y = fx.zeros({B, T, C}), att = fx.zeros({B, NH, T, T});
-    attention_forward(y, att, qkv, NH, window, fx.s);
+    fx.k.attention_forward(y, att, qkv, NH, window);
     ref::Vec Q = ref::to_vec(qkv);
     check_forward(y, ref::attention(Q, B, T, C, NH, window));
 
     auto R = fx.random({B, T, C});
     ref::Vec Rv = ref::to_vec(R);
     auto dqkv = fx.random({B, T, 3 * C});  // garbage: backward must overwrite
-    attention_backward(dqkv, R, qkv, att, NH, window, fx.s);
+    fx.k.attention_backward(dqkv, R, qkv, y, att, NH, window);
     check_gradient(dqkv, Q, [&] { return ref::dot(ref::attention(Q, B, T, C, NH, window), Rv); },
                    sample(Q.size(), 150, fx.rng));
   }
@@ -140,7 +139,7 @@ TEST_CASE("a window of 1 makes each query attend only to itself", "[ops][attenti
   const int B = 1, T = 9, C = 4, NH = 2;
   auto qkv = fx.random({B, T, 3 * C});
   auto y = fx.zeros({B, T, C}), att = fx.zeros({B, NH, T, T});
-  attention_forward(y, att, qkv, NH, 1, fx.s);
+  fx.k.attention_forward(y, att, qkv, NH, 1);
   for (int t = 0; t < T; ++t)
     for (int c = 0; c < C; ++c) CHECK(y.f32()[t * C + c] == Approx(qkv.f32()[t * 3 * C + 2 * C + c]));
 }
@@ -155,7 +154,7 @@ TEST_CASE("cross-entropy loss and its fused gradient", "[ops][cross_entropy]") {
   ref::Vec Z = ref::to_vec(z);
   auto losses = fx.zeros({N});
   const float scale = 0.25f;
-  cross_entropy_forward_backward(losses, z, tgt, scale, fx.s);
+  fx.k.cross_entropy_forward_backward(losses, z, tgt, scale);
   check_forward(losses, ref::cross_entropy(Z, T, N, V));
   // z now holds d(scale * sum losses)/dz.
   check_gradient(z, Z, [&] {
@@ -173,14 +172,14 @@ TEST_CASE("token and position embedding forward and backward", "[ops][encoder]")
   for (int i = 0; i < B * T; ++i) tok.data<std::int32_t>()[i] = (i * 3) % V;  // token 0 repeats
   auto wte = fx.random({V, C}), wpe = fx.random({T, C});
   auto y = fx.zeros({B, T, C});
-  encoder_forward(y, tok, wte, wpe, fx.s);
+  fx.k.encoder_forward(y, tok, wte, wpe);
   for (int bt = 0; bt < B * T; ++bt)
     for (int c = 0; c < C; ++c)
       REQUIRE(y.f32()[bt * C + c] ==
               Approx(wte.f32()[tok.data<std::int32_t>()[bt] * C + c] + wpe.f32()[(bt % T) * C + c]));
   auto R = fx.random({B, T, C});
   auto dwte = fx.zeros({V, C}), dwpe = fx.zeros({T, C});
-  encoder_backward(dwte, dwpe, R, tok, fx.s);
+  fx.k.encoder_backward(dwte, dwpe, R, tok);
   ref::Vec E = ref::to_vec(wte), P = ref::to_vec(wpe), Rv = ref::to_vec(R);
   auto f = [&] {
     double s = 0;
@@ -197,10 +196,10 @@ TEST_CASE("residual adds two or three tensors, in place", "[ops][residual]") {
   Fixture fx;
   auto a = fx.random({100}), b = fx.random({100}), c = fx.random({100});
   auto out = fx.zeros({100});
-  residual3_forward(out, a, b, c, fx.s);
+  fx.k.residual3_forward(out, a, b, c);
   for (int i = 0; i < 100; ++i) REQUIRE(out.f32()[i] == Approx(a.f32()[i] + b.f32()[i] + c.f32()[i]));
   auto a0 = ref::to_vec(a);
-  residual_forward(a, a, b, fx.s);
+  fx.k.residual_forward(a, a, b);
   for (int i = 0; i < 100; ++i) REQUIRE(a.f32()[i] == Approx(a0[static_cast<std::size_t>(i)] + b.f32()[i]));
 }
 

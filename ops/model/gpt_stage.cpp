@@ -3,20 +3,25 @@
 
 #include <cassert>
 #include <cmath>
-#include <cstring>
+#include <cstdio>
+#include <cstdlib>
 
-#include "backends/cpu/cpu_device.hpp"
-#include "backends/cpu/gemm.hpp"
-#include "ops/cpu/attention.hpp"
-#include "ops/cpu/cross_entropy.hpp"
-#include "ops/cpu/encoder.hpp"
-#include "ops/cpu/gelu.hpp"
-#include "ops/cpu/layernorm.hpp"
-#include "ops/cpu/linear.hpp"
-#include "ops/cpu/residual.hpp"
 #include "ops/model/init.hpp"
 
 namespace troupe {
+
+namespace {
+
+// A copy or fill the device could not enqueue: the device is broken (a CUDA
+// error is sticky), which no caller of a layer can repair; the process ends
+// with the reason and the health monitor reports the actor lost.
+void must(const Status& s) {
+  if (s) return;
+  std::fprintf(stderr, "gpt stage: %s\n", s.error().message.c_str());
+  std::abort();
+}
+
+}  // namespace
 
 // A parameter's value and gradient views.
 struct Weight {
@@ -34,7 +39,7 @@ struct GptStage::Slot {
     Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
     Tensor qkv;                      // (B,T,3C)
     Tensor atty;                     // (B,T,C) attention output before c_proj
-    Tensor att;                      // (B,NH,T,T) softmax probabilities
+    Tensor att;                      // what attention saves: Kernels::attention_saved_shape
     Tensor x2;                       // (B,T,C) residual after attention (parallel block: c_proj output)
     Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T); sequential block only
     Tensor fch, fcg;                 // (B,T,4C) c_fc output before and after GELU
@@ -69,17 +74,18 @@ GptStage::~GptStage() = default;
 
 int GptStage::slots() const { return static_cast<int>(slots_.size()); }
 
-Expected<std::unique_ptr<GptStage>> GptStage::create(Device& device, const GptConfig& cfg, const StageSpec& spec,
+Expected<std::unique_ptr<GptStage>> GptStage::create(const ExecContext& ctx, const GptConfig& cfg, const StageSpec& spec,
                                                      int B, int T, int slots, bool split_backward) {
   TROUPE_TRY(validate(cfg));
   if (B < 1) return make_error("train.batch must be >= 1");
   if (T < 1 || T > cfg.ctx) return make_error("sequence length ", std::to_string(T), " exceeds model.ctx");
   std::unique_ptr<GptStage> stage(new GptStage(cfg, spec, B, T));
-  TROUPE_TRY(stage->allocate(device, std::max(1, slots), split_backward));
+  TROUPE_TRY(stage->allocate(ctx, std::max(1, slots), split_backward));
   return stage;
 }
 
-Status GptStage::allocate(Device& device, int slots, bool split_backward) {
+Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward) {
+  Device& device = ctx.device;
   std::int64_t total = 0;
   for (auto& spec : stage_param_specs(cfg_, spec_)) {
     params_.push_back(StageParam{spec, {}, {}, total});
@@ -135,7 +141,7 @@ Status GptStage::allocate(Device& device, int slots, bool split_backward) {
       a.ln1_rstd = make({B, T});
       a.qkv = make({B, T, 3 * C});
       a.atty = make({B, T, C});
-      a.att = make({B, NH, T, T});
+      a.att = make(ctx.kernels.attention_saved_shape(B, NH, T));
       a.x2 = make({B, T, C});
       if (!cfg_.parallel_block) {
         a.ln2 = make({B, T, C});
@@ -174,11 +180,44 @@ StageParam* GptStage::find(const std::string& name) {
   return nullptr;
 }
 
-void GptStage::init_weights(std::uint64_t seed) {
-  for (auto& p : params_) init_parameter(p.value, p.spec, cfg_, seed);
+Status GptStage::write_params(const std::function<Status(const StageParam&, Tensor& host_value)>& fill) {
+  Device& device = params_flat_.device();
+  Tensor host = params_flat_;
+  if (!device.host_accessible()) {  // staged through pinned host memory
+    auto staging = Tensor::pinned_host(device, params_flat_.shape());
+    if (!staging) return staging.error();
+    host = *staging;
+  }
+  for (auto& p : params_) {
+    Tensor view = host.view(p.offset, p.spec.shape);
+    TROUPE_TRY(fill(p, view));
+  }
+  if (host.raw() == params_flat_.raw()) return Status::success();
+  Stream& s = device.default_stream();
+  TROUPE_TRY(device.copy(params_flat_.raw(), host.raw(), host.nbytes(), s));
+  s.synchronize();
+  return Status::success();
 }
 
-void GptStage::zero_grads() { std::memset(grads_flat_.raw(), 0, grads_flat_.nbytes()); }
+Expected<Tensor> GptStage::params_on_host() const {
+  Device& device = params_flat_.device();
+  if (device.host_accessible()) return params_flat_;
+  auto host = Tensor::pinned_host(device, params_flat_.shape());
+  if (!host) return host.error();
+  Stream& s = device.default_stream();
+  TROUPE_TRY(device.copy(host->raw(), params_flat_.raw(), params_flat_.nbytes(), s));
+  s.synchronize();
+  return host;
+}
+
+void GptStage::init_weights(std::uint64_t seed) {
+  must(write_params([&](const StageParam& p, Tensor& value) {
+    init_parameter(value, p.spec, cfg_, seed);
+    return Status::success();
+  }));
+}
+
+void GptStage::zero_grads(const ExecContext& ctx) { must(ctx.zero(grads_flat_)); }
 
 const Tensor& GptStage::output(int slot) const {
   return slots_[static_cast<std::size_t>(slot)].residual.back();
@@ -188,30 +227,30 @@ const Tensor& GptStage::token_losses(int slot) const { return slots_[static_cast
 
 const Tensor& GptStage::input_grad() const { return scratch_->dres; }
 
-void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out, Stream& s) {
+void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx) {
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
-  layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w, s);
-  linear_forward(a.qkv, a.ln1, w.qkv_w.w, w.qkv_b.w, s);
-  attention_forward(a.atty, a.att, a.qkv, cfg_.heads, cfg_.window, s);
-  linear_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w, s);
+  ctx.kernels.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w);
+  ctx.kernels.linear_forward(a.qkv, a.ln1, w.qkv_w.w, w.qkv_b.w);
+  ctx.kernels.attention_forward(a.atty, a.att, a.qkv, cfg_.heads, cfg_.window);
+  ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w);
   if (cfg_.parallel_block) {
     // out = x + attn(ln1) + mlp(ln1)
-    linear_forward(a.fch, a.ln1, w.fc_w.w, w.fc_b.w, s);
-    gelu_forward(a.fcg, a.fch, s);
-    linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, s);
-    residual3_forward(out, out, a.x2, x, s);
+    ctx.kernels.linear_forward(a.fch, a.ln1, w.fc_w.w, w.fc_b.w);
+    ctx.kernels.gelu_forward(a.fcg, a.fch);
+    ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w);
+    ctx.kernels.residual3_forward(out, out, a.x2, x);
     return;
   }
-  residual_forward(a.x2, a.x2, x, s);
-  layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w, s);
-  linear_forward(a.fch, a.ln2, w.fc_w.w, w.fc_b.w, s);
-  gelu_forward(a.fcg, a.fch, s);
-  linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, s);
-  residual_forward(out, out, a.x2, s);
+  ctx.kernels.residual_forward(a.x2, a.x2, x);
+  ctx.kernels.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w);
+  ctx.kernels.linear_forward(a.fch, a.ln2, w.fc_w.w, w.fc_b.w);
+  ctx.kernels.gelu_forward(a.fcg, a.fch);
+  ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w);
+  ctx.kernels.residual_forward(out, out, a.x2);
 }
 
 // On entry scratch.dres holds d(block output); on return, d(block input).
-void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x, Stream& s, bool input_only) {
+void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x, const ExecContext& ctx, bool input_only) {
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
   auto& d = *scratch_;
   auto& [ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b] = w;
@@ -222,71 +261,71 @@ void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x
   // output gradient kept (in `kept`, if it is not already where it was made).
   auto linear = [&](Tensor& dinp, Weight& weight, Weight& bias, const Tensor& dy, const Tensor& inp, bool accumulate,
                     Tensor* kept) {
-    if (!keep) return linear_backward(dinp, weight.g, bias.g, dy, inp, weight.w, accumulate, s);
-    if (kept) std::memcpy(kept->raw(), dy.raw(), dy.nbytes());
-    linear_backward_input(dinp, dy, weight.w, accumulate, s);
+    if (!keep) {
+      ctx.kernels.linear_backward_input(dinp, dy, weight.w, accumulate);
+      ctx.kernels.linear_backward_weight(weight.g, bias.g, dy, inp);
+      return;
+    }
+    if (kept) must(ctx.copy(*kept, dy));
+    ctx.kernels.linear_backward_input(dinp, dy, weight.w, accumulate);
   };
   linear(dfch, mlp_w, mlp_b, d.dres, a.fcg, false, keep ? &keep->dmlp : nullptr);
-  gelu_backward(dfch, a.fch, dfch, s);
+  ctx.kernels.gelu_backward(dfch, a.fch, dfch);
   if (cfg_.parallel_block) {
     linear(d.dln, fc_w, fc_b, dfch, a.ln1, false, nullptr);
     linear(d.datty, proj_w, proj_b, d.dres, a.atty, false, keep ? &keep->dproj : nullptr);
-    attention_backward(dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
+    ctx.kernels.attention_backward(dqkv, d.datty, a.qkv, a.atty, a.att, cfg_.heads, cfg_.window);
     linear(d.dln, qkv_w, qkv_b, dqkv, a.ln1, true, nullptr);
-    layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd, s);
+    ctx.kernels.layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd);
     return;
   }
   linear(d.dln, fc_w, fc_b, dfch, a.ln2, false, nullptr);
-  layernorm_backward(d.dres, ln2_w.g, ln2_b.g, d.dln, a.x2, ln2_w.w, a.ln2_mean, a.ln2_rstd, s);
+  ctx.kernels.layernorm_backward(d.dres, ln2_w.g, ln2_b.g, d.dln, a.x2, ln2_w.w, a.ln2_mean, a.ln2_rstd);
   linear(d.datty, proj_w, proj_b, d.dres, a.atty, false, keep ? &keep->dproj : nullptr);
-  attention_backward(dqkv, d.datty, a.qkv, a.att, cfg_.heads, cfg_.window, s);
+  ctx.kernels.attention_backward(dqkv, d.datty, a.qkv, a.atty, a.att, cfg_.heads, cfg_.window);
   linear(d.dln, qkv_w, qkv_b, dqkv, a.ln1, false, nullptr);
-  layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd, s);
+  ctx.kernels.layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd);
 }
 
 // The weight halves block_backward(input_only) left, in the same accumulation order.
-void GptStage::block_weight_backward(Block& w, Slot& a_slot, int layer, Stream& s) {
+void GptStage::block_weight_backward(Block& w, Slot& a_slot, int layer, const ExecContext& ctx) {
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
   auto& k = a_slot.deferred[static_cast<std::size_t>(layer)];
-  linear_backward_weight(w.mlp_w.g, w.mlp_b.g, k.dmlp, a.fcg, s);
-  linear_backward_weight(w.fc_w.g, w.fc_b.g, k.dfch, cfg_.parallel_block ? a.ln1 : a.ln2, s);
-  linear_backward_weight(w.proj_w.g, w.proj_b.g, k.dproj, a.atty, s);
-  linear_backward_weight(w.qkv_w.g, w.qkv_b.g, k.dqkv, a.ln1, s);
+  ctx.kernels.linear_backward_weight(w.mlp_w.g, w.mlp_b.g, k.dmlp, a.fcg);
+  ctx.kernels.linear_backward_weight(w.fc_w.g, w.fc_b.g, k.dfch, cfg_.parallel_block ? a.ln1 : a.ln2);
+  ctx.kernels.linear_backward_weight(w.proj_w.g, w.proj_b.g, k.dproj, a.atty);
+  ctx.kernels.linear_backward_weight(w.qkv_w.g, w.qkv_b.g, k.dqkv, a.ln1);
 }
 
-void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, Stream& s) {
+void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, const ExecContext& ctx) {
   StageParam* lnf_w = find("ln_f.weight");
   StageParam* lnf_b = find("ln_f.bias");
   StageParam* wte = find("wte.weight");
-  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value, s);
+  ctx.kernels.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value);
   // logits (BT,V) = lnf (BT,C) @ wte^T
-  sgemm(as_cpu(s).pool(), false, true, B_ * T_, cfg_.vocab, cfg_.dim, 1.0f, a.lnf.f32(), cfg_.dim,
-        wte->value.f32(), cfg_.dim, 0.0f, a.logits.f32(), cfg_.vocab);
-  cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale, s);
+  ctx.kernels.tied_head_forward(a.logits, a.lnf, wte->value);
+  ctx.kernels.cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale);
 }
 
-void GptStage::head_backward(Slot& a, Stream& s, bool input_only) {
+void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
   StageParam* lnf_w = find("ln_f.weight");
   StageParam* lnf_b = find("ln_f.bias");
   StageParam* wte = find("wte.weight");
   auto& d = *scratch_;
-  auto& pool = as_cpu(s).pool();
-  const int N = B_ * T_, V = cfg_.vocab, C = cfg_.dim;
   // dlnf (N,C) = dlogits (N,V) @ wte (V,C); dwte (V,C) += dlogits^T @ lnf
-  sgemm(pool, false, false, N, C, V, 1.0f, a.logits.f32(), V, wte->value.f32(), C, 0.0f, d.dln.f32(), C);
-  if (!input_only) head_weight_backward(a, s);
-  std::memset(d.dres.raw(), 0, d.dres.nbytes());
-  layernorm_backward(d.dres, lnf_w->grad, lnf_b->grad, d.dln, a.residual.back(), lnf_w->value, a.lnf_mean,
-                     a.lnf_rstd, s);
+  ctx.kernels.tied_head_backward_input(d.dln, a.logits, wte->value);
+  if (!input_only) head_weight_backward(a, ctx);
+  must(ctx.zero(d.dres));
+  ctx.kernels.layernorm_backward(d.dres, lnf_w->grad, lnf_b->grad, d.dln, a.residual.back(), lnf_w->value, a.lnf_mean,
+                     a.lnf_rstd);
 }
 
-void GptStage::head_weight_backward(Slot& a, Stream& s) {
+void GptStage::head_weight_backward(Slot& a, const ExecContext& ctx) {
   StageParam* wte = find("wte.weight");
-  const int N = B_ * T_, V = cfg_.vocab, C = cfg_.dim;
-  sgemm(as_cpu(s).pool(), true, false, V, C, N, 1.0f, a.logits.f32(), V, a.lnf.f32(), C, 1.0f, wte->grad.f32(), C);
+  ctx.kernels.tied_head_backward_weight(wte->grad, a.logits, a.lnf);
 }
 
-float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s,
+float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, const ExecContext& ctx,
                        const ParamsNeeded& needs) {
   Slot& a = slots_[static_cast<std::size_t>(slot)];
   a.input = input;
@@ -296,14 +335,14 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
     // embedding needs [0, end of wpe), the head [end of blocks, end) and wte.
     const StageParam* wpe = find("wpe.weight");
     if (needs) needs(0, wpe->offset + wpe->value.numel());
-    encoder_forward(a.residual[0], input, find("wte.weight")->value, wpe->value, s);
+    ctx.kernels.encoder_forward(a.residual[0], input, find("wte.weight")->value, wpe->value);
   } else {
     a.residual[0] = input;  // no copy: the caller keeps it unchanged until backward(slot)
   }
   for (int l = 0; l < spec_.layer_count(); ++l) {
     if (needs) needs(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
     block_forward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)],
-                  a.residual[static_cast<std::size_t>(l) + 1], s);
+                  a.residual[static_cast<std::size_t>(l) + 1], ctx);
   }
   if (!spec_.head) return 0.0f;
   assert(targets != nullptr);
@@ -313,62 +352,59 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
     const StageParam* wte = find("wte.weight");
     needs(wte->offset, wte->offset + wte->value.numel());
   }
-  head_forward(a, a.residual.back(), *targets, dloss_scale, s);
-  const float* losses = a.losses.f32();
-  double sum = 0;
-  for (std::int64_t i = 0; i < a.losses.numel(); ++i) sum += losses[i];
-  return static_cast<float>(sum / static_cast<double>(a.losses.numel()));
+  head_forward(a, a.residual.back(), *targets, dloss_scale, ctx);
+  return static_cast<float>(ctx.kernels.sum(a.losses) / static_cast<double>(a.losses.numel()));
 }
 
-void GptStage::backward(int slot, const Tensor& dout, Stream& s, const GradsReady& ready) {
-  run_backward(slot, dout, s, false, ready);
+void GptStage::backward(int slot, const Tensor& dout, const ExecContext& ctx, const GradsReady& ready) {
+  run_backward(slot, dout, ctx, false, ready);
 }
 
-void GptStage::backward_input(int slot, const Tensor& dout, Stream& s) {
+void GptStage::backward_input(int slot, const Tensor& dout, const ExecContext& ctx) {
   assert(!slots_[static_cast<std::size_t>(slot)].deferred.empty() || spec_.layer_count() == 0);
-  run_backward(slot, dout, s, true, {});
+  run_backward(slot, dout, ctx, true, {});
 }
 
-void GptStage::run_backward(int slot, const Tensor& dout, Stream& s, bool input_only, const GradsReady& ready) {
+void GptStage::run_backward(int slot, const Tensor& dout, const ExecContext& ctx, bool input_only, const GradsReady& ready) {
   Slot& a = slots_[static_cast<std::size_t>(slot)];
   // Layout: [wte wpe] blocks... [ln_f [wte]]. The head's part is the tail
   // after the last block (a whole model's wte is at the front, told last).
   const std::int64_t embed_end = spec_.embedding ? find("wpe.weight")->offset + find("wpe.weight")->value.numel() : 0;
   const std::int64_t blocks_end = block_ranges_.empty() ? embed_end : block_ranges_.back().second;
   if (spec_.head) {
-    head_backward(a, s, input_only);
-    if (ready) ready(blocks_end, grads_flat_.numel());
+    head_backward(a, ctx, input_only);
+    if (ready) ready(blocks_end, grads_flat_.numel(), *ctx.stream.record());
   } else {
-    std::memcpy(scratch_->dres.raw(), dout.raw(), scratch_->dres.nbytes());
+    must(ctx.copy(scratch_->dres, dout));
   }
   for (int l = spec_.layer_count() - 1; l >= 0; --l) {
-    block_backward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)], s, input_only);
-    if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
+    block_backward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)], ctx, input_only);
+    if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second, *ctx.stream.record());
   }
   if (!spec_.embedding) return;
   if (input_only) {
-    std::memcpy(a.dembed.raw(), scratch_->dres.raw(), a.dembed.nbytes());
+    must(ctx.copy(a.dembed, scratch_->dres));
     return;
   }
-  encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, scratch_->dres, a.input, s);
-  if (ready) ready(0, embed_end);
+  ctx.kernels.encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, scratch_->dres, a.input);
+  if (ready) ready(0, embed_end, *ctx.stream.record());
 }
 
-void GptStage::backward_weight(int slot, Stream& s, const GradsReady& ready) {
+void GptStage::backward_weight(int slot, const ExecContext& ctx, const GradsReady& ready) {
   Slot& a = slots_[static_cast<std::size_t>(slot)];
   const std::int64_t embed_end = spec_.embedding ? find("wpe.weight")->offset + find("wpe.weight")->value.numel() : 0;
   const std::int64_t blocks_end = block_ranges_.empty() ? embed_end : block_ranges_.back().second;
   if (spec_.head) {
-    head_weight_backward(a, s);
-    if (ready) ready(blocks_end, grads_flat_.numel());
+    head_weight_backward(a, ctx);
+    if (ready) ready(blocks_end, grads_flat_.numel(), *ctx.stream.record());
   }
   for (int l = spec_.layer_count() - 1; l >= 0; --l) {
-    block_weight_backward(blocks_[static_cast<std::size_t>(l)], a, l, s);
-    if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
+    block_weight_backward(blocks_[static_cast<std::size_t>(l)], a, l, ctx);
+    if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second, *ctx.stream.record());
   }
   if (spec_.embedding) {
-    encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, a.dembed, a.input, s);
-    if (ready) ready(0, embed_end);
+    ctx.kernels.encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, a.dembed, a.input);
+    if (ready) ready(0, embed_end, *ctx.stream.record());
   }
 }
 

@@ -16,6 +16,7 @@
 
 #include "backends/tensor.hpp"
 #include "common/expected.hpp"
+#include "ops/exec_context.hpp"
 #include "ops/model/gpt_config.hpp"
 
 namespace troupe {
@@ -29,10 +30,10 @@ struct StageParam {
 
 class GptStage {
  public:
-  /// Allocates parameters, gradients and activations for microbatches of B x T
-  /// tokens. `split_backward` also keeps, per slot, the output gradients the
+  /// Allocates parameters, gradients and activations on ctx's device for
+  /// microbatches of B x T tokens. `split_backward` also keeps, per slot, the output gradients the
   /// deferred weight pass needs (zero-bubble schedules).
-  static Expected<std::unique_ptr<GptStage>> create(Device& device, const GptConfig& cfg, const StageSpec& spec,
+  static Expected<std::unique_ptr<GptStage>> create(const ExecContext& ctx, const GptConfig& cfg, const StageSpec& spec,
                                                     int B, int T, int slots = 1, bool split_backward = false);
   ~GptStage();
 
@@ -52,7 +53,14 @@ class GptStage {
   /// GPT-2 initialisation; each tensor's values depend only on (seed, name),
   /// so any split into stages starts from the same weights.
   void init_weights(std::uint64_t seed);
-  void zero_grads();
+  void zero_grads(const ExecContext& ctx);
+  /// Calls `fill` with every parameter and a host view of its value to write
+  /// (the value itself where the device is host memory, else a pinned staging
+  /// copy that is then copied to the device); stops at the first error.
+  Status write_params(const std::function<Status(const StageParam&, Tensor& host_value)>& fill);
+  /// The flat parameters where the host can read them: themselves, or a
+  /// pinned copy (waited for) where they live on a device.
+  Expected<Tensor> params_on_host() const;
 
   /// Runs the stage on `input` (tokens (B,T) i32 on the embedding stage, else
   /// activations (B,T,C)); `input` must stay unchanged until backward(slot).
@@ -63,7 +71,7 @@ class GptStage {
   /// before the forward first reads it (embedding, block after block, head),
   /// so parameters still arriving (ZeRO all-gather) can be waited for piecewise.
   using ParamsNeeded = std::function<void(std::int64_t begin, std::int64_t end)>;
-  float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, Stream& s,
+  float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, const ExecContext& ctx,
                 const ParamsNeeded& needs = {});
 
   /// Activations (B,T,C) this (non-head) stage passes on after forward(slot).
@@ -72,23 +80,26 @@ class GptStage {
   const Tensor& token_losses(int slot) const;
 
   /// Told, during backward, each flat element range [begin, end) whose
-  /// gradients this call has finished accumulating (the head, then block after
-  /// block in reverse, then the embedding); every element is told exactly once.
-  using GradsReady = std::function<void(std::int64_t begin, std::int64_t end)>;
+  /// gradients this call has enqueued the last accumulation of (the head, then
+  /// block after block in reverse, then the embedding); every element is told
+  /// exactly once. `done` completes when they are in memory: a reduction of
+  /// the range waits on it (at once on the CPU, where work completes when
+  /// enqueued).
+  using GradsReady = std::function<void(std::int64_t begin, std::int64_t end, const Event& done)>;
 
   /// Accumulates parameter gradients for `slot`; `dout` (B,T,C) is the gradient
   /// of the stage output (ignored on the head stage). `ready` (optional) lets a
   /// caller start reducing gradients while the rest of the backward runs.
-  void backward(int slot, const Tensor& dout, Stream& s, const GradsReady& ready = {});
+  void backward(int slot, const Tensor& dout, const ExecContext& ctx, const GradsReady& ready = {});
   /// Zero-bubble B: the input gradient (and the LayerNorms' small parameter
   /// gradients) for `slot`, keeping what backward_weight(slot) needs; the
   /// linear layers', LM head's and embedding's weight gradients wait for W.
   /// Requires split_backward. backward_input then backward_weight accumulates
   /// exactly what backward does.
-  void backward_input(int slot, const Tensor& dout, Stream& s);
+  void backward_input(int slot, const Tensor& dout, const ExecContext& ctx);
   /// Zero-bubble W: the weight gradients of `slot`'s last backward_input;
   /// `ready` is told the gradient ranges this pass finishes.
-  void backward_weight(int slot, Stream& s, const GradsReady& ready = {});
+  void backward_weight(int slot, const ExecContext& ctx, const GradsReady& ready = {});
 
   /// Gradient (B,T,C) of the stage input after backward or backward_input
   /// (non-embedding stages); valid until the next one.
@@ -105,15 +116,15 @@ class GptStage {
   struct Slot;
   struct Scratch;
   GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T);
-  Status allocate(Device& device, int slots, bool split_backward);
-  void block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, Stream& s);
+  Status allocate(const ExecContext& ctx, int slots, bool split_backward);
+  void block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx);
   // input_only: keep the linear layers' output gradients in the slot for block_weight_backward.
-  void block_backward(Block& w, Slot& a, int layer, const Tensor& x, Stream& s, bool input_only);
-  void block_weight_backward(Block& w, Slot& a, int layer, Stream& s);
-  void head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, Stream& s);
-  void head_backward(Slot& a, Stream& s, bool input_only);
-  void head_weight_backward(Slot& a, Stream& s);
-  void run_backward(int slot, const Tensor& dout, Stream& s, bool input_only, const GradsReady& ready);
+  void block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx, bool input_only);
+  void block_weight_backward(Block& w, Slot& a, int layer, const ExecContext& ctx);
+  void head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, const ExecContext& ctx);
+  void head_backward(Slot& a, const ExecContext& ctx, bool input_only);
+  void head_weight_backward(Slot& a, const ExecContext& ctx);
+  void run_backward(int slot, const Tensor& dout, const ExecContext& ctx, bool input_only, const GradsReady& ready);
 
   GptConfig cfg_;
   StageSpec spec_;

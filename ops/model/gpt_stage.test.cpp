@@ -8,7 +8,7 @@
 #include <cstring>
 #include <map>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "ops/testing/cpu_context.hpp"
 #include "ops/testing/reference.hpp"
 #include "ops/testing/small_models.hpp"
 
@@ -75,8 +75,8 @@ void perturb(GptStage& stage, std::mt19937& rng) {
 }
 
 void check_against_reference(GptConfig cfg) {
-  CpuDevice cpu(2);
-  auto& s = cpu.default_stream();
+  testing::CpuContext cpu(2);
+  const ExecContext& s = cpu;
   const int B = 2, T = 9;
   auto stage = std::move(*GptStage::create(cpu, cfg, whole_model(cfg), B, T));
   stage->init_weights(7);
@@ -86,7 +86,7 @@ void check_against_reference(GptConfig cfg) {
   Params P;
   for (auto& p : stage->params()) P[p.spec.name] = ref::to_vec(p.value);
 
-  stage->zero_grads();
+  stage->zero_grads(s);
   const float loss = stage->forward(0, batch.tokens, &batch.targets, 1.0f / (B * T), s);
   stage->backward(0, Tensor{}, s);
   const double want = reference_loss(cfg, P, batch.tok, batch.tgt, B, T);
@@ -132,8 +132,8 @@ TEST_CASE("sliding-window attention matches the reference", "[model]") {
 }
 
 TEST_CASE("two stages compute what one stage computes", "[model]") {
-  CpuDevice cpu(2);
-  auto& s = cpu.default_stream();
+  testing::CpuContext cpu(2);
+  const ExecContext& s = cpu;
   auto cfg = tiny_config();
   cfg.layers = 3;
   const int B = 2, T = 7;
@@ -145,7 +145,7 @@ TEST_CASE("two stages compute what one stage computes", "[model]") {
   auto s1 = std::move(*GptStage::create(cpu, cfg, split[1], B, T));
   for (auto* st : {whole.get(), s0.get(), s1.get()}) {
     st->init_weights(99);
-    st->zero_grads();
+    st->zero_grads(s);
   }
   // Same (seed, name) gives the same values in whichever stage holds the tensor.
   for (auto* st : {s0.get(), s1.get()})
@@ -199,8 +199,8 @@ TEST_CASE("parameter count and FLOPs follow the GPT-2 formulas", "[model]") {
 
 TEST_CASE("backward tells every gradient element ready exactly once, after it is final", "[model][zero]") {
   const GptConfig cfg = testing::small_gpt();
-  CpuDevice dev(1);
-  Stream& s = dev.default_stream();
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
   for (const StageSpec spec : testing::three_stage_splits(cfg)) {
     auto stage = std::move(*GptStage::create(dev, cfg, spec, 1, cfg.ctx));
     stage->init_weights(1);
@@ -209,11 +209,12 @@ TEST_CASE("backward tells every gradient element ready exactly once, after it is
     auto dout = *Tensor::zeros(dev, {1, cfg.ctx, cfg.dim});
     for (std::int64_t i = 0; i < input.numel(); ++i) input.f32()[i] = 0.01f * static_cast<float>(i % 13);
     for (std::int64_t i = 0; i < dout.numel(); ++i) dout.f32()[i] = 0.02f * static_cast<float>(i % 7);
-    stage->zero_grads();
+    stage->zero_grads(s);
     stage->forward(0, spec.embedding ? tokens : input, spec.head ? &tokens : nullptr, 1.0f, s);
     std::vector<int> told(static_cast<std::size_t>(stage->flat_grads().numel()), 0);
     std::vector<float> at_ready(told.size(), 0.0f);
-    stage->backward(0, dout, s, [&](std::int64_t b, std::int64_t e) {
+    stage->backward(0, dout, s, [&](std::int64_t b, std::int64_t e, const Event& done) {
+      done.synchronize();  // the range is in memory once its event completes
       for (std::int64_t i = b; i < e; ++i) {
         ++told[static_cast<std::size_t>(i)];
         at_ready[static_cast<std::size_t>(i)] = stage->flat_grads().f32()[i];
@@ -228,8 +229,8 @@ TEST_CASE("backward tells every gradient element ready exactly once, after it is
 
 TEST_CASE("zero-bubble split: backward_input then backward_weight equals backward exactly", "[model][zb]") {
   GptConfig cfg = testing::small_gpt();
-  CpuDevice dev(1);
-  Stream& s = dev.default_stream();
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
   for (bool parallel : {false, true}) {
     cfg.parallel_block = parallel;
     for (const StageSpec spec : testing::three_stage_splits(cfg)) {
@@ -244,8 +245,8 @@ TEST_CASE("zero-bubble split: backward_input then backward_weight equals backwar
       for (std::int64_t i = 0; i < input.numel(); ++i) input.f32()[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
       for (std::int64_t i = 0; i < dout.numel(); ++i) dout.f32()[i] = 0.02f * static_cast<float>(i % 7) - 0.06f;
       const Tensor& in = spec.embedding ? tokens : input;
-      full->zero_grads();
-      split->zero_grads();
+      full->zero_grads(s);
+      split->zero_grads(s);
       // Two microbatches in flight; the split runs B0 B1 W0 W1 as zb-h1 may.
       std::vector<float> full_dx, split_dx;
       for (int slot = 0; slot < 2; ++slot) {
@@ -261,7 +262,7 @@ TEST_CASE("zero-bubble split: backward_input then backward_weight equals backwar
       }
       std::vector<int> told(static_cast<std::size_t>(split->flat_grads().numel()), 0);
       for (int slot = 0; slot < 2; ++slot)
-        split->backward_weight(slot, s, [&](std::int64_t b, std::int64_t e) {
+        split->backward_weight(slot, s, [&](std::int64_t b, std::int64_t e, const Event&) {
           for (std::int64_t i = b; i < e; ++i) ++told[static_cast<std::size_t>(i)];
         });
       INFO("parallel block " << parallel << ", layers [" << spec.first_layer << ", " << spec.end_layer << ")");
@@ -273,8 +274,8 @@ TEST_CASE("zero-bubble split: backward_input then backward_weight equals backwar
 
 TEST_CASE("forward asks for every parameter before reading it", "[model][zero]") {
   const GptConfig cfg = testing::small_gpt();
-  CpuDevice dev(1);
-  Stream& s = dev.default_stream();
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
   for (const StageSpec spec : testing::three_stage_splits(cfg)) {
     auto stage = std::move(*GptStage::create(dev, cfg, spec, 1, cfg.ctx));
     stage->init_weights(2);

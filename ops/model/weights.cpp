@@ -37,19 +37,20 @@ Status load_weights(GptStage& stage, const std::string& path, std::vector<std::s
   auto file = SafetensorsFile::read(path);
   if (!file) return file.error();
   std::set<std::string> used;
-  for (auto& p : stage.params()) {
+  TROUPE_TRY(stage.write_params([&](const StageParam& p, Tensor& value) -> Status {
     auto entry = entry_for(*file, p.spec);
     if (!entry) return entry.error();
     const SafetensorEntry* e = *entry;
-    float* dst = p.value.f32();
+    float* dst = value.f32();
     if (e->dtype == DType::f32) {
-      std::memcpy(dst, file->data(*e), p.value.nbytes());
+      std::memcpy(dst, file->data(*e), value.nbytes());
     } else {
       auto* src = static_cast<const BFloat16*>(file->data(*e));
-      for (std::int64_t i = 0; i < p.value.numel(); ++i) dst[i] = from_bf16(src[i]);
+      for (std::int64_t i = 0; i < value.numel(); ++i) dst[i] = from_bf16(src[i]);
     }
     used.insert(p.spec.name);
-  }
+    return Status::success();
+  }));
   for (auto& name : file->names())
     if (!used.count(name)) unused.push_back(name);
   return Status::success();
@@ -57,7 +58,9 @@ Status load_weights(GptStage& stage, const std::string& path, std::vector<std::s
 
 Status save_weights(const GptStage& stage, const std::string& path) {
   std::vector<NamedTensor> tensors;
-  for (auto& p : stage.params()) tensors.push_back({p.spec.name, p.value});
+  auto host = stage.params_on_host();
+  if (!host) return host.error();
+  for (auto& p : stage.params()) tensors.push_back({p.spec.name, host->view(p.offset, p.spec.shape)});
   const auto& c = stage.config();
   std::map<std::string, std::string> meta{{"format", "pt"},
                                           {"troupe.layers", std::to_string(c.layers)},

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "ops/testing/cpu_context.hpp"
 #include "ops/model/safetensors.hpp"
 
 namespace troupe {
@@ -29,7 +29,7 @@ fs::path temp_dir() {
 }  // namespace
 
 TEST_CASE("weights round-trip through safetensors with GPT-2 names", "[weights]") {
-  CpuDevice cpu(1);
+  testing::CpuContext cpu(1);
   auto cfg = small_cfg();
   auto a = std::move(*GptStage::create(cpu, cfg, whole_model(cfg), 1, 4));
   auto b = std::move(*GptStage::create(cpu, cfg, whole_model(cfg), 1, 4));
@@ -50,7 +50,7 @@ TEST_CASE("weights round-trip through safetensors with GPT-2 names", "[weights]"
 }
 
 TEST_CASE("missing, misshapen and unused tensors are reported by name", "[weights]") {
-  CpuDevice cpu(1);
+  testing::CpuContext cpu(1);
   auto cfg = small_cfg();
   auto stage = std::move(*GptStage::create(cpu, cfg, whole_model(cfg), 1, 4));
   auto dir = temp_dir();
@@ -85,7 +85,7 @@ TEST_CASE("a corrupt file is an error naming it, and a failed write leaves nothi
   auto f = SafetensorsFile::read(bad);
   REQUIRE_FALSE(f.ok());
   CHECK(f.error().message.find(bad) != std::string::npos);
-  CpuDevice cpu(1);
+  testing::CpuContext cpu(1);
   auto st = write_safetensors((dir / "no_such_dir" / "w.safetensors").string(), {{"x", *Tensor::zeros(cpu, {2})}});
   CHECK_FALSE(st.ok());
   CHECK_FALSE(fs::exists(dir / "no_such_dir"));

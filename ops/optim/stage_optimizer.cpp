@@ -7,7 +7,7 @@
 
 namespace troupe {
 
-Expected<StageOptimizer> StageOptimizer::create(Device& device, const GptStage& stage, OptimizerConfig cfg,
+Expected<StageOptimizer> StageOptimizer::create(const ExecContext& ctx, const GptStage& stage, OptimizerConfig cfg,
                                                 std::vector<ElementRange> owned) {
   const std::int64_t n = const_cast<GptStage&>(stage).flat_params().numel();
   if (owned.empty()) owned.push_back({0, n});
@@ -22,8 +22,8 @@ Expected<StageOptimizer> StageOptimizer::create(Device& device, const GptStage& 
   StageOptimizer opt;
   opt.cfg_ = cfg;
   opt.owned_ = std::move(owned);
-  auto m = Tensor::zeros(device, {std::max<std::int64_t>(total, 1)});
-  auto v = Tensor::zeros(device, {std::max<std::int64_t>(total, 1)});
+  auto m = Tensor::zeros(ctx.device, {std::max<std::int64_t>(total, 1)});
+  auto v = Tensor::zeros(ctx.device, {std::max<std::int64_t>(total, 1)});
   if (!m) return m.error();
   if (!v) return v.error();
   opt.m_ = *m;
@@ -48,22 +48,22 @@ void StageOptimizer::for_each_owned_part(
   }
 }
 
-double StageOptimizer::step(GptStage& stage, float lr, int t, Stream& s) {
-  const double sq = owned_sum_squares(stage, s);
-  step_with_global_norm(stage, lr, t, sq, s);
+double StageOptimizer::step(GptStage& stage, float lr, int t, const ExecContext& ctx) {
+  const double sq = owned_sum_squares(stage, ctx);
+  step_with_global_norm(stage, lr, t, sq, ctx);
   return std::sqrt(sq);
 }
 
-double StageOptimizer::owned_sum_squares(GptStage& stage, Stream& s, const std::string& skip) const {
+double StageOptimizer::owned_sum_squares(GptStage& stage, const ExecContext& ctx, const std::string& skip) const {
   double sq = 0;
   for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t) {
     if (!skip.empty() && stage.params()[p].spec.name == skip) return;
-    sq += sum_squares(stage.flat_grads().view(part.begin, {part.size()}), s);
+    sq += ctx.kernels.sum_squares(stage.flat_grads().view(part.begin, {part.size()}));
   });
   return sq;
 }
 
-void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, double sq, Stream& s,
+void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, double sq, const ExecContext& ctx,
                                            const NormReducer& reduce) {
   const float scale = clip_scale(sq, cfg_.grad_clip);
   AdamHyper h = cfg_.hyper;
@@ -77,7 +77,7 @@ void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, dou
   if (cfg_.kind == OptimizerKind::adamw) {
     for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t at) {
       auto [w, g, m, v] = views(part, at);
-      adamw_update(w, g, m, v, h, t, stage.params()[p].spec.decay, scale, s);
+      ctx.kernels.adamw_update(w, g, m, v, h, t, stage.params()[p].spec.decay, scale);
     });
     return;
   }
@@ -86,7 +86,7 @@ void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, dou
   std::vector<double> sums(2 * stage.params().size(), 0.0);
   for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t at) {
     auto [w, g, m, v] = views(part, at);
-    const LambNorms n = lamb_direction(g, m, v, w, h, t, stage.params()[p].spec.decay, scale, s);
+    const LambNorms n = ctx.kernels.lamb_direction(g, m, v, w, h, t, stage.params()[p].spec.decay, scale);
     sums[2 * p] += n.param_sq;
     sums[2 * p + 1] += n.update_sq;
   });
@@ -94,7 +94,7 @@ void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, dou
   for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t) {
     Tensor w = params.view(part.begin, {part.size()});
     Tensor g = grads.view(part.begin, {part.size()});
-    lamb_apply(w, g, lr, lamb_trust_ratio(LambNorms{sums[2 * p], sums[2 * p + 1]}), s);
+    ctx.kernels.lamb_apply(w, g, lr, lamb_trust_ratio(LambNorms{sums[2 * p], sums[2 * p + 1]}));
   });
 }
 

@@ -41,22 +41,22 @@ using NormReducer = std::function<void(std::vector<double>& sums)>;
 class StageOptimizer {
  public:
   /// `owned`: the ranges this optimizer updates, sorted and disjoint; empty = the whole buffer.
-  static Expected<StageOptimizer> create(Device& device, const GptStage& stage, OptimizerConfig cfg,
+  static Expected<StageOptimizer> create(const ExecContext& ctx, const GptStage& stage, OptimizerConfig cfg,
                                          std::vector<ElementRange> owned = {});
 
   /// One update with learning rate `lr` at step t >= 1 from the stage's
   /// accumulated gradients; returns the global gradient norm before clipping.
   /// Only for an optimizer that owns the whole stage.
-  double step(GptStage& stage, float lr, int t, Stream& s);
+  double step(GptStage& stage, float lr, int t, const ExecContext& ctx);
   /// The update when the gradients are spread over several stages or shards:
   /// `global_sum_squares` is the sum of every part's squared gradients, and
   /// `reduce` (needed when sharded with LAMB) sums LAMB's norms over the shards.
-  void step_with_global_norm(GptStage& stage, float lr, int t, double global_sum_squares, Stream& s,
+  void step_with_global_norm(GptStage& stage, float lr, int t, double global_sum_squares, const ExecContext& ctx,
                              const NormReducer& reduce = {});
 
   /// Sum of squared gradients over the owned ranges, leaving out the parameter
   /// called `skip` (a tied weight counted on another stage); "" = none.
-  double owned_sum_squares(GptStage& stage, Stream& s, const std::string& skip = "") const;
+  double owned_sum_squares(GptStage& stage, const ExecContext& ctx, const std::string& skip = "") const;
 
   const std::vector<ElementRange>& owned() const { return owned_; }
   /// Moments of the owned elements, range after range.

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "ops/testing/cpu_context.hpp"
 #include "common/hash.hpp"
 #include "ops/testing/small_models.hpp"
 
@@ -19,7 +19,7 @@ namespace {
 
 GptConfig small_model() { return testing::small_gpt(2, 32, 2, 16, 64); }
 
-std::unique_ptr<GptStage> stage_with_grads(Device& dev, const GptConfig& cfg, float grad_scale) {
+std::unique_ptr<GptStage> stage_with_grads(const ExecContext& dev, const GptConfig& cfg, float grad_scale) {
   auto stage = std::move(*GptStage::create(dev, cfg, whole_model(cfg), 1, cfg.ctx));
   stage->init_weights(7);
   float* g = stage->flat_grads().f32();
@@ -35,8 +35,8 @@ std::vector<ElementRange> shard_ranges(std::int64_t total, int n, int i) {
 }
 
 void check_sharded_matches_whole(OptimizerKind kind, int shards, float grad_scale) {
-  CpuDevice dev(1);
-  Stream& s = dev.default_stream();
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
   const GptConfig cfg = small_model();
   OptimizerConfig oc;
   oc.kind = kind;
@@ -62,8 +62,8 @@ void check_sharded_matches_whole(OptimizerKind kind, int shards, float grad_scal
     std::vector<std::thread> threads;
     for (int i = 0; i < shards; ++i)
       threads.emplace_back([&, i] {
-        CpuDevice local(1);
-        Stream& ls = local.default_stream();
+        testing::CpuContext local(1);
+        const ExecContext& ls = local;
         const double sq = opts[static_cast<std::size_t>(i)].owned_sum_squares(*copies[static_cast<std::size_t>(i)], ls);
         {
           std::lock_guard lock(mu);
@@ -110,8 +110,8 @@ TEST_CASE("sharded LAMB equals the whole-stage update: trust ratios from norms s
 }
 
 TEST_CASE("LAMB without summing the norms over shards is wrong (the test can fail)", "[optim][zero]") {
-  CpuDevice dev(1);
-  Stream& s = dev.default_stream();
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
   const GptConfig cfg = small_model();
   OptimizerConfig oc;
   oc.kind = OptimizerKind::lamb;
@@ -128,7 +128,7 @@ TEST_CASE("LAMB without summing the norms over shards is wrong (the test can fai
 }
 
 TEST_CASE("owned ranges must be sorted, disjoint and inside the stage", "[optim][zero]") {
-  CpuDevice dev(1);
+  testing::CpuContext dev(1);
   const GptConfig cfg = small_model();
   auto stage = stage_with_grads(dev, cfg, 1.0f);
   const std::int64_t n = stage->flat_params().numel();

@@ -21,7 +21,8 @@
 #include <random>
 #include <thread>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/host_memory.hpp"
+#include "ops/compute_device.hpp"
 #include "backends/transport/local_transport.hpp"
 #include "common/posix_file.hpp"
 #include "training/checkpoint_store.hpp"
@@ -75,7 +76,7 @@ Expected<double> disk_write_seconds(const std::string& path, const std::vector<c
 
 // One actor, the whole model, random batches.
 struct OneActor {
-  CpuDevice device;
+  std::unique_ptr<ComputeDevice> compute;
   std::shared_ptr<LocalFabric> fabric = LocalFabric::create(1);
   std::unique_ptr<Transport> transport = fabric->endpoint(0);
   Collectives collectives{*transport};
@@ -84,11 +85,14 @@ struct OneActor {
   std::unique_ptr<StageState> state;
   LrSchedule lrs;
 
-  OneActor(int threads, StagePlan p) : device(threads), plan(std::move(p)), lrs(lr_schedule(plan.job)) {}
+  explicit OneActor(StagePlan p) : plan(std::move(p)), lrs(lr_schedule(plan.job)) {}
 
   Status build() {
+    auto c = ComputeDevice::open(device_choice(plan.job, 0, 1));
+    if (!c) return c.error();
+    compute = std::move(*c);
     const int B = plan.job.train.batch, T = plan.cfg.ctx;
-    batch = {*Tensor::empty(device, {B, T}, DType::i32), *Tensor::empty(device, {B, T}, DType::i32)};
+    batch = {*Tensor::empty(host_memory(), {B, T}, DType::i32), *Tensor::empty(host_memory(), {B, T}, DType::i32)};
     std::mt19937 rng(1);
     for (int i = 0; i < B * T; ++i) {
       batch.tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(plan.cfg.vocab));
@@ -98,13 +102,13 @@ struct OneActor {
     links.transport = transport.get();
     links.stage_ranks = {0};
     links.batch = [this](int, int) -> Expected<MicroBatch> { return batch; };
-    auto st = StageState::build(StageStateArgs{&device, &collectives, &plan, 0, links, ""});
+    auto st = StageState::build(StageStateArgs{&compute->context(), &collectives, &plan, 0, links, ""});
     if (!st) return st.error();
     state = std::move(*st);
     return Status::success();
   }
   Expected<double> step() {
-    auto& s = device.default_stream();
+    const ExecContext& s = compute->context();
     const auto t0 = Clock::now();
     auto times = state->forward_backward(s);
     if (!times) return times.error();
@@ -135,7 +139,7 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
   std::filesystem::create_directories(root, ec);
   if (ec) return make_error("--dir ", root, ": ", ec.message());
 
-  OneActor actor(resolved_threads(job->train), *plan);
+  OneActor actor(*plan);
   TROUPE_TRY(actor.build());
   for (int i = 0; i < 2; ++i)
     if (auto s = actor.step(); !s) return s.error();  // moments exist

@@ -16,7 +16,7 @@
 #include <span>
 #include <thread>
 
-#include "backends/cpu/cpu_device.hpp"
+#include "backends/host_memory.hpp"
 #include "backends/tensor.hpp"
 #include "backends/transport/collectives.hpp"
 #include "runtime/local_ranks.hpp"
@@ -174,7 +174,7 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
 Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions, Sharing sharing,
                                  const std::vector<int>& cores) {
   Collectives coll(t);
-  CpuDevice device(1);  // the buffers' allocator
+  Device& device = host_memory();  // the buffers' allocator
   // Untimed: 1 MiB all-reduces for at least 200 ms (right after connecting,
   // transfers ran several times slower for about the first 100 ms; see bench
   // transport). Rank 0 decides when to stop: the sum of the first element

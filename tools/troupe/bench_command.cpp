@@ -243,12 +243,22 @@ void register_bench(CLI::App& app, Action& action) {
 
   auto threads = std::make_shared<int>(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   auto reps = std::make_shared<int>(5);
+  auto device = std::make_shared<std::string>("cpu");
+  auto precision = std::make_shared<std::string>("fp32");
   auto* o = bench->add_subcommand("ops", "Forward and backward time of each op");
   o->add_option("--threads", *threads, "Compute threads")->check(CLI::Range(1, 256));
   o->add_option("--reps", *reps, "Measured repetitions per op")->check(CLI::Range(1, 1000));
-  o->callback([threads, reps, &action] {
-    action = [threads, reps] {
-      std::printf("%s\n", bench_ops(*threads, *reps).dump(2).c_str());
+  o->add_option("--device", *device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  o->add_option("--precision", *precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  o->callback([threads, reps, device, precision, &action] {
+    action = [threads, reps, device, precision] {
+      DeviceChoice choice;
+      choice.kind = *device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+      choice.threads = *threads;
+      choice.precision = *precision == "bf16" ? Precision::bf16 : Precision::fp32;
+      auto out = bench_ops(choice, *reps);
+      if (!out) return fail("bench ops", out.error());
+      std::printf("%s\n", out->dump(2).c_str());
       return 0;
     };
   });

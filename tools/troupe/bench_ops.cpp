@@ -6,24 +6,22 @@
 #include <chrono>
 #include <functional>
 
-#include "backends/cpu/cpu_device.hpp"
-#include "backends/cpu/gemm.hpp"
-#include "ops/cpu/attention.hpp"
-#include "ops/cpu/cross_entropy.hpp"
-#include "ops/cpu/gelu.hpp"
-#include "ops/cpu/layernorm.hpp"
-#include "ops/cpu/linear.hpp"
-#include "ops/optim/optimizer_math.hpp"
+#include <vector>
+
+#include "ops/compute_device.hpp"
 
 namespace troupe::cli {
 namespace {
 
-double median_seconds(int reps, const std::function<void()>& fn) {
+// Each run waits for the stream, so an asynchronous device is timed to completion.
+double median_seconds(const ExecContext& ctx, int reps, const std::function<void()>& fn) {
   fn();
+  ctx.stream.synchronize();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
     fn();
+    ctx.stream.synchronize();
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(t.begin(), t.end());
@@ -35,14 +33,18 @@ struct Shapes {
   int B, T, C, NH, V;
 };
 
-nlohmann::json bench_shapes(CpuDevice& dev, const Shapes& sh, int reps) {
-  Stream& s = dev.default_stream();
+nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps) {
+  const Kernels& k = ctx.kernels;
   const std::int64_t B = sh.B, T = sh.T, C = sh.C, N = B * T;
   auto t = [&](Shape shape) {
-    auto x = *Tensor::zeros(dev, std::move(shape));
-    for (std::int64_t i = 0; i < x.numel(); ++i) x.f32()[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+    auto x = *Tensor::zeros(ctx.device, shape);
+    auto host = *Tensor::pinned_host(ctx.device, shape);
+    for (std::int64_t i = 0; i < x.numel(); ++i) host.f32()[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+    (void)ctx.copy(x, host);
+    ctx.stream.synchronize();
     return x;
   };
+  auto time = [&](const std::function<void()>& fn) { return median_seconds(ctx, reps, fn); };
   nlohmann::json ops = nlohmann::json::array();
   auto record = [&](const char* op, double fwd, double bwd, double fwd_work, double bwd_work, const char* unit) {
     const double scale = std::string(unit) == "GFLOP/s" ? 1e9 : 1e9;
@@ -52,42 +54,46 @@ nlohmann::json bench_shapes(CpuDevice& dev, const Shapes& sh, int reps) {
   {  // c_fc: the largest linear
     auto x = t({N, C}), w = t({C, 4 * C}), b = t({4 * C}), y = t({N, 4 * C}), dx = t({N, C}), dw = t({C, 4 * C}),
          db = t({4 * C});
-    double f = median_seconds(reps, [&] { linear_forward(y, x, w, b, s); });
-    double g = median_seconds(reps, [&] { linear_backward(dx, dw, db, y, x, w, false, s); });
+    double f = time([&] { k.linear_forward(y, x, w, b); });
+    double g = time([&] {
+      k.linear_backward_input(dx, y, w, false);
+      k.linear_backward_weight(dw, db, y, x);
+    });
     const double flops = 2.0 * N * C * 4 * C;
     record("linear (c_fc)", f, g, flops, 2 * flops, "GFLOP/s");
   }
   {
-    auto qkv = t({B, T, 3 * C}), y = t({B, T, C}), att = t({B, sh.NH, T, T}), dqkv = t({B, T, 3 * C});
-    double f = median_seconds(reps, [&] { attention_forward(y, att, qkv, sh.NH, 0, s); });
-    double g = median_seconds(reps, [&] { attention_backward(dqkv, y, qkv, att, sh.NH, 0, s); });
+    auto qkv = t({B, T, 3 * C}), y = t({B, T, C}), dy = t({B, T, C}), dqkv = t({B, T, 3 * C});
+    auto att = t(k.attention_saved_shape(B, sh.NH, T));
+    double f = time([&] { k.attention_forward(y, att, qkv, sh.NH, 0); });
+    double g = time([&] { k.attention_backward(dqkv, dy, qkv, y, att, sh.NH, 0); });
     const double flops = 4.0 * B * T * T * C;  // dense-equivalent QK^T and PV
     record("attention (causal, dense-equivalent flops)", f, g, flops, 2 * flops, "GFLOP/s");
   }
   {
     auto x = t({N, C}), w = t({C}), b = t({C}), y = t({N, C}), m = t({N}), r = t({N}), dx = t({N, C}),
          dw = t({C}), db = t({C});
-    double f = median_seconds(reps, [&] { layernorm_forward(y, m, r, x, w, b, s); });
-    double g = median_seconds(reps, [&] { layernorm_backward(dx, dw, db, y, x, w, m, r, s); });
+    double f = time([&] { k.layernorm_forward(y, m, r, x, w, b); });
+    double g = time([&] { k.layernorm_backward(dx, dw, db, y, x, w, m, r); });
     record("layernorm", f, g, 8.0 * N * C, 16.0 * N * C, "GB/s");
   }
   {
     auto x = t({N, 4 * C}), y = t({N, 4 * C});
-    double f = median_seconds(reps, [&] { gelu_forward(y, x, s); });
-    double g = median_seconds(reps, [&] { gelu_backward(y, x, y, s); });
+    double f = time([&] { k.gelu_forward(y, x); });
+    double g = time([&] { k.gelu_backward(y, x, y); });
     record("gelu", f, g, 8.0 * N * 4 * C, 12.0 * N * 4 * C, "GB/s");
   }
   {
     auto z = t({N, sh.V}), l = t({N});
-    auto tgt = *Tensor::zeros(dev, {N}, DType::i32);
-    double f = median_seconds(reps, [&] { cross_entropy_forward_backward(l, z, tgt, 1.0f, s); });
+    auto tgt = *Tensor::zeros(ctx.device, {N}, DType::i32);
+    double f = time([&] { k.cross_entropy_forward_backward(l, z, tgt, 1.0f); });
     record("softmax cross-entropy (fused with backward)", f, f, 8.0 * N * sh.V, 8.0 * N * sh.V, "GB/s");
   }
   {
     const std::int64_t P = 12 * C * C;
     auto w = t({P}), g = t({P}), m = t({P}), v = t({P});
     AdamHyper h;
-    double f = median_seconds(reps, [&] { adamw_update(w, g, m, v, h, 1, true, 1.0f, s); });
+    double f = time([&] { k.adamw_update(w, g, m, v, h, 1, true, 1.0f); });
     record("adamw (one layer's parameters)", f, f, 28.0 * P, 28.0 * P, "GB/s");
   }
   return {{"shapes", sh.name}, {"B", sh.B}, {"T", sh.T}, {"C", sh.C}, {"NH", sh.NH}, {"ops", ops}};
@@ -95,13 +101,15 @@ nlohmann::json bench_shapes(CpuDevice& dev, const Shapes& sh, int reps) {
 
 }  // namespace
 
-nlohmann::json bench_ops(int threads, int reps) {
-  CpuDevice dev(threads);
-  const double peak = measure_sgemm_peak(dev.cpu_stream().pool());
-  nlohmann::json out = {{"bench", "ops"}, {"threads", threads}, {"sgemm_peak_gflops", peak},
-                        {"blas_core", gemm_backend_name()}};
-  out["results"] = {bench_shapes(dev, {"tiny", 16, 256, 128, 4, 256}, reps),
-                    bench_shapes(dev, {"small", 8, 512, 512, 8, 256}, reps)};
+Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps) {
+  auto compute = ComputeDevice::open(choice);
+  if (!compute) return compute.error();
+  const ExecContext& ctx = (*compute)->context();
+  const double peak = (*compute)->measure_peak_flops(1) / 1e9;
+  nlohmann::json out = {{"bench", "ops"}, {"threads", choice.threads}, {"sgemm_peak_gflops", peak},
+                        {"device", (*compute)->describe()}};
+  out["results"] = {bench_shapes(ctx, {"tiny", 16, 256, 128, 4, 256}, reps),
+                    bench_shapes(ctx, {"small", 8, 512, 512, 8, 256}, reps)};
   return out;
 }
 

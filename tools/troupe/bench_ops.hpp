@@ -3,8 +3,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/expected.hpp"
+#include "ops/compute_device.hpp"
+
 namespace troupe::cli {
 
-nlohmann::json bench_ops(int threads, int reps);
+/// On the device `choice` opens (an unavailable one: its one-line error).
+Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps);
 
 }  // namespace troupe::cli

@@ -11,8 +11,6 @@
 #include <random>
 
 #include "training/job_model.hpp"
-#include "backends/cpu/cpu_device.hpp"
-#include "backends/cpu/gemm.hpp"
 #include "runtime/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
 
@@ -38,32 +36,38 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
   const GptConfig cfg = gpt_config(*job);
   TROUPE_TRY(validate(cfg));
   const int threads = resolved_threads(job->train), B = job->train.batch, T = cfg.ctx;
-  CpuDevice device(threads);
-  Stream& s = device.default_stream();
-  auto stage_or = GptStage::create(device, cfg, whole_model(cfg), B, T);
+  auto compute = ComputeDevice::open(device_choice(*job, 0, 1));
+  if (!compute) return compute.error();
+  const ExecContext& ctx = (*compute)->context();
+  auto stage_or = GptStage::create(ctx, cfg, whole_model(cfg), B, T);
   if (!stage_or) return stage_or.error();
   GptStage& stage = **stage_or;
   stage.init_weights(job->train.seed);
-  auto opt = StageOptimizer::create(device, stage, optimizer_config(*job));
+  auto opt = StageOptimizer::create(ctx, stage, optimizer_config(*job));
   if (!opt) return opt.error();
-  auto tokens = *Tensor::empty(device, {B, T}, DType::i32);
-  auto targets = *Tensor::empty(device, {B, T}, DType::i32);
+  auto host_tokens = *Tensor::pinned_host(ctx.device, {B, T}, DType::i32);
+  auto host_targets = *Tensor::pinned_host(ctx.device, {B, T}, DType::i32);
   std::mt19937 rng(1);
   for (int i = 0; i < B * T; ++i) {
-    tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(cfg.vocab));
-    targets.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(cfg.vocab));
+    host_tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(cfg.vocab));
+    host_targets.data<std::int32_t>()[i] = static_cast<std::int32_t>(rng() % static_cast<unsigned>(cfg.vocab));
   }
+  auto tokens = *Tensor::empty(ctx.device, {B, T}, DType::i32);
+  auto targets = *Tensor::empty(ctx.device, {B, T}, DType::i32);
+  TROUPE_TRY(ctx.copy(tokens, host_tokens));
+  TROUPE_TRY(ctx.copy(targets, host_targets));
   std::vector<double> step_s;
   for (int i = 0; i < a.warmup + a.steps; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    stage.zero_grads();
-    stage.forward(0, tokens, &targets, 1.0f / static_cast<float>(B * T), s);
-    stage.backward(0, Tensor{}, s);
-    opt->step(stage, 1e-4f, i + 1, s);
+    stage.zero_grads(ctx);
+    stage.forward(0, tokens, &targets, 1.0f / static_cast<float>(B * T), ctx);
+    stage.backward(0, Tensor{}, ctx);
+    opt->step(stage, 1e-4f, i + 1, ctx);
+    ctx.stream.synchronize();
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= a.warmup) step_s.push_back(secs);
   }
-  const double peak = measure_sgemm_peak(device.cpu_stream().pool());
+  const double peak = (*compute)->measure_peak_flops(1) / 1e9;
   const double step = median(step_s);
   const double tok_s = B * T / step;
   const double fpt = model_flops_per_token(cfg);
@@ -81,9 +85,10 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
       {"tokens_per_s", tok_s},
       {"flops_formula", "6*N*tokens + 12*L*d*ctx*tokens; N = parameters except wpe (tied head counted once)"},
       {"model_flops_per_s", fpt * tok_s},
-      {"sgemm_peak_flops_per_s", peak * 1e9},
+      {"matmul_peak_flops_per_s", peak * 1e9},
       {"mfu", fpt * tok_s / (peak * 1e9)},
-      {"blas_core", gemm_backend_name()},
+      {"device", (*compute)->describe()},
+      {"precision", job->train.precision},
       {"memory_mib", {{"peak_rss", peak_rss_mib()}, {"params", mem.params / mib}, {"grads", mem.grads / mib},
                       {"optimizer_state", 2 * mem.params / mib}, {"saved_activations", mem.activations / mib},
                       {"backward_scratch", mem.scratch / mib}}},

@@ -10,7 +10,7 @@
 #include "actors/actor_registry.hpp"
 #include "actors/local_trainer.hpp"
 #include "actors/node.hpp"
-#include "backends/cpu/cpu_device.hpp"
+#include "ops/compute_device.hpp"
 #include "ops/model/weights.hpp"
 #include "runtime/job_config.hpp"
 #include "tools/troupe/commands.hpp"
@@ -44,13 +44,15 @@ int run_eval(const EvalArgs& a) {
   if (auto st = validate(cfg); !st) return fail("eval", st.error());
   auto file = open_data(a.data, "--data", cfg.ctx, cfg.vocab);
   if (!file) return fail("eval", file.error());
-  CpuDevice device(resolved_threads(job->train));
-  auto stage = GptStage::create(device, cfg, whole_model(cfg), job->train.batch, cfg.ctx);
+  auto compute = ComputeDevice::open(device_choice(*job, 0, 1));
+  if (!compute) return fail("eval", compute.error());
+  const ExecContext& ctx = (*compute)->context();
+  auto stage = GptStage::create(ctx, cfg, whole_model(cfg), job->train.batch, cfg.ctx);
   if (!stage) return fail("eval", stage.error());
   std::vector<std::string> unused;
   if (auto st = load_weights(**stage, a.init, unused); !st) return fail("eval", make_error("--init ", st.error().message));
   for (auto& name : unused) spdlog::warn("{}: tensor {} is not used by the model; ignored", a.init, name);
-  auto r = evaluate_windows(**stage, *file, a.windows, device.default_stream());
+  auto r = evaluate_windows(**stage, *file, a.windows, ctx);
   if (!r) return fail("eval", r.error());
   nlohmann::json out = {{"loss", r->loss}, {"windows", r->windows}, {"tokens", r->tokens}, {"data", a.data},
                         {"weights", a.init}};

@@ -1,0 +1,134 @@
+// The kernel table: every op the model runs, forward and backward, as one
+// device's implementation bound to one stream. Callers (GptStage, the
+// optimizers) see only this table; a backend (ops/cpu, ops/cuda) implements
+// the protected do_* hooks. The public methods check shapes and dtypes on the
+// host, once for every backend, and then dispatch: a mismatch is a bug in the
+// caller and stops the process with a line naming the op and the shapes.
+//
+// Deterministic on every backend: no reduction depends on timing (fixed
+// chunking and order, no floating-point atomics), so a replayed step gives
+// the same bits (hot replacement depends on it, R-2 in docs/ARCHITECTURE.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backends/tensor.hpp"
+#include "ops/optim/optimizer_math.hpp"
+
+namespace troupe {
+
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+  /// "cpu", "cuda:0" ...
+  virtual std::string name() const = 0;
+
+  // Linear layers; weight stored [in, out] as Hugging Face GPT-2's Conv1D.
+  /// out: (N,OC) = inp: (N,C) @ weight: (C,OC) + bias: (OC); `bias` may be undefined.
+  void linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const;
+  /// dinp: (N,C) = dout: (N,OC) @ weight^T, added when `accumulate`, else overwritten.
+  void linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight, bool accumulate) const;
+  /// dweight: (C,OC) += inp^T @ dout; dbias: (OC) += column sums of dout (skipped if undefined).
+  void linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp) const;
+
+  // The LM head tied to the token embedding wte: (V,C).
+  /// logits: (N,V) = x: (N,C) @ wte^T.
+  void tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const;
+  /// dx: (N,C) = dlogits: (N,V) @ wte, overwritten.
+  void tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const;
+  /// dwte: (V,C) += dlogits^T @ x.
+  void tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const;
+
+  /// LayerNorm over the last dimension, eps 1e-5. out, inp: (N,C); mean, rstd: (N) saved for backward.
+  void layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                         const Tensor& bias) const;
+  /// dinp: (N,C), dweight, dbias: (C) — all accumulate (+=).
+  void layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                          const Tensor& weight, const Tensor& mean, const Tensor& rstd) const;
+
+  /// GELU, tanh approximation, elementwise over any shape.
+  void gelu_forward(Tensor& out, const Tensor& inp) const;
+  /// dinp = dout * gelu'(inp), overwritten; dinp may alias dout.
+  void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const;
+
+  /// out = a + b (same shape; out may alias either).
+  void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const;
+  /// out = a + b + c (the parallel block adds attention and MLP at once).
+  void residual3_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c) const;
+
+  /// out: (B,T,C) = wte[tokens[b,t]] + wpe[t]. tokens: (B,T) i32; wte: (V,C); wpe: (maxT,C).
+  void encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) const;
+  /// dwte: (V,C), dwpe: (maxT,C) accumulate the scatter of dout: (B,T,C).
+  void encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) const;
+
+  /// What attention_forward saves for its backward, per backend: the CPU keeps
+  /// the softmax probabilities (B,NH,T,T), the CUDA flash kernel only the
+  /// log-sum-exp of each row (B,NH,T).
+  Shape attention_saved_shape(std::int64_t B, std::int64_t NH, std::int64_t T) const;
+  /// Causal attention over a fused qkv: (B,T,3C) laid out [q | k | v], head h
+  /// at channels h*hs ... (h+1)*hs of each part; out: (B,T,C); query i sees keys
+  /// i-window+1 ... i (window 0: all of 0 ... i). saved: attention_saved_shape.
+  void attention_forward(Tensor& out, Tensor& saved, const Tensor& qkv, int NH, int window) const;
+  /// dqkv: (B,T,3C) overwritten; dout, out: (B,T,C); qkv, out and saved as the forward left them.
+  void attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& saved, int NH, int window) const;
+
+  /// losses: (N) = logsumexp(logits[n]) - logits[n, targets[n]]; logits: (N,V), targets: (N) i32.
+  /// logits is overwritten with its gradient (softmax - onehot) * dlogits_scale
+  /// when dlogits_scale != 0, else with scratch.
+  void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
+                                      float dlogits_scale) const;
+
+  /// Sum of all elements of x (f32), in double where the backend can, in a fixed order.
+  double sum(const Tensor& x) const;
+  /// Sum of squares of all elements of x (f32), in a fixed order.
+  double sum_squares(const Tensor& x) const;
+
+  /// AdamW (decoupled weight decay), step t >= 1, on param/grad/m/v spans of
+  /// equal size; grad is read as grad * grad_scale; decay only when `decay`.
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t, bool decay,
+                    float grad_scale) const;
+  /// LAMB phase 1: updates m, v and overwrites `grad` with the Adam direction
+  /// m_hat / (sqrt(v_hat) + eps) + wd * w; returns ||w||^2 and ||direction||^2.
+  LambNorms lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h, int t,
+                           bool decay, float grad_scale) const;
+  /// LAMB phase 2: param -= lr * trust_ratio * direction.
+  void lamb_apply(Tensor& param, const Tensor& direction, float lr, float trust_ratio) const;
+
+ protected:
+  virtual void do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const = 0;
+  virtual void do_linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                        bool accumulate) const = 0;
+  virtual void do_linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                         const Tensor& inp) const = 0;
+  virtual void do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const = 0;
+  virtual void do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const = 0;
+  virtual void do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const = 0;
+  virtual void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                                    const Tensor& bias) const = 0;
+  virtual void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                     const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                     const Tensor& rstd) const = 0;
+  virtual void do_gelu_forward(Tensor& out, const Tensor& inp) const = 0;
+  virtual void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const = 0;
+  virtual void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const = 0;
+  virtual void do_residual3_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c) const = 0;
+  virtual void do_encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) const = 0;
+  virtual void do_encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) const = 0;
+  virtual Shape do_attention_saved_shape(std::int64_t B, std::int64_t NH, std::int64_t T) const = 0;
+  virtual void do_attention_forward(Tensor& out, Tensor& saved, const Tensor& qkv, int NH, int window) const = 0;
+  virtual void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                     const Tensor& saved, int NH, int window) const = 0;
+  virtual void do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
+                                                 float dlogits_scale) const = 0;
+  virtual double do_sum(const Tensor& x) const = 0;
+  virtual double do_sum_squares(const Tensor& x) const = 0;
+  virtual void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
+                               bool decay, float grad_scale) const = 0;
+  virtual LambNorms do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h,
+                                      int t, bool decay, float grad_scale) const = 0;
+  virtual void do_lamb_apply(Tensor& param, const Tensor& direction, float lr, float trust_ratio) const = 0;
+};
+
+}  // namespace troupe
