@@ -43,20 +43,34 @@ if(TROUPE_TESTS)
   include(Catch)
 endif()
 
-# CUDA: optional, built only where nvcc is found.
+# CUDA: optional, built only where nvcc is found (on PATH, through CUDACXX, or
+# at /usr/local/cuda, where the CUDA toolkit installs it). The backend is a
+# module (libtroupe_cuda.so) loaded by `troupe` only for device = "cuda".
 set(TROUPE_HAVE_CUDA OFF)
 if(TROUPE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES "80;90")
+      # Ampere and Hopper code, and Hopper PTX for what comes after.
+      set(CMAKE_CUDA_ARCHITECTURES "80-real;90-real;90-virtual")
     endif()
+    set(CMAKE_CUDA_FLAGS_RELEASE "-O3 -DNDEBUG")
     enable_language(CUDA)
+    # CMake 3.25 knows nvcc's C++17 flag but not its C++20 one (nvcc 12+ has it).
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(TROUPE_HAVE_CUDA ON)
-    message(STATUS "troupe: CUDA backend enabled (${CMAKE_CUDA_COMPILER})")
+    message(STATUS "troupe: CUDA backend enabled (${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES})")
   else()
-    message(STATUS "troupe: nvcc not found, CUDA backend disabled")
+    message(STATUS "troupe: nvcc not found, CUDA backend disabled (device = \"cuda\" will be refused)")
   endif()
 endif()

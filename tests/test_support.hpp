@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "common/test_skip.hpp"
+
 namespace troupe::testing {
 
 struct RunResult {
@@ -25,15 +27,6 @@ struct RunResult {
   std::string out;  ///< stdout
   std::string err;  ///< stderr
 };
-
-/// Ends the current test as Skipped (CTest's SKIP_RETURN_CODE 77, set for
-/// every test by troupe_test) with the reason on stdout. CTest runs one test
-/// case per process, so nothing else is cut short.
-[[noreturn]] inline void skip(const std::string& why) {
-  std::printf("SKIPPED: %s\n", why.c_str());
-  std::fflush(stdout);
-  std::_Exit(77);
-}
 
 /// The troupe executable of this build (the build system defines its path).
 inline std::string troupe_bin() { return TROUPE_BIN_PATH; }

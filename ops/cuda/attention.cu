@@ -1,0 +1,229 @@
+// Causal attention with an optional sliding window, flash-style: the T x T
+// scores are never stored. The forward keeps one log-sum-exp per query row;
+// the backward recomputes each probability from it. A warp owns a row (a
+// query for the forward and dQ, a key for dK and dV) and walks the keys (or
+// queries) it sees in order with an online softmax, so every sum has one
+// fixed order and no two warps write one element: deterministic, no atomics.
+// Each lane holds PER = ceil(hs / 32) channels of the head (hs <= 256).
+#include <algorithm>
+
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/launch.hpp"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps: 4 rows per block
+
+struct Geometry {
+  int B, T, C, NH, hs, window;
+  // Keys visible to query i: [first_key(i), i]; queries seeing key j: [j, last_query(j)].
+  __device__ int first_key(int i) const { return window > 0 ? max(0, i - window + 1) : 0; }
+  __device__ int last_query(int j) const { return window > 0 ? min(T - 1, j + window - 1) : T - 1; }
+  __device__ std::int64_t rows() const { return static_cast<std::int64_t>(B) * NH * T; }
+};
+
+// This warp's row r of (B,NH,T) as (b, h, t); false past the end.
+struct RowOf {
+  int b, h, t;
+};
+__device__ inline bool warp_row(const Geometry& g, std::int64_t& r, RowOf& at) {
+  r = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (r >= g.rows()) return false;
+  at.t = static_cast<int>(r % g.T);
+  at.h = static_cast<int>((r / g.T) % g.NH);
+  at.b = static_cast<int>(r / (static_cast<std::int64_t>(g.T) * g.NH));
+  return true;
+}
+
+// Head h's channels of token t of batch b in part p (0 q, 1 k, 2 v) of qkv.
+__device__ inline const float* head(const float* qkv, const Geometry& g, int b, int t, int h, int p) {
+  return qkv + (static_cast<std::int64_t>(b) * g.T + t) * 3 * g.C + p * g.C + h * g.hs;
+}
+
+template <int PER>
+__device__ inline void load(float (&x)[PER], const float* src, int hs, float scale = 1.0f) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int d = lane + 32 * k;
+    x[k] = d < hs ? src[d] * scale : 0.0f;
+  }
+}
+
+template <int PER>
+__device__ inline float dot(const float (&x)[PER], const float* y, int hs) {
+  const int lane = threadIdx.x % 32;
+  float s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int d = lane + 32 * k;
+    if (d < hs) s += x[k] * y[d];
+  }
+  return warp_sum(s);
+}
+
+// out: (B,T,C); lse: (B,NH,T). Warp per query row.
+template <int PER>
+__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, Geometry g) {
+  std::int64_t r;
+  RowOf at;
+  if (!warp_row(g, r, at)) return;
+  const int lane = threadIdx.x % 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
+  float q[PER], o[PER];
+  load(q, head(qkv, g, at.b, at.t, at.h, 0), g.hs, scale);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) o[k] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int j = g.first_key(at.t); j <= at.t; ++j) {
+    const float s = dot(q, head(qkv, g, at.b, j, at.h, 1), g.hs);
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), p = expf(s - m_new);
+    l = l * corr + p;
+    const float* v = head(qkv, g, at.b, j, at.h, 2);
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int d = lane + 32 * k;
+      if (d < g.hs) o[k] = o[k] * corr + p * v[d];
+    }
+    m = m_new;
+  }
+  float* y = out + (static_cast<std::int64_t>(at.b) * g.T + at.t) * g.C + at.h * g.hs;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int d = lane + 32 * k;
+    if (d < g.hs) y[d] = o[k] / l;
+  }
+  if (lane == 0) lse[r] = m + logf(l);
+}
+
+// delta: (B,NH,T) = rowsum(dout * out) per head. Warp per row.
+template <int PER>
+__global__ void attention_delta_kernel(float* delta, const float* dout, const float* out, Geometry g) {
+  std::int64_t r;
+  RowOf at;
+  if (!warp_row(g, r, at)) return;
+  const std::int64_t off = (static_cast<std::int64_t>(at.b) * g.T + at.t) * g.C + at.h * g.hs;
+  float dy[PER];
+  load(dy, dout + off, g.hs);
+  const float d = dot(dy, out + off, g.hs);
+  if (threadIdx.x % 32 == 0) delta[r] = d;
+}
+
+// dQ of query row i into dqkv's q part. Warp per query row.
+template <int PER>
+__global__ void attention_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                    const float* delta, Geometry g) {
+  std::int64_t r;
+  RowOf at;
+  if (!warp_row(g, r, at)) return;
+  const int lane = threadIdx.x % 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
+  float q[PER], dy[PER], dq[PER];
+  load(q, head(qkv, g, at.b, at.t, at.h, 0), g.hs, scale);
+  load(dy, dout + (static_cast<std::int64_t>(at.b) * g.T + at.t) * g.C + at.h * g.hs, g.hs);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) dq[k] = 0.0f;
+  const float row_lse = lse[r], row_delta = delta[r];
+  for (int j = g.first_key(at.t); j <= at.t; ++j) {
+    const float* kj = head(qkv, g, at.b, j, at.h, 1);
+    const float p = expf(dot(q, kj, g.hs) - row_lse);
+    const float ds = p * (dot(dy, head(qkv, g, at.b, j, at.h, 2), g.hs) - row_delta);
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int d = lane + 32 * k;
+      if (d < g.hs) dq[k] += ds * kj[d];
+    }
+  }
+  float* dst = dqkv + (static_cast<std::int64_t>(at.b) * g.T + at.t) * 3 * g.C + at.h * g.hs;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int d = lane + 32 * k;
+    if (d < g.hs) dst[d] = dq[k] * scale;
+  }
+}
+
+// dK and dV of key row j into dqkv's k and v parts. Warp per key row.
+template <int PER>
+__global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                                     const float* delta, Geometry g) {
+  std::int64_t r;
+  RowOf at;
+  if (!warp_row(g, r, at)) return;
+  const int lane = threadIdx.x % 32;
+  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
+  float kk[PER], vv[PER], dk[PER], dv[PER];
+  load(kk, head(qkv, g, at.b, at.t, at.h, 1), g.hs, scale);
+  load(vv, head(qkv, g, at.b, at.t, at.h, 2), g.hs);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) dk[k] = dv[k] = 0.0f;
+  const std::int64_t row0 = r - at.t;  // (b, h, 0) in (B,NH,T)
+  for (int i = at.t; i <= g.last_query(at.t); ++i) {
+    const float* qi = head(qkv, g, at.b, i, at.h, 0);
+    const float* dyi = dout + (static_cast<std::int64_t>(at.b) * g.T + i) * g.C + at.h * g.hs;
+    const float p = expf(dot(kk, qi, g.hs) - lse[row0 + i]);
+    const float ds = p * (dot(vv, dyi, g.hs) - delta[row0 + i]);
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int d = lane + 32 * k;
+      if (d < g.hs) {
+        dv[k] += p * dyi[d];
+        dk[k] += ds * qi[d];
+      }
+    }
+  }
+  float* dst = dqkv + (static_cast<std::int64_t>(at.b) * g.T + at.t) * 3 * g.C + g.C + at.h * g.hs;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int d = lane + 32 * k;
+    if (d < g.hs) {
+      dst[d] = dk[k] * scale;
+      dst[g.C + d] = dv[k];
+    }
+  }
+}
+
+unsigned row_blocks(const Geometry& g) {
+  const std::int64_t rows = static_cast<std::int64_t>(g.B) * g.NH * g.T;
+  return static_cast<unsigned>((rows + kThreads / 32 - 1) / (kThreads / 32));
+}
+
+// Calls f.template operator()<PER>() with the smallest PER in {1, 2, 4, 8} covering hs.
+template <class F>
+void with_per(int hs, F&& f) {
+  if (hs <= 32) f.template operator()<1>();
+  else if (hs <= 64) f.template operator()<2>();
+  else if (hs <= 128) f.template operator()<4>();
+  else f.template operator()<8>();
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
+                       cudaStream_t s) {
+  const Geometry g{B, T, C, NH, C / NH, window};
+  if (static_cast<std::int64_t>(B) * NH * T == 0) return;
+  with_per(g.hs, [&]<int PER>() {
+    attention_forward_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(out, lse, qkv, g);
+  });
+  check_launch("attention_forward_kernel");
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int C, int NH, int window, cudaStream_t s) {
+  const Geometry g{B, T, C, NH, C / NH, window};
+  const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
+  if (rows == 0) return;
+  Scratch delta(static_cast<std::size_t>(rows) * sizeof(float), s);
+  with_per(g.hs, [&]<int PER>() {
+    attention_delta_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(delta.as<float>(), dout, out, g);
+    check_launch("attention_delta_kernel");
+    attention_dq_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta.as<float>(), g);
+    check_launch("attention_dq_kernel");
+    attention_dkv_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta.as<float>(), g);
+    check_launch("attention_dkv_kernel");
+  });
+}
+
+}  // namespace troupe::cuda

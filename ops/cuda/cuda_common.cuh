@@ -1,0 +1,93 @@
+// What the CUDA kernel files share: launch checking, grid sizing, warp and
+// block reductions in a fixed order (so a reduction's result depends only on
+// its inputs and the launch configuration, never on timing), and scratch
+// memory from the stream-ordered pool.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+namespace troupe::cuda {
+
+/// Ends the process if the last launch failed (a failed launch leaves the
+/// context unusable; the health monitor reports the actor lost).
+inline void check_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "cuda: launch of %s: %s (%s)\n", kernel, cudaGetErrorName(e), cudaGetErrorString(e));
+  std::abort();
+}
+
+inline void check_call(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "cuda: %s: %s (%s)\n", call, cudaGetErrorName(e), cudaGetErrorString(e));
+  std::abort();
+}
+
+/// Blocks for a grid-stride loop over n elements: enough to fill the GPU, at
+/// most `cap`, depending only on n.
+inline unsigned grid_for(std::int64_t n, int threads, unsigned cap = 4096) {
+  const std::int64_t blocks = (n + threads - 1) / threads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+
+/// Sum over a warp by butterfly shuffles; every lane ends with the same value.
+template <class T>
+__device__ inline T warp_sum(T x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ inline float warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+/// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024):
+/// warps first, then warp 0 over the warps' sums. Every thread gets the result.
+template <class T>
+__device__ inline T block_sum(T x) {
+  __shared__ T partial[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  x = warp_sum(x);
+  __syncthreads();  // `partial` may still be read by a previous call
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  T total = lane < warps ? partial[lane] : T(0);
+  return warp_sum(total);
+}
+
+__device__ inline float block_max(float x) {
+  __shared__ float partial[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  x = warp_max(x);
+  __syncthreads();
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  float m = lane < warps ? partial[lane] : -INFINITY;
+  return warp_max(m);
+}
+
+/// Device memory for one launch's scratch, allocated and freed in stream
+/// order on `s` (the device's pool keeps it: no driver call once warm).
+class Scratch {
+ public:
+  Scratch(std::size_t bytes, cudaStream_t s) : s_(s) {
+    check_call(cudaMallocAsync(&p_, bytes == 0 ? 16 : bytes, s), "cudaMallocAsync (scratch)");
+  }
+  ~Scratch() { cudaFreeAsync(p_, s_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+  cudaStream_t s_;
+};
+
+}  // namespace troupe::cuda

@@ -1,0 +1,83 @@
+// CudaComputeDevice: the device, the kernel table, and MFU's denominator
+// measured with cuBLASLt on this GPU.
+#include "ops/cuda/cuda_compute_device.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "backends/cuda/cuda_check.hpp"
+#include "backends/cuda/cuda_device.hpp"
+#include "ops/cuda/cuda_kernels.hpp"
+
+namespace troupe {
+namespace {
+
+class CudaComputeDevice final : public ComputeDevice {
+ public:
+  CudaComputeDevice(std::unique_ptr<CudaDevice> device, std::unique_ptr<CudaKernels> kernels, Precision precision)
+      : device_(std::move(device)),
+        kernels_(std::move(kernels)),
+        context_{*device_, device_->default_stream(), *kernels_, precision} {}
+
+  const ExecContext& context() const override { return context_; }
+
+  std::string describe() const override {
+    const CudaDeviceInfo& i = device_->info();
+    return i.name + " (cuda:" + std::to_string(device_->index()) + ", sm_" + std::to_string(i.major) +
+           std::to_string(i.minor) + ", " + std::to_string(i.sms) + " SMs, " +
+           std::to_string(i.memory_bytes >> 30) + " GiB)";
+  }
+
+  // The best of 5 fp32 GEMMs of 4096^3 on this GPU, timed by events; the GPU
+  // is one, whatever the number of actors sharing it.
+  double measure_peak_flops(int) override {
+    constexpr int n = 4096;
+    const std::size_t bytes = std::size_t{n} * n * sizeof(float);
+    auto a = device_->allocate(bytes), b = device_->allocate(bytes), c = device_->allocate(bytes);
+    if (!a || !b || !c) return 0.0;
+    Stream& s = device_->default_stream();
+    for (auto* buf : {&a, &b, &c}) (void)device_->fill_zero((**buf)->data(), bytes, s);
+    auto mm = cuda::Matmul::create(device_->index(), device_->cuda_stream().handle());
+    if (!mm) return 0.0;
+    const cuda::GemmShape shape{false, false, n, n, n, n, n, n, false, false};
+    auto run = [&] {
+      (*mm)->gemm(shape, static_cast<float*>((*a)->data()), static_cast<float*>((*b)->data()),
+                  static_cast<float*>((*c)->data()), nullptr);
+    };
+    run();
+    run();
+    double best_us = 1e300;
+    for (int i = 0; i < 5; ++i) {
+      auto e0 = s.record();
+      run();
+      auto e1 = s.record();
+      e1->synchronize();
+      best_us = std::min(best_us, e1->elapsed_us_since(*e0));
+    }
+    return 2.0 * n * n * n / (best_us * 1e-6);
+  }
+
+ private:
+  std::unique_ptr<CudaDevice> device_;
+  std::unique_ptr<CudaKernels> kernels_;
+  ExecContext context_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<ComputeDevice>> open_cuda_compute_device(const DeviceChoice& choice) {
+  if (choice.precision != Precision::fp32)
+    return make_error("train.precision = \"", std::string(precision_name(choice.precision)),
+                      "\": the CUDA backend computes in fp32 only so far (use precision = \"fp32\")");
+  auto n = CudaDevice::count();
+  if (!n) return make_error("train.device = \"cuda\": ", n.error().message);
+  const int index = std::max(0, choice.local_rank) % *n;
+  auto device = CudaDevice::open(index);
+  if (!device) return make_error("train.device = \"cuda\": ", device.error().message);
+  auto kernels = CudaKernels::create(**device, (*device)->cuda_stream());
+  if (!kernels) return make_error("train.device = \"cuda\": ", kernels.error().message);
+  return std::unique_ptr<ComputeDevice>(
+      new CudaComputeDevice(std::move(*device), std::move(*kernels), choice.precision));
+}
+
+}  // namespace troupe

@@ -1,0 +1,165 @@
+// CudaKernels: tensors unpacked into the launchers of ops/cuda/launch.hpp and
+// cuBLASLt GEMMs of ops/cuda/matmul.hpp. Shapes were checked by Kernels.
+#include "ops/cuda/cuda_kernels.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "ops/cuda/launch.hpp"
+
+namespace troupe {
+namespace {
+
+int as_int(std::int64_t x) { return static_cast<int>(x); }
+std::int64_t rows(const Tensor& t) { return t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
+
+}  // namespace
+
+Expected<std::unique_ptr<CudaKernels>> CudaKernels::create(CudaDevice& device, CudaStream& stream) {
+  device.activate();
+  std::unique_ptr<CudaKernels> k(new CudaKernels(device, stream));
+  auto mm = cuda::Matmul::create(device.index(), stream.handle());
+  if (!mm) return mm.error();
+  k->matmul_ = std::move(*mm);
+  return k;
+}
+
+cudaStream_t CudaKernels::s() const {
+  device_.activate();
+  return stream_.handle();
+}
+
+void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
+  const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(inp));
+  s();
+  matmul_->gemm({false, false, N, OC, C, C, OC, OC, bias.defined(), false}, inp.f32(), weight.f32(), out.f32(),
+                bias.defined() ? bias.f32() : nullptr);
+}
+
+void CudaKernels::do_linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                           bool accumulate) const {
+  const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
+  s();
+  matmul_->gemm({false, true, N, C, OC, OC, OC, C, false, accumulate}, dout.f32(), weight.f32(), dinp.f32(), nullptr);
+}
+
+void CudaKernels::do_linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                            const Tensor& inp) const {
+  const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
+  const cudaStream_t st = s();
+  matmul_->gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp.f32(), dout.f32(), dweight.f32(), nullptr);
+  if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, st);
+}
+
+void CudaKernels::do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const {
+  const int V = as_int(wte.dim(0)), C = as_int(wte.dim(1)), N = as_int(rows(x));
+  s();
+  matmul_->gemm({false, true, N, V, C, C, C, V, false, false}, x.f32(), wte.f32(), logits.f32(), nullptr);
+}
+
+void CudaKernels::do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const {
+  const int V = as_int(wte.dim(0)), C = as_int(wte.dim(1)), N = as_int(rows(dlogits));
+  s();
+  matmul_->gemm({false, false, N, C, V, V, C, C, false, false}, dlogits.f32(), wte.f32(), dx.f32(), nullptr);
+}
+
+void CudaKernels::do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const {
+  const int V = as_int(dwte.dim(0)), C = as_int(dwte.dim(1)), N = as_int(rows(x));
+  s();
+  matmul_->gemm({true, false, V, C, N, V, C, C, false, true}, dlogits.f32(), x.f32(), dwte.f32(), nullptr);
+}
+
+void CudaKernels::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
+                                       const Tensor& weight, const Tensor& bias) const {
+  cuda::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(), rows(inp),
+                          inp.dim(-1), s());
+}
+
+void CudaKernels::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                        const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                                        const Tensor& rstd) const {
+  cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(), weight.f32(), mean.f32(),
+                           rstd.f32(), rows(inp), inp.dim(-1), s());
+}
+
+void CudaKernels::do_gelu_forward(Tensor& out, const Tensor& inp) const {
+  cuda::gelu_forward(out.f32(), inp.f32(), inp.numel(), s());
+}
+
+void CudaKernels::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const {
+  cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), inp.numel(), s());
+}
+
+void CudaKernels::do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const {
+  cuda::residual_forward(out.f32(), a.f32(), b.f32(), out.numel(), s());
+}
+
+void CudaKernels::do_residual3_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c) const {
+  cuda::residual3_forward(out.f32(), a.f32(), b.f32(), c.f32(), out.numel(), s());
+}
+
+void CudaKernels::do_encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) const {
+  cuda::encoder_forward(out.f32(), tokens.data<std::int32_t>(), wte.f32(), wpe.f32(), out.dim(0), out.dim(1),
+                        out.dim(2), wte.dim(0), s());
+}
+
+void CudaKernels::do_encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) const {
+  cuda::encoder_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.data<std::int32_t>(), dout.dim(0), dout.dim(1),
+                         dout.dim(2), dwte.dim(0), s());
+}
+
+Shape CudaKernels::do_attention_saved_shape(std::int64_t B, std::int64_t NH, std::int64_t T) const {
+  return {B, NH, T};
+}
+
+void CudaKernels::do_attention_forward(Tensor& out, Tensor& saved, const Tensor& qkv, int NH, int window) const {
+  const int C = as_int(qkv.dim(2) / 3);
+  if (C / NH > cuda::kMaxHeadSize) {
+    std::fprintf(stderr, "kernel attention_forward: head size %d exceeds %d\n", C / NH, cuda::kMaxHeadSize);
+    std::abort();
+  }
+  cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), as_int(qkv.dim(0)), as_int(qkv.dim(1)), C, NH, window,
+                          s());
+}
+
+void CudaKernels::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                                        const Tensor& saved, int NH, int window) const {
+  cuda::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), saved.f32(), as_int(qkv.dim(0)),
+                           as_int(qkv.dim(1)), as_int(qkv.dim(2) / 3), NH, window, s());
+}
+
+void CudaKernels::do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
+                                                    float dlogits_scale) const {
+  cuda::cross_entropy_forward_backward(losses.f32(), logits.f32(), targets.data<std::int32_t>(), dlogits_scale,
+                                       rows(logits), logits.dim(-1), s());
+}
+
+double CudaKernels::do_sum(const Tensor& x) const { return cuda::sum(x.f32(), x.numel(), false, s()); }
+
+double CudaKernels::do_sum_squares(const Tensor& x) const { return cuda::sum(x.f32(), x.numel(), true, s()); }
+
+void CudaKernels::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
+                                  bool decay, float grad_scale) const {
+  // The bias corrections exactly as the CPU kernel computes them (in float).
+  const float bc1 = 1.0f - std::pow(h.beta1, static_cast<float>(t));
+  const float bc2 = 1.0f - std::pow(h.beta2, static_cast<float>(t));
+  cuda::adamw_update(param.f32(), grad.f32(), m.f32(), v.f32(), param.numel(), h.lr, h.beta1, h.beta2, h.eps,
+                     decay ? h.weight_decay : 0.0f, bc1, bc2, grad_scale, s());
+}
+
+LambNorms CudaKernels::do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param,
+                                         const AdamHyper& h, int t, bool decay, float grad_scale) const {
+  const float bc1 = 1.0f - std::pow(h.beta1, static_cast<float>(t));
+  const float bc2 = 1.0f - std::pow(h.beta2, static_cast<float>(t));
+  LambNorms n;
+  cuda::lamb_direction(grad.f32(), m.f32(), v.f32(), param.f32(), param.numel(), h.beta1, h.beta2, h.eps,
+                       decay ? h.weight_decay : 0.0f, bc1, bc2, grad_scale, &n.param_sq, &n.update_sq, s());
+  return n;
+}
+
+void CudaKernels::do_lamb_apply(Tensor& param, const Tensor& direction, float lr, float trust_ratio) const {
+  cuda::lamb_apply(param.f32(), direction.f32(), param.numel(), lr * trust_ratio, s());
+}
+
+}  // namespace troupe

@@ -1,0 +1,61 @@
+// The CUDA backend's kernel table: each op's kernel (ops/cuda/*.cu) or
+// cuBLASLt GEMM, enqueued on one CUDA stream. Tested against CpuKernels.
+#pragma once
+
+#include <memory>
+
+#include "backends/cuda/cuda_device.hpp"
+#include "ops/cuda/matmul.hpp"
+#include "ops/kernels.hpp"
+
+namespace troupe {
+
+class CudaKernels final : public Kernels {
+ public:
+  /// Kernels on `stream` of `device` (both outlive the table).
+  static Expected<std::unique_ptr<CudaKernels>> create(CudaDevice& device, CudaStream& stream);
+  std::string name() const override { return device_.name(); }
+
+ protected:
+  void do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const override;
+  void do_linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                bool accumulate) const override;
+  void do_linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                 const Tensor& inp) const override;
+  void do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const override;
+  void do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const override;
+  void do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const override;
+  void do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp, const Tensor& weight,
+                            const Tensor& bias) const override;
+  void do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                             const Tensor& weight, const Tensor& mean, const Tensor& rstd) const override;
+  void do_gelu_forward(Tensor& out, const Tensor& inp) const override;
+  void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const override;
+  void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const override;
+  void do_residual3_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c) const override;
+  void do_encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) const override;
+  void do_encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens) const override;
+  Shape do_attention_saved_shape(std::int64_t B, std::int64_t NH, std::int64_t T) const override;
+  void do_attention_forward(Tensor& out, Tensor& saved, const Tensor& qkv, int NH, int window) const override;
+  void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                             const Tensor& saved, int NH, int window) const override;
+  void do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
+                                         float dlogits_scale) const override;
+  double do_sum(const Tensor& x) const override;
+  double do_sum_squares(const Tensor& x) const override;
+  void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
+                       bool decay, float grad_scale) const override;
+  LambNorms do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h, int t,
+                              bool decay, float grad_scale) const override;
+  void do_lamb_apply(Tensor& param, const Tensor& direction, float lr, float trust_ratio) const override;
+
+ private:
+  CudaKernels(CudaDevice& device, CudaStream& stream) : device_(device), stream_(stream) {}
+  cudaStream_t s() const;  // the stream, with this GPU made current
+
+  CudaDevice& device_;
+  CudaStream& stream_;
+  std::unique_ptr<cuda::Matmul> matmul_;
+};
+
+}  // namespace troupe

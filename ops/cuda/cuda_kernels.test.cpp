@@ -1,0 +1,240 @@
+// Every CUDA kernel, forward and backward, against the CPU kernel on the same
+// inputs, odd sizes and sliding windows included. fp32 tolerance: 1e-5 of
+// each element's magnitude, or of a tenth of the tensor's RMS where the
+// element is smaller (sums cancelling to near zero carry the rounding of
+// their terms, which a different summation order moves by ~1e-7 of them).
+// Backward kernels run twice on the GPU and must give the same bits.
+#include <cmath>
+
+#include "ops/cuda/cuda_test_support.hpp"
+
+namespace troupe {
+namespace {
+
+using testing::require_close;
+using testing::uniform;
+
+// The same values on the CPU and the GPU.
+struct Pair {
+  Tensor cpu, gpu;
+};
+
+struct Both {
+  testing::CpuContext cpu{2};
+  std::unique_ptr<ComputeDevice> gpu = testing::gpu_or_skip();
+  std::mt19937 rng{7};
+  const ExecContext& g() const { return gpu->context(); }
+
+  Pair of(const Shape& shape, const std::vector<float>& v) {
+    auto c = *Tensor::empty(cpu.device, shape);
+    std::copy(v.begin(), v.end(), c.f32());
+    return {c, testing::tensor_of(g(), shape, v)};
+  }
+  Pair random(const Shape& shape, float lo = -1, float hi = 1) {
+    return of(shape, uniform(static_cast<std::size_t>(shape_numel(shape)), rng, lo, hi));
+  }
+  Pair ids(const Shape& shape, const std::vector<std::int32_t>& v) {
+    auto c = *Tensor::empty(cpu.device, shape, DType::i32);
+    std::copy(v.begin(), v.end(), c.data<std::int32_t>());
+    return {c, testing::ids_of(g(), shape, v)};
+  }
+  std::vector<float> host(const Tensor& cpu_tensor) const {
+    return std::vector<float>(cpu_tensor.f32(), cpu_tensor.f32() + cpu_tensor.numel());
+  }
+  std::vector<float> host_gpu(const Tensor& t) const { return testing::values_of(g(), t); }
+  // The GPU's values within tolerance of the CPU's.
+  void agree(const Pair& p, double rel = 1e-5) const {
+    const auto want = host(p.cpu);
+    double sq = 0;
+    for (float x : want) sq += static_cast<double>(x) * x;
+    const double floor = want.empty() ? 0 : 0.1 * std::sqrt(sq / static_cast<double>(want.size()));
+    require_close(host_gpu(p.gpu), want, rel, std::max(floor, 1e-12));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("CUDA layernorm forward and backward equal the CPU's", "[cuda][kernels]") {
+  Both b;
+  for (auto [N, C] : {std::pair{37, 19}, std::pair{130, 768}}) {
+    INFO("N " << N << " C " << C);
+    auto x = b.random({N, C}, -2, 2), w = b.random({C}), bias = b.random({C});
+    auto y = b.random({N, C}), mean = b.random({N}), rstd = b.random({N});
+    b.cpu.kernels.layernorm_forward(y.cpu, mean.cpu, rstd.cpu, x.cpu, w.cpu, bias.cpu);
+    b.g().kernels.layernorm_forward(y.gpu, mean.gpu, rstd.gpu, x.gpu, w.gpu, bias.gpu);
+    b.agree(y);
+    b.agree(mean);
+    b.agree(rstd);
+    auto dy = b.random({N, C}), dx = b.random({N, C}), dw = b.random({C}), db = b.random({C});
+    b.cpu.kernels.layernorm_backward(dx.cpu, dw.cpu, db.cpu, dy.cpu, x.cpu, w.cpu, mean.cpu, rstd.cpu);
+    const auto dw0 = b.host_gpu(dw.gpu), dx0 = b.host_gpu(dx.gpu), db0 = b.host_gpu(db.gpu);
+    b.g().kernels.layernorm_backward(dx.gpu, dw.gpu, db.gpu, dy.gpu, x.gpu, w.gpu, mean.gpu, rstd.gpu);
+    b.agree(dx);
+    b.agree(dw);
+    b.agree(db);
+    // Replayed from the same state: the same bits.
+    const auto dw1 = b.host_gpu(dw.gpu);
+    auto again = b.of({C}, dw0);
+    auto dx_again = b.of({N, C}, dx0);
+    auto db_again = b.of({C}, db0);
+    b.g().kernels.layernorm_backward(dx_again.gpu, again.gpu, db_again.gpu, dy.gpu, x.gpu, w.gpu, mean.gpu, rstd.gpu);
+    CHECK(b.host_gpu(again.gpu) == dw1);
+  }
+}
+
+TEST_CASE("CUDA linear layers (cuBLASLt, bias epilogue) equal the CPU's", "[cuda][kernels]") {
+  Both b;
+  const int N = 33, C = 17, OC = 29;
+  auto x = b.random({N, C}), w = b.random({C, OC}), bias = b.random({OC});
+  for (bool with_bias : {true, false}) {
+    INFO("bias " << with_bias);
+    auto y = b.random({N, OC});
+    b.cpu.kernels.linear_forward(y.cpu, x.cpu, w.cpu, with_bias ? bias.cpu : Tensor{});
+    b.g().kernels.linear_forward(y.gpu, x.gpu, w.gpu, with_bias ? bias.gpu : Tensor{});
+    b.agree(y);
+  }
+  auto dy = b.random({N, OC});
+  for (bool accumulate : {false, true}) {
+    INFO("accumulate " << accumulate);
+    auto dx = b.random({N, C});
+    b.cpu.kernels.linear_backward_input(dx.cpu, dy.cpu, w.cpu, accumulate);
+    b.g().kernels.linear_backward_input(dx.gpu, dy.gpu, w.gpu, accumulate);
+    b.agree(dx);
+  }
+  auto dw = b.random({C, OC}), db = b.random({OC});
+  b.cpu.kernels.linear_backward_weight(dw.cpu, db.cpu, dy.cpu, x.cpu);
+  b.g().kernels.linear_backward_weight(dw.gpu, db.gpu, dy.gpu, x.gpu);
+  b.agree(dw);
+  b.agree(db);
+}
+
+TEST_CASE("CUDA tied LM head equals the CPU's", "[cuda][kernels]") {
+  Both b;
+  const int N = 33, C = 24, V = 57;
+  auto x = b.random({N, C}), wte = b.random({V, C}), logits = b.random({N, V});
+  b.cpu.kernels.tied_head_forward(logits.cpu, x.cpu, wte.cpu);
+  b.g().kernels.tied_head_forward(logits.gpu, x.gpu, wte.gpu);
+  b.agree(logits);
+  auto dlogits = b.random({N, V}), dx = b.random({N, C}), dwte = b.random({V, C});
+  b.cpu.kernels.tied_head_backward_input(dx.cpu, dlogits.cpu, wte.cpu);
+  b.g().kernels.tied_head_backward_input(dx.gpu, dlogits.gpu, wte.gpu);
+  b.agree(dx);
+  b.cpu.kernels.tied_head_backward_weight(dwte.cpu, dlogits.cpu, x.cpu);
+  b.g().kernels.tied_head_backward_weight(dwte.gpu, dlogits.gpu, x.gpu);
+  b.agree(dwte);
+}
+
+TEST_CASE("CUDA GELU and residual additions equal the CPU's", "[cuda][kernels]") {
+  Both b;
+  const int n = 1001;
+  auto x = b.random({n}, -5, 5), y = b.random({n});
+  b.cpu.kernels.gelu_forward(y.cpu, x.cpu);
+  b.g().kernels.gelu_forward(y.gpu, x.gpu);
+  b.agree(y);
+  auto dy = b.random({n}), dx = b.random({n});
+  b.cpu.kernels.gelu_backward(dx.cpu, x.cpu, dy.cpu);
+  b.g().kernels.gelu_backward(dx.gpu, x.gpu, dy.gpu);
+  b.agree(dx);
+  auto a = b.random({n}), c = b.random({n}), out = b.random({n});
+  b.cpu.kernels.residual_forward(out.cpu, a.cpu, c.cpu);
+  b.g().kernels.residual_forward(out.gpu, a.gpu, c.gpu);
+  b.agree(out);
+  b.cpu.kernels.residual3_forward(a.cpu, a.cpu, c.cpu, x.cpu);  // in place
+  b.g().kernels.residual3_forward(a.gpu, a.gpu, c.gpu, x.gpu);
+  b.agree(a);
+}
+
+TEST_CASE("CUDA token and position embedding, forward and backward, equal the CPU's", "[cuda][kernels]") {
+  Both b;
+  const int B = 3, T = 11, C = 13, V = 17;
+  std::vector<std::int32_t> tok(B * T);
+  for (int i = 0; i < B * T; ++i) tok[static_cast<std::size_t>(i)] = (i * 7) % 5 == 0 ? 3 : (i * 5) % V;  // repeats
+  auto tokens = b.ids({B, T}, tok);
+  auto wte = b.random({V, C}), wpe = b.random({T + 4, C}), y = b.random({B, T, C});
+  b.cpu.kernels.encoder_forward(y.cpu, tokens.cpu, wte.cpu, wpe.cpu);
+  b.g().kernels.encoder_forward(y.gpu, tokens.gpu, wte.gpu, wpe.gpu);
+  b.agree(y);
+  auto dy = b.random({B, T, C}), dwte = b.random({V, C}), dwpe = b.random({T + 4, C});
+  const auto dwte0 = b.host_gpu(dwte.gpu);
+  b.cpu.kernels.encoder_backward(dwte.cpu, dwpe.cpu, dy.cpu, tokens.cpu);
+  b.g().kernels.encoder_backward(dwte.gpu, dwpe.gpu, dy.gpu, tokens.gpu);
+  b.agree(dwte);
+  b.agree(dwpe);
+  auto again = b.of({V, C}, dwte0);
+  auto dwpe_again = b.random({T + 4, C});
+  b.g().kernels.encoder_backward(again.gpu, dwpe_again.gpu, dy.gpu, tokens.gpu);
+  CHECK(b.host_gpu(again.gpu) == b.host_gpu(dwte.gpu));
+}
+
+TEST_CASE("CUDA flash attention, causal and sliding-window, forward and backward, equals the CPU's",
+          "[cuda][kernels][attention]") {
+  Both b;
+  struct Case {
+    int B, T, C, NH;
+  };
+  for (auto [B, T, C, NH] : {Case{2, 70, 12, 3}, Case{1, 130, 128, 2}, Case{2, 33, 96, 1}}) {
+    for (int window : {0, 5, 64}) {
+      INFO("B " << B << " T " << T << " C " << C << " NH " << NH << " window " << window);
+      auto qkv = b.random({B, T, 3 * C});
+      auto y = b.random({B, T, C});
+      auto att_cpu = *Tensor::empty(b.cpu.device, b.cpu.kernels.attention_saved_shape(B, NH, T));
+      auto att_gpu = *Tensor::empty(b.g().device, b.g().kernels.attention_saved_shape(B, NH, T));
+      CHECK(att_gpu.numel() == static_cast<std::int64_t>(B) * NH * T);  // no T x T matrix
+      b.cpu.kernels.attention_forward(y.cpu, att_cpu, qkv.cpu, NH, window);
+      b.g().kernels.attention_forward(y.gpu, att_gpu, qkv.gpu, NH, window);
+      b.agree(y);
+      auto dy = b.random({B, T, C}), dqkv = b.random({B, T, 3 * C});
+      b.cpu.kernels.attention_backward(dqkv.cpu, dy.cpu, qkv.cpu, y.cpu, att_cpu, NH, window);
+      b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
+      b.agree(dqkv, 2e-5);
+      const auto first = b.host_gpu(dqkv.gpu);
+      b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
+      CHECK(b.host_gpu(dqkv.gpu) == first);
+    }
+  }
+}
+
+TEST_CASE("CUDA fused cross-entropy and its gradient equal the CPU's", "[cuda][kernels]") {
+  Both b;
+  const int N = 9, V = 1000;
+  std::vector<std::int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[static_cast<std::size_t>(i)] = (i * 337) % V;
+  auto targets = b.ids({N}, tgt);
+  for (float scale : {0.25f, 0.0f}) {
+    INFO("scale " << scale);
+    auto z = b.random({N, V}, -4, 4), losses = b.random({N});
+    b.cpu.kernels.cross_entropy_forward_backward(losses.cpu, z.cpu, targets.cpu, scale);
+    b.g().kernels.cross_entropy_forward_backward(losses.gpu, z.gpu, targets.gpu, scale);
+    b.agree(losses);
+    if (scale != 0.0f) b.agree(z);
+  }
+}
+
+TEST_CASE("CUDA sums and the optimizers equal the CPU's", "[cuda][kernels][optim]") {
+  Both b;
+  const int n = 100003;
+  auto x = b.random({n});
+  CHECK(b.g().kernels.sum(x.gpu) == Approx(b.cpu.kernels.sum(x.cpu)).epsilon(1e-12).margin(1e-9));
+  CHECK(b.g().kernels.sum_squares(x.gpu) == Approx(b.cpu.kernels.sum_squares(x.cpu)).epsilon(1e-12));
+  CHECK(b.g().kernels.sum(x.gpu) == b.g().kernels.sum(x.gpu));  // same bits, run to run
+  AdamHyper h{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  auto w = b.random({n}), g = b.random({n}), m = b.of({n}, std::vector<float>(n, 0.0f)),
+       v = b.of({n}, std::vector<float>(n, 0.0f));
+  for (int t = 1; t <= 3; ++t) {
+    b.cpu.kernels.adamw_update(w.cpu, g.cpu, m.cpu, v.cpu, h, t, t != 2, 0.5f);
+    b.g().kernels.adamw_update(w.gpu, g.gpu, m.gpu, v.gpu, h, t, t != 2, 0.5f);
+  }
+  b.agree(w);
+  b.agree(m);
+  b.agree(v);
+  const LambNorms nc = b.cpu.kernels.lamb_direction(g.cpu, m.cpu, v.cpu, w.cpu, h, 4, true, 1.0f);
+  const LambNorms ng = b.g().kernels.lamb_direction(g.gpu, m.gpu, v.gpu, w.gpu, h, 4, true, 1.0f);
+  b.agree(g);
+  CHECK(ng.param_sq == Approx(nc.param_sq).epsilon(1e-9));
+  CHECK(ng.update_sq == Approx(nc.update_sq).epsilon(1e-6));
+  b.cpu.kernels.lamb_apply(w.cpu, g.cpu, h.lr, 0.7f);
+  b.g().kernels.lamb_apply(w.gpu, g.gpu, h.lr, 0.7f);
+  b.agree(w);
+}
+
+}  // namespace troupe

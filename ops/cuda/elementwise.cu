@@ -1,0 +1,86 @@
+// Elementwise kernels: GELU (tanh approximation) forward and backward, the
+// residual additions, and the broadcast of a bias over rows.
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/launch.hpp"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+
+// out, inp: (n). Grid-stride over n.
+__global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+  }
+}
+
+// dinp, inp, dout: (n); dinp may alias dout. Grid-stride over n.
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
+    const float d_inner = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * d_inner);
+  }
+}
+
+// out, a, b: (n); out may alias a or b.
+__global__ void residual_kernel(float* out, const float* a, const float* b, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i];
+}
+
+// out, a, b, c: (n); out may alias any input.
+__global__ void residual3_kernel(float* out, const float* a, const float* b, const float* c, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = a[i] + b[i] + c[i];
+}
+
+// out: (rows, cols); bias: (cols).
+__global__ void broadcast_rows_kernel(float* out, const float* bias, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t n = rows * cols;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = bias[i % cols];
+}
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
+  check_launch("gelu_forward_kernel");
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
+  check_launch("gelu_backward_kernel");
+}
+
+void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  residual_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, a, b, n);
+  check_launch("residual_kernel");
+}
+
+void residual3_forward(float* out, const float* a, const float* b, const float* c, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  residual3_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, a, b, c, n);
+  check_launch("residual3_kernel");
+}
+
+void broadcast_rows(float* out, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+  if (rows * cols == 0) return;
+  broadcast_rows_kernel<<<grid_for(rows * cols, kThreads), kThreads, 0, s>>>(out, bias, rows, cols);
+  check_launch("broadcast_rows_kernel");
+}
+
+}  // namespace troupe::cuda

@@ -1,0 +1,66 @@
+// Host launchers of the CUDA kernels (ops/cuda/*.cu), over raw device
+// pointers and a stream: what CudaKernels calls once the table's checks have
+// passed. Each launcher computes its launch configuration in one place,
+// enqueues on `s` and checks the launch; none synchronizes.
+//
+// Shapes as in ops/kernels.hpp: N rows of C channels, (B,T,C) activations,
+// qkv (B,T,3C) with NH heads of hs = C/NH channels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace troupe::cuda {
+
+// elementwise.cu
+void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s);
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s);
+void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s);
+void residual3_forward(float* out, const float* a, const float* b, const float* c, std::int64_t n, cudaStream_t s);
+/// out[r, c] = bias[c] for every row (a linear layer's output before its GEMM accumulates).
+void broadcast_rows(float* out, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+
+// reduce.cu: deterministic reductions (fixed grid for a given size, partial
+// results combined in index order; no atomics).
+/// dst[c] += sum over r of src[r, c]; src: (rows, cols).
+void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+/// Sum (squares = false) or sum of squares of x[0..n), in double; waits for `s`.
+double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s);
+
+// layernorm.cu
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       std::int64_t N, std::int64_t C, cudaStream_t s);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                        cudaStream_t s);
+
+// encoder.cu
+void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, std::int64_t B,
+                     std::int64_t T, std::int64_t C, std::int64_t V, cudaStream_t s);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t B,
+                      std::int64_t T, std::int64_t C, std::int64_t V, cudaStream_t s);
+
+// cross_entropy.cu
+void cross_entropy_forward_backward(float* losses, float* logits, const std::int32_t* targets, float dlogits_scale,
+                                    std::int64_t N, std::int64_t V, cudaStream_t s);
+
+// attention.cu. lse: (B,NH,T) log-sum-exp of each query row's scores.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
+                       cudaStream_t s);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
+                        int T, int C, int NH, int window, cudaStream_t s);
+/// The largest head size the attention kernels take.
+constexpr int kMaxHeadSize = 256;
+
+// optimizer.cu
+void adamw_update(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
+                  float grad_scale, cudaStream_t s);
+/// Returns {sum of param^2, sum of direction^2} in double; waits for `s`.
+void lamb_direction(float* grad, float* m, float* v, const float* param, std::int64_t n, float beta1, float beta2,
+                    float eps, float weight_decay, float bias_correction1, float bias_correction2, float grad_scale,
+                    double* param_sq, double* update_sq, cudaStream_t s);
+void lamb_apply(float* param, const float* direction, std::int64_t n, float step, cudaStream_t s);
+
+}  // namespace troupe::cuda

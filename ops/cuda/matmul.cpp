@@ -1,0 +1,111 @@
+// Matmul: row-major shapes mapped onto cuBLASLt's column-major ones. A
+// row-major X (r x c, row stride ld) is the column-major X^T (c x r, ld), so
+// C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T with A and B swapped:
+// m = N, n = M, k = K; the bias epilogue then adds per row of C^T, i.e. per
+// column of C.
+#include "ops/cuda/matmul.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace troupe::cuda {
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = 32u << 20;
+
+[[noreturn]] void fail(const char* call, cublasStatus_t st) {
+  std::fprintf(stderr, "cublasLt: %s: status %d\n", call, static_cast<int>(st));
+  std::abort();
+}
+
+void must(cublasStatus_t st, const char* call) {
+  if (st != CUBLAS_STATUS_SUCCESS) fail(call, st);
+}
+
+}  // namespace
+
+struct Matmul::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (c) cublasLtMatrixLayoutDestroy(c);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+Expected<std::unique_ptr<Matmul>> Matmul::create(int device, cudaStream_t stream) {
+  std::unique_ptr<Matmul> m(new Matmul(device, stream));
+  if (cublasStatus_t st = cublasLtCreate(&m->handle_); st != CUBLAS_STATUS_SUCCESS)
+    return make_error("cublasLtCreate on device ", std::to_string(device), ": status ",
+                      std::to_string(static_cast<int>(st)));
+  if (cudaError_t e = cudaMallocAsync(&m->workspace_, kWorkspaceBytes, stream); e != cudaSuccess)
+    return make_error("cudaMallocAsync (cuBLASLt workspace) on device ", std::to_string(device), ": ",
+                      cudaGetErrorString(e));
+  if (cudaError_t e = cudaStreamSynchronize(stream); e != cudaSuccess)
+    return make_error("cudaStreamSynchronize on device ", std::to_string(device), ": ", cudaGetErrorString(e));
+  return m;
+}
+
+Matmul::Matmul(int device, cudaStream_t stream) : device_(device), stream_(stream) {}
+
+Matmul::~Matmul() {
+  plans_.clear();
+  if (workspace_) {
+    cudaStreamSynchronize(stream_);
+    cudaFree(workspace_);
+  }
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+const Matmul::Plan& Matmul::plan(const GemmShape& s) {
+  auto it = plans_.find(s);
+  if (it != plans_.end()) return *it->second;
+  auto p = std::make_unique<Plan>();
+  must(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // Lt's A is our B, Lt's B is our A (see the file comment).
+  const cublasOperation_t op_a = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
+  must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
+  if (s.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
+         "EPILOGUE");
+  }
+  // Stored (column-major) dimensions before the op: Lt A is (N x K) or (K x N), Lt B (K x M) or (M x K).
+  must(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, s.trans_b ? s.K : s.N, s.trans_b ? s.N : s.K, s.ldb),
+       "layout A");
+  must(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, s.trans_a ? s.M : s.K, s.trans_a ? s.K : s.M, s.lda),
+       "layout B");
+  must(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, s.N, s.M, s.ldc), "layout C");
+  cublasLtMatmulPreference_t pref = nullptr;
+  must(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const std::size_t ws = kWorkspaceBytes;
+  must(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+       "PREF_MAX_WORKSPACE_BYTES");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || found == 0) fail("cublasLtMatmulAlgoGetHeuristic (no algorithm)", st);
+  p->algo = result.algo;
+  return *plans_.emplace(s, std::move(p)).first->second;
+}
+
+void Matmul::gemm(const GemmShape& s, const float* A, const float* B, float* C, const float* bias, float alpha) {
+  if (s.M == 0 || s.N == 0) return;
+  const Plan& p = plan(s);
+  if (s.bias)
+    must(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");
+  const float beta = s.accumulate ? 1.0f : 0.0f;
+  must(cublasLtMatmul(handle_, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,
+                      kWorkspaceBytes, stream_),
+       "cublasLtMatmul");
+}
+
+}  // namespace troupe::cuda

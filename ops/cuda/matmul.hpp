@@ -1,0 +1,52 @@
+// Row-major GEMMs on cuBLASLt: C = alpha op(A) op(B) + beta C (+ a bias per
+// column of C, fused as cuBLASLt's bias epilogue). One handle and one
+// workspace per stream; the algorithm of each shape is chosen once and kept,
+// so a shape always runs the same kernel (a replayed step gives the same bits).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "common/expected.hpp"
+
+namespace troupe::cuda {
+
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  int M = 0, N = 0, K = 0;   ///< C: (M,N); op(A): (M,K); op(B): (K,N)
+  int lda = 0, ldb = 0, ldc = 0;  ///< row strides in elements
+  bool bias = false;
+  bool accumulate = false;   ///< beta = 1 (else 0)
+  auto key() const { return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate); }
+  bool operator<(const GemmShape& o) const { return key() < o.key(); }
+};
+
+class Matmul {
+ public:
+  /// A handle and workspace for GEMMs on `stream` of GPU `device`.
+  static Expected<std::unique_ptr<Matmul>> create(int device, cudaStream_t stream);
+  ~Matmul();
+  Matmul(const Matmul&) = delete;
+  Matmul& operator=(const Matmul&) = delete;
+
+  /// fp32 in, fp32 accumulate (no TF32: results within float rounding of the
+  /// CPU's). `bias` (N) is added to every row of C when shape.bias.
+  void gemm(const GemmShape& shape, const float* A, const float* B, float* C, const float* bias, float alpha = 1.0f);
+
+ private:
+  struct Plan;
+  Matmul(int device, cudaStream_t stream);
+  const Plan& plan(const GemmShape& shape);
+
+  int device_;
+  cudaStream_t stream_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<GemmShape, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace troupe::cuda

@@ -1,0 +1,78 @@
+// Deterministic reductions: column sums (bias and LayerNorm parameter
+// gradients) in two passes over fixed row chunks, and whole-span sums in
+// double over a grid fixed by the span's size, combined in block order.
+#include <vector>
+
+#include "ops/cuda/cuda_common.cuh"
+#include "ops/cuda/launch.hpp"
+
+namespace troupe::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kRowsPerChunk = 64;
+constexpr unsigned kMaxSumBlocks = 1024;
+
+// partial: (chunks, cols) = sums of src's rows [chunk*64, chunk*64+64) per column.
+// Grid (chunks, ceil(cols/256)); thread = one column of one chunk, rows in order.
+__global__ void column_partial_kernel(float* partial, const float* src, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kRowsPerChunk;
+  const std::int64_t r1 = r0 + kRowsPerChunk < rows ? r0 + kRowsPerChunk : rows;
+  float acc = 0.0f;
+  for (std::int64_t r = r0; r < r1; ++r) acc += src[r * cols + c];
+  partial[static_cast<std::int64_t>(blockIdx.x) * cols + c] = acc;
+}
+
+// dst[c] += sum over chunks of partial[chunk, c], chunks in order. Thread per column.
+__global__ void column_finish_kernel(float* dst, const float* partial, std::int64_t chunks, std::int64_t cols) {
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float acc = 0.0f;
+  for (std::int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
+  dst[c] += acc;
+}
+
+// partial[block] = sum (or sum of squares) of the block's grid-stride share of x, in double.
+__global__ void sum_partial_kernel(double* partial, const float* x, std::int64_t n, bool squares) {
+  double acc = 0.0;
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const double v = x[i];
+    acc += squares ? v * v : v;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+}
+
+}  // namespace
+
+void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+  if (rows == 0 || cols == 0) return;
+  const std::int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
+  Scratch partial(static_cast<std::size_t>(chunks * cols) * sizeof(float), s);
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((cols + kThreads - 1) / kThreads));
+  column_partial_kernel<<<grid, kThreads, 0, s>>>(partial.as<float>(), src, rows, cols);
+  check_launch("column_partial_kernel");
+  column_finish_kernel<<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      dst, partial.as<float>(), chunks, cols);
+  check_launch("column_finish_kernel");
+}
+
+double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {
+  if (n == 0) return 0.0;
+  const unsigned blocks = grid_for(n, kThreads, kMaxSumBlocks);
+  Scratch partial(blocks * sizeof(double), s);
+  sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, squares);
+  check_launch("sum_partial_kernel");
+  std::vector<double> host(blocks);
+  check_call(cudaMemcpyAsync(host.data(), partial.as<double>(), blocks * sizeof(double), cudaMemcpyDeviceToHost, s),
+             "cudaMemcpyAsync (sum)");
+  check_call(cudaStreamSynchronize(s), "cudaStreamSynchronize (sum)");
+  double total = 0.0;
+  for (double p : host) total += p;
+  return total;
+}
+
+}  // namespace troupe::cuda
