@@ -10,6 +10,7 @@
 #include <set>
 
 #include "training/batches.hpp"
+#include "training/job_model.hpp"
 #include "training/fault_drill.hpp"
 #include "actors/mailbox_inbox.hpp"
 #include "backends/host_memory.hpp"
@@ -165,6 +166,7 @@ void run_and_report(caf::blocking_actor* self, const ActorArgs& args, const std:
 Status validate_gpt_stage_job(const ActorArgs& args) {
   auto plan = plan_of(args);
   if (!plan) return plan.error();
+  TROUPE_TRY(check_device(plan->job, plan->actors(), local_rank_from_env(args.node)));
   // Every node reads the token files it may need before it joins the job.
   for (auto [path, key] : {std::pair{plan->job.data.train, "data.train"}, std::pair{plan->job.data.val, "data.val"}})
     if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();

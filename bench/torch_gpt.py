@@ -3,6 +3,8 @@
 reference for parity tests and the peer in `troupe bench step --pytorch`.
 
   torch_gpt.py bench CONFIG [--set k=v]... [--steps N] [--warmup N]   -> JSON step throughput
+  torch_gpt.py bench-cuda CONFIG [--precision fp32|bf16] [--modes eager,compile,cudagraphs]
+                                                                      -> JSON per mode, on the GPU
   torch_gpt.py eval  CONFIG --init W.safetensors --data FILE.bin [--windows K]  -> JSON loss
   torch_gpt.py init  CONFIG --out W.safetensors [--seed S]            -> random weights (HF layout)
   torch_gpt.py train CONFIG [--steps N]                               -> JSON losses (learning reference)
@@ -72,6 +74,12 @@ class Block(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
+        if x.is_cuda:  # PyTorch's fused attention (flash or memory-efficient), as a GPU user runs it
+            if self.window == 0:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask[:T, :T])
+            return self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.NH))
         att = att.masked_fill(mask[:T, :T], float("-inf")).softmax(dim=-1)
         return self.attn_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
@@ -112,7 +120,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for block in self.h:
             x = block(x, self.mask)
         logits = self.ln_f(x) @ self.wte.weight.t()
@@ -257,6 +265,65 @@ def cmd_bench(args, cfg):
                       "blas_info": "openblas" if "openblas" in blas.lower() else "system libblas.so.3"}))
 
 
+def cmd_bench_cuda(args, cfg):
+    """Step time on the GPU in each mode asked for: eager, torch.compile, and
+    torch.compile with CUDA graphs (mode="reduce-overhead"); fused AdamW,
+    SDPA attention; fp32 without TF32, or bf16 autocast."""
+    if not torch.cuda.is_available():
+        print(json.dumps({"peer": "pytorch", "error": "no GPU visible to PyTorch"}))
+        return
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    t = cfg["train"]
+    B, T = t["batch"], cfg["model"]["ctx"]
+    out = {"peer": "pytorch", "torch_version": torch.__version__, "device": torch.cuda.get_device_name(0),
+           "precision": args.precision, "modes": {}}
+    for mode in args.modes.split(","):
+        torch.manual_seed(0)
+        model = GPT(cfg["model"]).cuda()
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": t["weight_decay"]},
+                                 {"params": rest, "weight_decay": 0.0}], lr=t["lr"],
+                                betas=(t["beta1"], t["beta2"]), eps=t["eps"], fused=True)
+        x = torch.randint(0, cfg["model"]["vocab"], (B, T), device="cuda")
+        y = torch.randint(0, cfg["model"]["vocab"], (B, T), device="cuda")
+
+        def loss_of(x, y):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                return model(x, y)
+
+        step_fn = loss_of
+        if mode == "compile":
+            step_fn = torch.compile(loss_of)
+        elif mode == "cudagraphs":
+            step_fn = torch.compile(loss_of, mode="reduce-overhead")
+        elif mode != "eager":
+            raise SystemExit(f"--modes: unknown mode {mode}")
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        t_start = time.perf_counter()
+        for i in range(args.warmup + args.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = step_fn(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"], foreach=True)
+            opt.step()
+            torch.cuda.synchronize()
+            if i >= args.warmup:
+                times.append(time.perf_counter() - t0)
+        times.sort()
+        step = times[len(times) // 2]
+        out["modes"][mode] = {"step_ms": {"min": times[0] * 1e3, "median": step * 1e3, "max": times[-1] * 1e3},
+                              "tokens_per_s": B * T / step, "peak_memory_mib": torch.cuda.max_memory_allocated() / 2**20,
+                              "wall_s_with_compile": time.perf_counter() - t_start}
+        del model, opt
+        torch.cuda.empty_cache()
+    print(json.dumps(out))
+
+
 def cmd_eval(args, cfg):
     setup_threads(cfg)
     model = GPT(cfg["model"])
@@ -335,7 +402,7 @@ def cmd_save(args, cfg):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("command", choices=["bench", "eval", "init", "train", "save"])
+    p.add_argument("command", choices=["bench", "bench-cuda", "eval", "init", "train", "save"])
     p.add_argument("config")
     p.add_argument("--set", action="append", default=[])
     p.add_argument("--steps", type=int, default=8)
@@ -345,11 +412,13 @@ def main():
     p.add_argument("--windows", type=int, default=-1)
     p.add_argument("--out")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--modes", default="eager,compile")
     args = p.parse_args()
     cfg = load_config(args.config, args.set)
     if args.command == "train" and "--steps" not in sys.argv:
         args.steps = None
-    {"bench": cmd_bench, "eval": cmd_eval, "init": cmd_init, "train": cmd_train,
+    {"bench": cmd_bench, "bench-cuda": cmd_bench_cuda, "eval": cmd_eval, "init": cmd_init, "train": cmd_train,
      "save": cmd_save}[args.command](args, cfg)
 
 

@@ -131,6 +131,19 @@ TEST_CASE("a parallel layout that cannot run is refused before training, in one 
   expect_one_line_error(run(t + " --set parallel.bucket_mb=0"), "parallel.bucket_mb");
 }
 
+TEST_CASE("a device the job cannot use is refused before training, in one line", "[cli][errors][device]") {
+  Job job;
+  const auto t = troupe_bin() + " train " + job.cfg;
+  expect_one_line_error(run(t + " --set train.precision=bf16"), "train.precision = \"bf16\"");
+  expect_one_line_error(run(t + " --set train.device=tpu"), "train.device must be cpu or cuda");
+  auto r = run(t + " --set train.device=cuda --set train.steps=2");
+  if (r.exit_code == 0) skip("a GPU answered here: device = \"cuda\" trained");
+  expect_one_line_error(r, "train.device = \"cuda\"");
+  // Several stage actors on a GPU need device communicators, refused by name where a GPU answers.
+  auto several = run(t + " --set train.device=cuda --set parallel.dp=2");
+  expect_one_line_error(several, "train.device = \"cuda\"");
+}
+
 TEST_CASE("schedule = auto picks a schedule by simulation and says why", "[cli][pipeline]") {
   Job job;
   auto r = run(troupe_bin() + " train " + job.cfg + " --set train.steps=2 --set parallel.pp=2 --set parallel.microbatches=4 "

@@ -91,10 +91,6 @@ class Trainer {
   Expected<double> train() {
     if (a_.progress) a_.progress->advanced(-1, -1);  // starting: not judged before step 0 (H-3)
     if (!compute_) return compute_.error();
-    if (!ctx().device.host_accessible() && plan_.actors() > 1)  // the collectives and transfers read host memory
-      return make_error("train.device = \"", job_.train.device, "\" with ", std::to_string(plan_.actors()),
-                        " stage actors: device tensors between actors need device communicators, which this build "
-                        "lacks; use parallel.dp = parallel.pp = 1 on a GPU");
     TROUPE_TRY(build_state());
     if (a_.rank == plan_.root_rank()) TROUPE_TRY(take_root_duties());
     AbortTransfersOnError abort_on_error(transport_);  // destroyed before the buffers it protects

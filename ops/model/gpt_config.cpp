@@ -90,9 +90,15 @@ std::int64_t parameter_count(const GptConfig& cfg) {
   return n;
 }
 
+double mean_visible_keys(const GptConfig& cfg) {
+  double keys = 0;
+  for (int i = 0; i < cfg.ctx; ++i) keys += cfg.window > 0 ? std::min(i + 1, cfg.window) : i + 1;
+  return cfg.ctx > 0 ? keys / cfg.ctx : 0.0;
+}
+
 double model_flops_per_token(const GptConfig& cfg) {
   const double N = static_cast<double>(parameter_count(cfg)) - static_cast<double>(cfg.ctx) * cfg.dim;
-  return 6.0 * N + 12.0 * cfg.layers * cfg.dim * static_cast<double>(cfg.ctx);
+  return 6.0 * N + 12.0 * cfg.layers * cfg.dim * mean_visible_keys(cfg);
 }
 
 }  // namespace troupe

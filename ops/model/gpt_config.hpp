@@ -60,8 +60,16 @@ std::vector<ParamSpec> stage_param_specs(const GptConfig& cfg, const StageSpec& 
 /// Parameter count of the whole model (the tied head counted once).
 std::int64_t parameter_count(const GptConfig& cfg);
 
-/// Training FLOPs per token: 6 N + 12 L d ctx, with N the parameters that take
-/// part in matrix products (all but wpe; the tied wte counts once, for the head).
+/// Keys a query sees on average over the ctx positions: (ctx + 1) / 2 for
+/// causal attention, less with a sliding window.
+double mean_visible_keys(const GptConfig& cfg);
+
+/// Training FLOPs per token: 6 N + 12 L d K, with N the parameters that take
+/// part in matrix products (all but wpe; the tied wte counts once, for the
+/// head) and K = mean_visible_keys: attention counted as the causal (and
+/// windowed) work it is, half of dense for full causal attention (the
+/// convention of PyTorch's reference figures; dense counting would report
+/// work no kernel does and can put MFU above 1).
 double model_flops_per_token(const GptConfig& cfg);
 
 }  // namespace troupe

@@ -193,8 +193,11 @@ TEST_CASE("parameter count and FLOPs follow the GPT-2 formulas", "[model]") {
   GptConfig cfg;  // 4 layers, d=128, ctx 256, vocab 256
   const std::int64_t per_layer = 12LL * 128 * 128 + 13LL * 128;
   CHECK(parameter_count(cfg) == 4 * per_layer + 256 * 128 + 256 * 128 + 2 * 128);
+  CHECK(mean_visible_keys(cfg) == Approx(257.0 / 2));  // causal: half of dense, and the diagonal
   CHECK(model_flops_per_token(cfg) ==
-        Approx(6.0 * (parameter_count(cfg) - 256 * 128) + 12.0 * 4 * 128 * 256));
+        Approx(6.0 * (parameter_count(cfg) - 256 * 128) + 12.0 * 4 * 128 * (257.0 / 2)));
+  cfg.window = 16;  // 1 + 2 + ... + 16, then 16 for the other 240 positions
+  CHECK(mean_visible_keys(cfg) == Approx((136.0 + 240.0 * 16) / 256));
 }
 
 TEST_CASE("backward tells every gradient element ready exactly once, after it is final", "[model][zero]") {

@@ -37,6 +37,11 @@ void register_bench(CLI::App& app, Action& action) {
   s->add_option("--steps", step->steps, "Measured steps");
   s->add_option("--warmup", step->warmup, "Warm-up steps");
   s->add_flag("--pytorch", step->pytorch, "Also run PyTorch on the same model and print it beside");
+  s->add_option("--device", step->device, "cpu or cuda (train.device)")->check(CLI::IsMember({"cpu", "cuda"}));
+  s->add_option("--precision", step->precision, "fp32 or bf16 (train.precision)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  s->add_option("--pytorch-modes", step->pytorch_modes,
+                "On a GPU, PyTorch's modes to run: eager, compile, cudagraphs (comma-separated)");
   s->callback([step, &action] {
     action = [step] {
       auto r = bench_step(*step);

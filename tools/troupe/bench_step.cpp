@@ -7,6 +7,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <random>
 
@@ -29,8 +30,31 @@ double peak_rss_mib() {
 
 }  // namespace
 
+namespace {
+
+// The interpreter that runs the PyTorch peer: TROUPE_PYTHON, else Debian's.
+std::string python() {
+  const char* p = std::getenv("TROUPE_PYTHON");
+  return p && *p ? p : "/usr/bin/python3";
+}
+
+// PyTorch on the GPU, in each of `modes`, same model and batch.
+Expected<nlohmann::json> bench_pytorch_cuda(const BenchStepArgs& a, const std::vector<std::string>& overrides,
+                                            const std::string& precision) {
+  std::string cmd = python() + " " TROUPE_SOURCE_DIR "/bench/torch_gpt.py bench-cuda '" + a.config + "'";
+  for (auto& o : overrides) cmd += " --set '" + o + "'";
+  cmd += " --steps " + std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup) + " --precision " +
+         precision + " --modes '" + a.pytorch_modes + "'";
+  return json_from_command(cmd, "--pytorch");
+}
+
+}  // namespace
+
 Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
-  auto job = load_job_config(a.config, a.overrides);
+  std::vector<std::string> overrides = a.overrides;
+  if (!a.device.empty()) overrides.push_back("train.device=\"" + a.device + "\"");
+  if (!a.precision.empty()) overrides.push_back("train.precision=\"" + a.precision + "\"");
+  auto job = load_job_config(a.config, overrides);
   if (!job) return job.error();
   if (a.steps < 1) return make_error("--steps must be >= 1");
   const GptConfig cfg = gpt_config(*job);
@@ -68,6 +92,7 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
     if (i >= a.warmup) step_s.push_back(secs);
   }
   const double peak = (*compute)->measure_peak_flops(1) / 1e9;
+  std::sort(step_s.begin(), step_s.end());
   const double step = median(step_s);
   const double tok_s = B * T / step;
   const double fpt = model_flops_per_token(cfg);
@@ -82,8 +107,10 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
       {"batch", B},
       {"measured_steps", a.steps},
       {"step_ms", step * 1e3},
+      {"step_ms_min_median_max", {step_s.front() * 1e3, step * 1e3, step_s.back() * 1e3}},
       {"tokens_per_s", tok_s},
-      {"flops_formula", "6*N*tokens + 12*L*d*ctx*tokens; N = parameters except wpe (tied head counted once)"},
+      {"flops_formula", "6*N*tokens + 12*L*d*K*tokens; N = parameters except wpe (tied head counted once), "
+                        "K = keys a query sees on average (causal: (ctx+1)/2; sliding window: fewer)"},
       {"model_flops_per_s", fpt * tok_s},
       {"matmul_peak_flops_per_s", peak * 1e9},
       {"mfu", fpt * tok_s / (peak * 1e9)},
@@ -93,8 +120,17 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
                       {"optimizer_state", 2 * mem.params / mib}, {"saved_activations", mem.activations / mib},
                       {"backward_scratch", mem.scratch / mib}}},
   };
+  if (a.pytorch && job->train.device == "cuda") {
+    auto torch = bench_pytorch_cuda(a, overrides, job->train.precision);
+    if (!torch) return torch.error();
+    out["pytorch"] = *torch;
+    if (torch->contains("modes"))
+      for (auto& [mode, figures] : (*torch)["modes"].items())
+        out["speedup_vs_pytorch_" + mode] = tok_s / figures["tokens_per_s"].get<double>();
+    return out;
+  }
   if (a.pytorch) {
-    auto torch = bench_pytorch(a.config, a.overrides, threads, a.steps, a.warmup);
+    auto torch = bench_pytorch(a.config, overrides, threads, a.steps, a.warmup);
     if (!torch) return torch.error();
     out["pytorch"] = *torch;
     if (torch->contains("tokens_per_s")) out["speedup_vs_pytorch"] = tok_s / (*torch)["tokens_per_s"].get<double>();
@@ -119,7 +155,7 @@ Expected<nlohmann::json> bench_pytorch(const std::string& config_path, const std
   // threads = cores, and glibc kept from returning large buffers to the OS.
   std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) +
                     " GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
-                    " /usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/torch_gpt.py bench '" + config_path + "'";
+                    " " + python() + " " TROUPE_SOURCE_DIR "/bench/torch_gpt.py bench '" + config_path + "'";
   for (auto& o : overrides) cmd += " --set '" + o + "'";
   cmd += " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup);
   return json_from_command(cmd, "--pytorch");

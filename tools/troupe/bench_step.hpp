@@ -16,6 +16,9 @@ struct BenchStepArgs {
   int steps = 8;
   int warmup = 2;
   bool pytorch = false;
+  std::string device;     ///< overrides train.device when set
+  std::string precision;  ///< overrides train.precision when set
+  std::string pytorch_modes = "eager,compile";
 };
 
 Expected<nlohmann::json> bench_step(const BenchStepArgs& args);
