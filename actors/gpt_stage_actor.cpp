@@ -166,7 +166,7 @@ void run_and_report(caf::blocking_actor* self, const ActorArgs& args, const std:
 Status validate_gpt_stage_job(const ActorArgs& args) {
   auto plan = plan_of(args);
   if (!plan) return plan.error();
-  TROUPE_TRY(check_device(plan->job, plan->actors(), local_rank_from_env(args.node)));
+  TROUPE_TRY(check_device(plan->job, local_rank_from_env(args.node)));
   // Every node reads the token files it may need before it joins the job.
   for (auto [path, key] : {std::pair{plan->job.data.train, "data.train"}, std::pair{plan->job.data.val, "data.val"}})
     if (auto f = open_data(path, key, plan->cfg.ctx, plan->cfg.vocab); !f) return f.error();

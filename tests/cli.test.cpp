@@ -139,9 +139,6 @@ TEST_CASE("a device the job cannot use is refused before training, in one line",
   auto r = run(t + " --set train.device=cuda --set train.steps=2");
   if (r.exit_code == 0) skip("a GPU answered here: device = \"cuda\" trained");
   expect_one_line_error(r, "train.device = \"cuda\"");
-  // Several stage actors on a GPU need device communicators, refused by name where a GPU answers.
-  auto several = run(t + " --set train.device=cuda --set parallel.dp=2");
-  expect_one_line_error(several, "train.device = \"cuda\"");
 }
 
 TEST_CASE("schedule = auto picks a schedule by simulation and says why", "[cli][pipeline]") {

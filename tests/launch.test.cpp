@@ -247,6 +247,51 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
 // No hot replacement yet: a stage actor whose work fails mid-step fails the
 // job, and the actors waiting on it stop waiting (transfers involving it fail)
 // instead of hanging; in one process and across node processes.
+// DV-1: a device whose memory the host cannot read (a GPU) reaches the
+// transports through pinned host copies: received activations and gradients
+// are copied to the device, outputs copied off it, ZeRO-1 buckets reduced and
+// gathered over host mirrors, the tied embedding summed through a host copy.
+// TROUPE_CPU_AS_DEVICE=1 runs those paths on CPU memory; they must change
+// nothing: every schedule, in one process and over two node processes, and
+// the saved weights, bit for bit.
+TEST_CASE("DV-1: the staged device paths train bit for bit as host memory", "[launch][pipeline][device]") {
+  ScratchDir dir("staged");
+  const auto cfg = prepared_job(dir, 60000,
+                                "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\n"
+                                "steps = 4\nlog_every = 1\neval_every = 2\nlr = 3e-3\nwarmup_steps = 1\n[parallel]\n"
+                                "microbatches = 4\npp = 2\ndp = 2\nbucket_mb = 0.01\n");
+  auto run_job = [&](const std::string& env, const std::string& command, const std::string& args, const char* save) {
+    auto r = run(env + troupe_bin() + " " + command + " " + cfg + " " + args + " --metrics " + (dir / "m.jsonl") +
+                 " --save " + (dir / save));
+    INFO(env << command << " " << args << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    return slurp(dir / "m.jsonl");
+  };
+  auto losses = [](const std::string& metrics) {
+    std::vector<double> out;
+    std::istringstream lines(metrics);
+    for (std::string line; std::getline(lines, line);) {
+      auto j = nlohmann::json::parse(line);
+      out.push_back(j["loss"].get<double>());
+      if (j.contains("val_loss")) out.push_back(j["val_loss"].get<double>());
+    }
+    return out;
+  };
+  for (const char* kind : {"1f1b", "interleaved-1f1b", "zb-h1"}) {
+    INFO(kind);
+    std::string layout = std::string("--set parallel.schedule=") + kind;
+    if (std::string(kind) == "interleaved-1f1b") layout += " --set parallel.chunks=2";
+    const auto host = losses(run_job("", "train", layout, "host.safetensors"));
+    REQUIRE(host.size() == 6);  // 4 losses, 2 validation losses
+    CHECK(losses(run_job("TROUPE_CPU_AS_DEVICE=1 ", "train", layout, "staged.safetensors")) == host);
+    CHECK(slurp(dir / "staged.safetensors") == slurp(dir / "host.safetensors"));
+  }
+  const std::string launched = "--nodes 2 --set parallel.stage_actor=troupe.gpt_stage --set train.optimizer=lamb";
+  const auto host = losses(run_job("", "launch", launched, "host.safetensors"));
+  CHECK(losses(run_job("TROUPE_CPU_AS_DEVICE=1 ", "launch", launched, "staged.safetensors")) == host);
+  CHECK(slurp(dir / "staged.safetensors") == slurp(dir / "host.safetensors"));
+}
+
 TEST_CASE("a stage actor that fails mid-step ends the job promptly", "[launch][pipeline][failure]") {
   ScratchDir dir("actorfail");
   const auto cfg = prepared_job(dir, 20000,

@@ -29,13 +29,9 @@ DeviceChoice device_choice(const JobConfig& job, int local_rank, int sharers) {
   return d;
 }
 
-Status check_device(const JobConfig& job, int actors, int local_rank) {
+Status check_device(const JobConfig& job, int local_rank) {
   auto device = ComputeDevice::open(device_choice(job, local_rank, 1));
   if (!device) return device.error();
-  if (!(*device)->device().host_accessible() && actors > 1)
-    return make_error("train.device = \"", job.train.device, "\" with ", std::to_string(actors),
-                      " stage actors: device tensors between actors need device communicators, which this build "
-                      "lacks; use parallel.dp = parallel.pp = 1 on a GPU");
   return Status::success();
 }
 

@@ -17,9 +17,8 @@ LrSchedule lr_schedule(const JobConfig& job);
 /// GPU, the one numbered `local_rank` modulo the GPUs present.
 DeviceChoice device_choice(const JobConfig& job, int local_rank, int sharers);
 /// Whether the job's device can run here: opens it once (the CUDA module and
-/// a GPU where device = "cuda") and checks the precision; for `actors` stage
-/// actors, the device must be one whose memory the transports can reach.
-Status check_device(const JobConfig& job, int actors, int local_rank);
+/// a GPU where device = "cuda") and checks the precision.
+Status check_device(const JobConfig& job, int local_rank);
 
 /// This process's rank among those of its host: LOCAL_RANK (torchrun's),
 /// else SLURM_LOCALID, else `fallback` (troupe launch's node numbering).

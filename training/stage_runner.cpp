@@ -33,8 +33,30 @@ struct StageRunner::Impl {
   schedules::StageProgram program;
   int stage = 0, stages = 1, microbatches = 1, slots = 1, replicas = 1;
   StageLinks links;
-  // Indexed by chunk * microbatches + mb.
+  // Indexed by chunk * microbatches + mb. Where the device's memory is not
+  // the host's (staged), the transport's buffers are pinned host memory:
+  // act_in and grad_in land there and are copied to act_dev and grad_dev for
+  // the compute, an output is copied to act_out before it is sent.
   std::vector<Tensor> act_in, grad_in, grad_out;
+  bool staged = false;
+  std::vector<Tensor> act_dev, grad_dev, act_out;
+  // What the compute reads of a received buffer: itself, or its device copy (enqueued).
+  Expected<Tensor> received(const ExecContext& ctx, const std::vector<Tensor>& host, const std::vector<Tensor>& dev,
+                            std::size_t i) const {
+    if (!staged) return host[i];
+    TROUPE_TRY(ctx.copy(dev[i], host[i]));
+    return dev[i];
+  }
+  // What the transport sends of an output: itself, or a host copy (waited for).
+  Expected<Tensor> outgoing(const ExecContext& ctx, const Tensor& output, std::size_t i) const {
+    if (!staged) {
+      ctx.stream.record()->synchronize();  // the output is in memory before the transport reads it
+      return output;
+    }
+    TROUPE_TRY(ctx.copy(act_out[i], output));
+    ctx.stream.record()->synchronize();
+    return act_out[i];
+  }
   std::vector<MicroBatch> batches;
   Inbox* inbox = nullptr;
   std::vector<std::size_t> last_backward;  // per chunk: program index of the step's last (weight) backward
@@ -44,8 +66,8 @@ struct StageRunner::Impl {
   // the runner's (allocated on first use, one per microbatch index).
   Expected<MicroBatch> on_device(const ExecContext& ctx, MicroBatch host, std::size_t i) {
     if (ctx.device.host_accessible()) return host;
-    if (staged.size() <= i) staged.resize(i + 1);
-    MicroBatch& d = staged[i];
+    if (device_batches.size() <= i) device_batches.resize(i + 1);
+    MicroBatch& d = device_batches[i];
     for (auto [dst, src] : {std::pair{&d.tokens, &host.tokens}, std::pair{&d.targets, &host.targets}}) {
       if (!dst->defined() || dst->shape() != src->shape()) {
         auto t = Tensor::empty(ctx.device, src->shape(), src->dtype());
@@ -57,7 +79,7 @@ struct StageRunner::Impl {
     ctx.stream.record()->synchronize();  // the host batch may be reused once this returns
     return d;
   }
-  std::vector<MicroBatch> staged;
+  std::vector<MicroBatch> device_batches;
   // Transport rank of the stage holding virtual stage vs.
   int rank_of_virtual(int vs) const { return links.stage_ranks[static_cast<std::size_t>(vs % stages)]; }
 };
@@ -100,10 +122,17 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
   const std::size_t n = static_cast<std::size_t>(schedule.chunks * schedule.microbatches);
   const std::int64_t C = cfg.dim;
   std::unique_ptr<StageRunner> r(new StageRunner());
-  auto make = [&](std::vector<Tensor>& v) -> Status {
-    auto t = Tensor::empty(ctx.device, {B, T, C});
+  impl->staged = !ctx.device.host_accessible();
+  // A transport buffer (pinned host memory where staged), or a device twin.
+  auto make = [&](std::vector<Tensor>& v, bool transport = true) -> Status {
+    auto t = impl->staged && transport ? Tensor::pinned_host(ctx.device, {B, T, C}) : Tensor::empty(ctx.device, {B, T, C});
     if (!t) return t.error();
     v.push_back(*t);
+    return Status::success();
+  };
+  auto twin = [&](std::vector<Tensor>& v, bool needed) -> Status {
+    if (impl->staged && needed) return make(v, false);
+    v.emplace_back();
     return Status::success();
   };
   for (int c = 0; c < schedule.chunks; ++c) {
@@ -116,6 +145,9 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
       if (!spec.embedding) TROUPE_TRY(make(impl->act_in)); else impl->act_in.emplace_back();
       if (!spec.head) TROUPE_TRY(make(impl->grad_in)); else impl->grad_in.emplace_back();
       if (!spec.embedding) TROUPE_TRY(make(impl->grad_out)); else impl->grad_out.emplace_back();
+      TROUPE_TRY(twin(impl->act_dev, !spec.embedding));
+      TROUPE_TRY(twin(impl->grad_dev, !spec.head));
+      if (impl->staged && !spec.head) TROUPE_TRY(make(impl->act_out)); else impl->act_out.emplace_back();
     }
   }
   impl->batches.resize(n);
@@ -258,25 +290,38 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
           if (!staged) return staged.error();
           m.batches[i] = std::move(*staged);
         }
-        const Tensor& input = first ? m.batches[i].tokens : m.act_in[i];
-        times.loss += g.forward(slot, input, last ? &m.batches[i].targets : nullptr, dloss, ctx, needs);
+        auto activations = first ? Expected<Tensor>(m.batches[i].tokens) : m.received(ctx, m.act_in, m.act_dev, i);
+        if (!activations) return activations.error();
+        times.loss += g.forward(slot, *activations, last ? &m.batches[i].targets : nullptr, dloss, ctx, needs);
         break;
       }
-      case Op::send_act:
-        ctx.stream.record()->synchronize();  // the output is in memory before the transport reads it
-        t.send(m.rank_of_virtual(vs + 1), tag_of(step, false, (vs + 1) / m.stages, in.mb), g.output(slot).raw(),
-               g.output(slot).nbytes(), m.inbox->expect({StageEvent::activation_sent, in.chunk, in.mb}));
+      case Op::send_act: {
+        auto out = m.outgoing(ctx, g.output(slot), i);
+        if (!out) return out.error();
+        t.send(m.rank_of_virtual(vs + 1), tag_of(step, false, (vs + 1) / m.stages, in.mb), out->raw(), out->nbytes(),
+               m.inbox->expect({StageEvent::activation_sent, in.chunk, in.mb}));
         break;
+      }
       case Op::backward:
       case Op::backward_weight: {
         GptStage::GradsReady ready;
         if (pc == m.last_backward[static_cast<std::size_t>(in.chunk)] && m.links.grads_ready)
           ready = m.links.grads_ready(in.chunk);
-        if (in.op == Op::backward) g.backward(slot, last ? Tensor{} : m.grad_in[i], ctx, ready);
-        else g.backward_weight(slot, ctx, ready);
+        if (in.op == Op::backward_weight) {
+          g.backward_weight(slot, ctx, ready);
+          break;
+        }
+        auto dout = last ? Expected<Tensor>(Tensor{}) : m.received(ctx, m.grad_in, m.grad_dev, i);
+        if (!dout) return dout.error();
+        g.backward(slot, *dout, ctx, ready);
         break;
       }
-      case Op::backward_input: g.backward_input(slot, last ? Tensor{} : m.grad_in[i], ctx); break;
+      case Op::backward_input: {
+        auto dout = last ? Expected<Tensor>(Tensor{}) : m.received(ctx, m.grad_in, m.grad_dev, i);
+        if (!dout) return dout.error();
+        g.backward_input(slot, *dout, ctx);
+        break;
+      }
       case Op::send_grad:
         TROUPE_TRY(ctx.copy(m.grad_out[i], g.input_grad()));
         ctx.stream.record()->synchronize();  // the copy is in memory before the transport reads it
@@ -364,15 +409,18 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
           data = std::move(*staged);
         }
         if (!first) TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, c, mb}));
-        g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, ctx);
+        auto activations = first ? Expected<Tensor>(data.tokens) : m.received(ctx, m.act_in, m.act_dev, i);
+        if (!activations) return activations.error();
+        g.forward(slot, *activations, last ? &data.targets : nullptr, 0.0f, ctx);
         if (m.links.progress) m.links.progress->advanced(m.links.progress->step.load(std::memory_order_relaxed), -1);
         if (last) {
           const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();
           loss_sum += ctx.kernels.sum(g.token_losses(slot).view(0, {n}));
         } else {
-          ctx.stream.record()->synchronize();  // the output is in memory before the transport reads it
-          t.send(m.rank_of_virtual(vs + 1), tag_of(tag_step, false, (vs + 1) / m.stages, mb), g.output(slot).raw(),
-                 g.output(slot).nbytes(), m.inbox->expect({StageEvent::activation_sent, c, mb}));
+          auto out = m.outgoing(ctx, g.output(slot), i);
+          if (!out) return out.error();
+          t.send(m.rank_of_virtual(vs + 1), tag_of(tag_step, false, (vs + 1) / m.stages, mb), out->raw(),
+                 out->nbytes(), m.inbox->expect({StageEvent::activation_sent, c, mb}));
         }
       }
     for (int mb = first_mb; mb < end_mb; ++mb)

@@ -242,6 +242,21 @@ class Trainer {
                     what);
   }
 
+  // The same over a tensor on the device: in place where the host reads it,
+  // else through a host copy (the staged path: device -> host -> peers -> device).
+  Status all_reduce_tensor(const std::vector<int>& ranks, Tensor& t, const std::string& what) {
+    const auto n = static_cast<std::size_t>(t.numel());
+    ctx().stream.synchronize();  // the gradients are final in memory
+    if (ctx().device.host_accessible()) return all_reduce(ranks, t.f32(), n, what);
+    std::vector<float> host(n);
+    TROUPE_TRY(ctx().device.copy(host.data(), t.raw(), t.nbytes(), ctx().stream));
+    ctx().stream.synchronize();
+    TROUPE_TRY(all_reduce(ranks, host.data(), n, what));
+    TROUPE_TRY(ctx().device.copy(t.raw(), host.data(), t.nbytes(), ctx().stream));
+    ctx().stream.synchronize();  // `host` goes when this returns
+    return Status::success();
+  }
+
   Status build_state() {
     Inbox* inbox = a_.inbox;
     if (inbox && a_.progress) inbox = &progress_inbox_.emplace(*a_.inbox, a_.progress);  // H-1
@@ -359,8 +374,7 @@ class Trainer {
       f.hidden += state_->zero(c).finished_buckets(), f.buckets += state_->zero(c).bucket_count();
     if (tied_split() && (me_.pp == 0 || me_.pp == plan_.dims.pp - 1)) {
       Tensor& wte = state_->model(me_.pp == 0 ? 0 : state_->chunks() - 1).find("wte.weight")->grad;
-      TROUPE_TRY(all_reduce({stage_ranks_.front(), stage_ranks_.back()}, wte.f32(),
-                            static_cast<std::size_t>(wte.numel()), "the tied embedding's gradient sum"));
+      TROUPE_TRY(all_reduce_tensor({stage_ranks_.front(), stage_ranks_.back()}, wte, "the tied embedding's gradient sum"));
     }
     f.tied_sync_us = us_since(backward_end);
     TROUPE_TRY(state_->sync_gradients());

@@ -44,6 +44,33 @@ struct ZeroChunk::Impl {
   std::vector<bool> launched;
   std::optional<StageOptimizer> optimizer;
   bool sharded() const { return replicas.size() > 1; }
+
+  // Where the device's memory is not the host's (staged): the collectives run
+  // over pinned host mirrors of the flat gradients and parameters. A bucket's
+  // gradients go down before its reduce-scatter and this replica's shard comes
+  // back up before the update; the shard goes down after the update and the
+  // gathered bucket comes back up before a forward reads it.
+  const ExecContext* ctx = nullptr;
+  bool staged = false;
+  Tensor grads_host, params_host;
+  std::vector<bool> uploaded;  // per bucket: gathered parameters copied back this step
+  ElementRange owned(std::size_t b) const {
+    auto [lo, hi] = Collectives::chunk(static_cast<std::size_t>(buckets[b].size()), static_cast<int>(replicas.size()), me);
+    return {buckets[b].begin + static_cast<std::int64_t>(lo), buckets[b].begin + static_cast<std::int64_t>(hi)};
+  }
+  // Enqueues dst[r] = src[r] over element range r of two flat f32 tensors.
+  Status copy_range(Tensor& dst, const Tensor& src, ElementRange r) const {
+    if (r.size() <= 0) return Status::success();
+    return ctx->copy(dst.view(r.begin, {r.size()}), src.view(r.begin, {r.size()}));
+  }
+  float* grads_for_collectives() { return staged ? grads_host.f32() : model->flat_grads().f32(); }
+  float* params_for_collectives() { return staged ? params_host.f32() : model->flat_params().f32(); }
+  // Copies gathered bucket b back to the device once per step (enqueued).
+  Status upload(std::size_t b) {
+    if (!staged || uploaded[b]) return Status::success();
+    uploaded[b] = true;
+    return copy_range(model->flat_params(), params_host, buckets[b]);
+  }
 };
 
 ZeroChunk::ZeroChunk(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -69,6 +96,17 @@ Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(const ExecContext& ctx, G
   const std::size_t n = impl->buckets.size();
   impl->remaining.assign(n, 0);
   impl->launched.assign(n, false);
+  impl->uploaded.assign(n, true);
+  impl->ctx = &ctx;
+  impl->staged = !ctx.device.host_accessible() && impl->sharded();
+  if (impl->staged) {
+    auto g = Tensor::pinned_host(ctx.device, model.flat_grads().shape());
+    auto p = Tensor::pinned_host(ctx.device, model.flat_params().shape());
+    if (!g) return g.error();
+    if (!p) return p.error();
+    impl->grads_host = *g;
+    impl->params_host = *p;
+  }
   impl->inbox = options.inbox;
   if (!impl->inbox) {
     impl->own_inbox = std::make_unique<FlagInbox>();
@@ -98,7 +136,14 @@ void ZeroChunk::start_reduce(std::size_t b) {
   m.launched[b] = true;
   if (!m.sharded()) return;
   const ElementRange r = m.buckets[b];
-  m.coll->reduce_scatter(m.replicas, m.model->flat_grads().f32() + r.begin, static_cast<std::size_t>(r.size()),
+  if (m.staged) {
+    if (Status st = m.copy_range(m.grads_host, m.model->flat_grads(), r); !st) {
+      m.inbox->expect(m.reduced(b))(st);  // the wait for this bucket reports it
+      return;
+    }
+    m.ctx->stream.synchronize();
+  }
+  m.coll->reduce_scatter(m.replicas, m.grads_for_collectives() + r.begin, static_cast<std::size_t>(r.size()),
                          m.inbox->expect(m.reduced(b)));
 }
 
@@ -138,6 +183,7 @@ Status ZeroChunk::wait_grads() {
   for (std::size_t b = 0; b < m.buckets.size(); ++b) {
     if (!m.launched[b]) return make_error("zero: bucket ", std::to_string(b), " was never reduced this step");
     TROUPE_TRY(m.inbox->wait(m.reduced(b)));
+    if (m.staged) TROUPE_TRY(m.copy_range(m.model->flat_grads(), m.grads_host, m.owned(b)));  // this shard's sum
   }
   return Status::success();
 }
@@ -163,13 +209,26 @@ Status ZeroChunk::step(float lr, int t, double global_sum_squares, const ExecCon
 void ZeroChunk::gather_params() {
   Impl& m = *impl_;
   if (!m.sharded()) return;
+  if (m.staged) {
+    Status st;
+    for (std::size_t b = 0; b < m.buckets.size() && st; ++b) st = m.copy_range(m.params_host, m.model->flat_params(), m.owned(b));
+    m.ctx->stream.synchronize();  // the updated shards are in the mirror before the peers read them
+    m.uploaded.assign(m.buckets.size(), false);
+    if (!st) {
+      for (std::size_t b = 0; b < m.buckets.size(); ++b) m.inbox->expect(m.gathered(b))(st);
+      return;
+    }
+  }
   for (std::size_t b = 0; b < m.buckets.size(); ++b)
-    m.coll->all_gather(m.replicas, m.model->flat_params().f32() + m.buckets[b].begin,
+    m.coll->all_gather(m.replicas, m.params_for_collectives() + m.buckets[b].begin,
                        static_cast<std::size_t>(m.buckets[b].size()), m.inbox->expect(m.gathered(b)));
 }
 
 Status ZeroChunk::wait_params() {
-  for (std::size_t b = 0; b < impl_->buckets.size(); ++b) TROUPE_TRY(impl_->inbox->wait(impl_->gathered(b)));
+  for (std::size_t b = 0; b < impl_->buckets.size(); ++b) {
+    TROUPE_TRY(impl_->inbox->wait(impl_->gathered(b)));
+    TROUPE_TRY(impl_->upload(b));
+  }
   return Status::success();
 }
 
@@ -177,7 +236,8 @@ GptStage::ParamsNeeded ZeroChunk::params_needed() {
   return [this](std::int64_t begin, std::int64_t end) {
     Impl& m = *impl_;
     for (std::size_t b = 0; b < m.buckets.size(); ++b)
-      if (m.buckets[b].begin < end && begin < m.buckets[b].end) (void)m.inbox->wait(m.gathered(b));  // errors: wait_params()
+      if (m.buckets[b].begin < end && begin < m.buckets[b].end && m.inbox->wait(m.gathered(b)))  // errors: wait_params()
+        (void)m.upload(b);
   };
 }
 

@@ -54,8 +54,10 @@ void CpuStream::wait(const Event& e) { e.synchronize(); }
 
 void CpuStream::then(std::function<void()> done) { done(); }
 
-CpuDevice::CpuDevice(int threads)
-    : threads_(threads < 1 ? 1 : threads), stream_(std::make_unique<CpuStream>(*this, threads_)) {
+CpuDevice::CpuDevice(int threads, bool as_device_memory)
+    : threads_(threads < 1 ? 1 : threads),
+      as_device_memory_(as_device_memory),
+      stream_(std::make_unique<CpuStream>(*this, threads_)) {
   gemm_init();
 }
 

@@ -31,15 +31,19 @@ class CpuStream final : public Stream {
 
 class CpuDevice final : public Device {
  public:
-  /// `threads` compute threads (>= 1) for kernels and GEMM.
-  explicit CpuDevice(int threads = 1);
+  /// `threads` compute threads (>= 1) for kernels and GEMM. With
+  /// `as_device_memory`, the device says its memory is not the host's
+  /// (host_accessible() false), so callers stage every host access through
+  /// copies exactly as they do for a GPU: the GPU's code paths, run and
+  /// tested on a machine without one.
+  explicit CpuDevice(int threads = 1, bool as_device_memory = false);
   DeviceKind kind() const override { return DeviceKind::cpu; }
   std::string name() const override { return "cpu"; }
   DeviceCapabilities capabilities() const override;
   Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) override;
   /// A findable SharedBytes region (CL-5), page-aligned.
   Expected<std::shared_ptr<Buffer>> allocate_host_shared(std::size_t bytes) override;
-  bool host_accessible() const override { return true; }
+  bool host_accessible() const override { return !as_device_memory_; }
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
   Status fill_zero(void* dst, std::size_t bytes, Stream& s) override;
   Stream& default_stream() override { return *stream_; }
@@ -47,6 +51,7 @@ class CpuDevice final : public Device {
 
  private:
   int threads_;
+  bool as_device_memory_;
   std::unique_ptr<CpuStream> stream_;
 };
 

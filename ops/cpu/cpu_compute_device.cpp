@@ -3,6 +3,8 @@
 #include "ops/cpu/cpu_compute_device.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <thread>
 
 #include "backends/cpu/cpu_device.hpp"
@@ -15,8 +17,8 @@ namespace {
 
 class CpuComputeDevice final : public ComputeDevice {
  public:
-  explicit CpuComputeDevice(int threads)
-      : device_(threads), kernels_(device_.cpu_stream().pool()),
+  CpuComputeDevice(int threads, bool as_device_memory)
+      : device_(threads, as_device_memory), kernels_(device_.cpu_stream().pool()),
         context_{device_, device_.default_stream(), kernels_, Precision::fp32} {}
 
   const ExecContext& context() const override { return context_; }
@@ -64,7 +66,11 @@ Expected<std::unique_ptr<ComputeDevice>> open_cpu_compute_device(const DeviceCho
     return make_error("train.precision = \"", std::string(precision_name(choice.precision)),
                       "\": the CPU backend computes in fp32 only (use precision = \"fp32\", or device = \"cuda\")");
   if (choice.threads < 1) return make_error("cpu: threads must be >= 1, got ", std::to_string(choice.threads));
-  return std::unique_ptr<ComputeDevice>(new CpuComputeDevice(choice.threads));
+  // TROUPE_CPU_AS_DEVICE=1: CPU memory treated as a device's (CpuDevice), so
+  // a job runs the GPU's staged paths here; for tests and debugging.
+  const char* env = std::getenv("TROUPE_CPU_AS_DEVICE");
+  const bool as_device = env != nullptr && std::string(env) == "1";
+  return std::unique_ptr<ComputeDevice>(new CpuComputeDevice(choice.threads, as_device));
 }
 
 }  // namespace troupe
