@@ -3,6 +3,7 @@
 #include "ops/cuda/cuda_kernels.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 
@@ -32,9 +33,13 @@ cudaStream_t CudaKernels::s() const {
 
 void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
   const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(inp));
-  s();
-  matmul_->gemm({false, false, N, OC, C, C, OC, OC, bias.defined(), false}, inp.f32(), weight.f32(), out.f32(),
-                bias.defined() ? bias.f32() : nullptr);
+  const cudaStream_t st = s();
+  // The bias epilogue where the bias is aligned for it; else the bias first
+  // and the product added onto it (the CPU's way).
+  const bool epilogue = bias.defined() && reinterpret_cast<std::uintptr_t>(bias.raw()) % cuda::kBiasAlignment == 0;
+  if (bias.defined() && !epilogue) cuda::broadcast_rows(out.f32(), bias.f32(), N, OC, st);
+  matmul_->gemm({false, false, N, OC, C, C, OC, OC, epilogue, bias.defined() && !epilogue}, inp.f32(), weight.f32(),
+                out.f32(), epilogue ? bias.f32() : nullptr);
 }
 
 void CudaKernels::do_linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight,

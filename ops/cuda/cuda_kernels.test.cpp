@@ -85,12 +85,15 @@ TEST_CASE("CUDA layernorm forward and backward equal the CPU's", "[cuda][kernels
 TEST_CASE("CUDA linear layers (cuBLASLt, bias epilogue) equal the CPU's", "[cuda][kernels]") {
   Both b;
   const int N = 33, C = 17, OC = 29;
-  auto x = b.random({N, C}), w = b.random({C, OC}), bias = b.random({OC});
-  for (bool with_bias : {true, false}) {
-    INFO("bias " << with_bias);
+  auto x = b.random({N, C}), w = b.random({C, OC}), bias = b.random({OC}), wider = b.random({OC + 1});
+  // A bias view one float in (as parameters lie in one flat buffer): too
+  // misaligned for cuBLASLt's bias epilogue, added before the product instead.
+  const Pair misaligned{wider.cpu.view(1, {OC}), wider.gpu.view(1, {OC})};
+  for (const Pair* with : {&bias, &misaligned, static_cast<const Pair*>(nullptr)}) {
+    INFO("bias " << (with == &bias ? "aligned" : with ? "misaligned" : "none"));
     auto y = b.random({N, OC});
-    b.cpu.kernels.linear_forward(y.cpu, x.cpu, w.cpu, with_bias ? bias.cpu : Tensor{});
-    b.g().kernels.linear_forward(y.gpu, x.gpu, w.gpu, with_bias ? bias.gpu : Tensor{});
+    b.cpu.kernels.linear_forward(y.cpu, x.cpu, w.cpu, with ? with->cpu : Tensor{});
+    b.g().kernels.linear_forward(y.gpu, x.gpu, w.gpu, with ? with->gpu : Tensor{});
     b.agree(y);
   }
   auto dy = b.random({N, OC});

@@ -5,6 +5,7 @@
 // column of C.
 #include "ops/cuda/matmul.hpp"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,6 +14,14 @@ namespace troupe::cuda {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
+
+// The largest power of two, at most 256, that divides the address.
+int alignment(const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && a % static_cast<std::uintptr_t>(align) != 0) align /= 2;
+  return align;
+}
 
 [[noreturn]] void fail(const char* call, cublasStatus_t st) {
   std::fprintf(stderr, "cublasLt: %s: status %d\n", call, static_cast<int>(st));
@@ -87,6 +96,18 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
   const std::size_t ws = kWorkspaceBytes;
   must(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
        "PREF_MAX_WORKSPACE_BYTES");
+  // No in-place split-K reduction (partial sums added into the output in an
+  // order the hardware picks): every algorithm chosen sums in a fixed order.
+  const std::uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_INPLACE);
+  must(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes),
+       "PREF_REDUCTION_SCHEME_MASK");
+  // Lt's A is our B and Lt's B our A (see the file comment); C and D are one.
+  const std::uint32_t align[] = {static_cast<std::uint32_t>(s.align_b), static_cast<std::uint32_t>(s.align_a),
+                                 static_cast<std::uint32_t>(s.align_c)};
+  must(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align[0], 4), "ALIGN_A");
+  must(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align[1], 4), "ALIGN_B");
+  must(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align[2], 4), "ALIGN_C");
+  must(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align[2], 4), "ALIGN_D");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st =
@@ -97,8 +118,12 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
   return *plans_.emplace(s, std::move(p)).first->second;
 }
 
-void Matmul::gemm(const GemmShape& s, const float* A, const float* B, float* C, const float* bias, float alpha) {
+void Matmul::gemm(GemmShape s, const float* A, const float* B, float* C, const float* bias, float alpha) {
   if (s.M == 0 || s.N == 0) return;
+  s.align_a = alignment(A);
+  s.align_b = alignment(B);
+  s.align_c = alignment(C);
+  s.align_bias = s.bias ? alignment(bias) : 0;
   const Plan& p = plan(s);
   if (s.bias)
     must(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");

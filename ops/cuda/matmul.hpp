@@ -15,13 +15,22 @@
 
 namespace troupe::cuda {
 
+/// The bias epilogue's alignment requirement, in bytes.
+constexpr int kBiasAlignment = 16;
+
 struct GemmShape {
   bool trans_a = false, trans_b = false;
   int M = 0, N = 0, K = 0;   ///< C: (M,N); op(A): (M,K); op(B): (K,N)
   int lda = 0, ldb = 0, ldc = 0;  ///< row strides in elements
   bool bias = false;
   bool accumulate = false;   ///< beta = 1 (else 0)
-  auto key() const { return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate); }
+  /// Alignment in bytes (a power of two, at most 256) of A, B, C and the bias:
+  /// set by gemm from the pointers, so the algorithm chosen suits them
+  /// (parameters are views at any element offset of one flat buffer).
+  int align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
+  auto key() const {
+    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate, align_a, align_b, align_c, align_bias);
+  }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
 };
 
@@ -34,8 +43,9 @@ class Matmul {
   Matmul& operator=(const Matmul&) = delete;
 
   /// fp32 in, fp32 accumulate (no TF32: results within float rounding of the
-  /// CPU's). `bias` (N) is added to every row of C when shape.bias.
-  void gemm(const GemmShape& shape, const float* A, const float* B, float* C, const float* bias, float alpha = 1.0f);
+  /// CPU's). `bias` (N) is added to every row of C when shape.bias; it must
+  /// be aligned to kBiasAlignment bytes (the epilogue's requirement).
+  void gemm(GemmShape shape, const float* A, const float* B, float* C, const float* bias, float alpha = 1.0f);
 
  private:
   struct Plan;
