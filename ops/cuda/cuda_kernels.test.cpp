@@ -89,7 +89,7 @@ TEST_CASE("CUDA linear layers (cuBLASLt, bias epilogue) equal the CPU's", "[cuda
   // A bias view one float in (as parameters lie in one flat buffer): too
   // misaligned for cuBLASLt's bias epilogue, added before the product instead.
   const Pair misaligned{wider.cpu.view(1, {OC}), wider.gpu.view(1, {OC})};
-  for (const Pair* with : {&bias, &misaligned, static_cast<const Pair*>(nullptr)}) {
+  for (const Pair* with : std::initializer_list<const Pair*>{&bias, &misaligned, nullptr}) {
     INFO("bias " << (with == &bias ? "aligned" : with ? "misaligned" : "none"));
     auto y = b.random({N, OC});
     b.cpu.kernels.linear_forward(y.cpu, x.cpu, w.cpu, with ? with->cpu : Tensor{});
