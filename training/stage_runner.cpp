@@ -64,7 +64,9 @@ struct StageRunner::Impl {
   // A batch (host memory: the loader's ring) as the device reads it: itself
   // where the device reads host memory, else a copy into a device buffer of
   // the runner's (allocated on first use, one per microbatch index).
-  Expected<MicroBatch> on_device(const ExecContext& ctx, MicroBatch host, std::size_t i) {
+  // `reused`: the host batch is refilled before the step ends (evaluation's
+  // one buffer), so the copy is waited for.
+  Expected<MicroBatch> on_device(const ExecContext& ctx, MicroBatch host, std::size_t i, bool reused = false) {
     if (ctx.device.host_accessible()) return host;
     if (device_batches.size() <= i) device_batches.resize(i + 1);
     MicroBatch& d = device_batches[i];
@@ -74,9 +76,9 @@ struct StageRunner::Impl {
         if (!t) return t.error();
         *dst = *t;
       }
-      TROUPE_TRY(ctx.copy(*dst, *src));
+      TROUPE_TRY(ctx.copy(*dst, *src));  // enqueued: a step's batches stay unchanged until it returns
     }
-    ctx.stream.record()->synchronize();  // the host batch may be reused once this returns
+    if (reused) ctx.stream.record()->synchronize();
     return d;
   }
   std::vector<MicroBatch> device_batches;
@@ -404,7 +406,7 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
         if (first || last) {
           auto b = batch(mb);
           if (!b) return b.error();
-          auto staged = m.on_device(ctx, std::move(*b), i);
+          auto staged = m.on_device(ctx, std::move(*b), i, /*reused=*/true);
           if (!staged) return staged.error();
           data = std::move(*staged);
         }

@@ -33,7 +33,16 @@ struct Shapes {
   int B, T, C, NH, V;
 };
 
-nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps) {
+// The device's own copy rate, device memory to device memory, counting the
+// bytes read and written (the ceiling of a memory-bound kernel): 256 MiB.
+double copy_gbps(const ExecContext& ctx, int reps) {
+  const std::int64_t n = std::int64_t{64} << 20;
+  auto a = *Tensor::zeros(ctx.device, {n}), b = *Tensor::zeros(ctx.device, {n});
+  const double s = median_seconds(ctx, reps, [&] { (void)ctx.copy(b, a); });
+  return 2.0 * static_cast<double>(a.nbytes()) / s / 1e9;
+}
+
+nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps, double copy_rate) {
   const Kernels& k = ctx.kernels;
   const std::int64_t B = sh.B, T = sh.T, C = sh.C, N = B * T;
   auto t = [&](Shape shape) {
@@ -46,10 +55,16 @@ nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps) 
   };
   auto time = [&](const std::function<void()>& fn) { return median_seconds(ctx, reps, fn); };
   nlohmann::json ops = nlohmann::json::array();
+  // Rates in GFLOP/s or GB/s (1e9 either way); a memory-bound op's also as a
+  // fraction of the device's copy rate.
   auto record = [&](const char* op, double fwd, double bwd, double fwd_work, double bwd_work, const char* unit) {
-    const double scale = std::string(unit) == "GFLOP/s" ? 1e9 : 1e9;
-    ops.push_back({{"op", op}, {"forward_ms", fwd * 1e3}, {"backward_ms", bwd * 1e3}, {"unit", unit},
-                   {"forward_rate", fwd_work / fwd / scale}, {"backward_rate", bwd_work / bwd / scale}});
+    nlohmann::json row = {{"op", op}, {"forward_ms", fwd * 1e3}, {"backward_ms", bwd * 1e3}, {"unit", unit},
+                          {"forward_rate", fwd_work / fwd / 1e9}, {"backward_rate", bwd_work / bwd / 1e9}};
+    if (std::string(unit) == "GB/s") {
+      row["forward_of_copy"] = fwd_work / fwd / 1e9 / copy_rate;
+      row["backward_of_copy"] = bwd_work / bwd / 1e9 / copy_rate;
+    }
+    ops.push_back(std::move(row));
   };
   {  // c_fc: the largest linear
     auto x = t({N, C}), w = t({C, 4 * C}), b = t({4 * C}), y = t({N, 4 * C}), dx = t({N, C}), dw = t({C, 4 * C}),
@@ -106,10 +121,13 @@ Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps) {
   if (!compute) return compute.error();
   const ExecContext& ctx = (*compute)->context();
   const double peak = (*compute)->measure_peak_flops(1) / 1e9;
+  const double copy = copy_gbps(ctx, reps);
   nlohmann::json out = {{"bench", "ops"}, {"threads", choice.threads}, {"sgemm_peak_gflops", peak},
-                        {"device", (*compute)->describe()}};
-  out["results"] = {bench_shapes(ctx, {"tiny", 16, 256, 128, 4, 256}, reps),
-                    bench_shapes(ctx, {"small", 8, 512, 512, 8, 256}, reps)};
+                        {"device_copy_gbps", copy}, {"device", (*compute)->describe()}};
+  out["results"] = {bench_shapes(ctx, {"tiny", 16, 256, 128, 4, 256}, reps, copy),
+                    bench_shapes(ctx, {"small", 8, 512, 512, 8, 256}, reps, copy)};
+  if (choice.kind == DeviceKind::cuda)  // the GPU benchmark model's shapes
+    out["results"].push_back(bench_shapes(ctx, {"gpt2_124m", 16, 1024, 768, 12, 50304}, reps, copy));
   return out;
 }
 
