@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "backends/cpu/cpu_device.hpp"
+#include "common/child_death.hpp"
 
 namespace troupe {
 
@@ -15,6 +16,15 @@ TEST_CASE("CPU tensors are 64-byte aligned and zero-filled on request", "[tensor
   CHECK(t->numel() == 15);
   CHECK(t->nbytes() == 60);
   for (int i = 0; i < 15; ++i) CHECK(t->f32()[i] == 0.0f);
+}
+
+TEST_CASE("reading a tensor as another element type stops the process, naming both types", "[tensor]") {
+  CpuDevice cpu(1);
+  auto t = *Tensor::zeros(cpu, {2, 3});
+  CHECK(t.data<float>() == t.f32());  // its own type: fine
+  auto end = testing::run_in_child([&] { (void)t.data<std::int32_t>(); });
+  CHECK(end.aborted);
+  CHECK(end.err == "tensor: F32 data read as I32 (shape [2, 3])\n");
 }
 
 TEST_CASE("views share storage at an element offset", "[tensor]") {

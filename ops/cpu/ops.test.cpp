@@ -5,6 +5,7 @@
 
 #include "backends/cpu/cpu_device.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
+#include "common/child_death.hpp"
 #include "ops/cpu/fast_math.hpp"
 #include "ops/testing/reference.hpp"
 
@@ -98,6 +99,19 @@ TEST_CASE("linear forward and backward, overwriting or accumulating dinp", "[ops
     fx.linear_backward(dx, dw, db, R, x, w, true);
     for (int i = 0; i < N * C; ++i) REQUIRE(dx.f32()[i] == Approx(2 * before[static_cast<std::size_t>(i)]).margin(1e-5));
   }
+}
+
+TEST_CASE("a kernel given shapes that do not fit stops the process, naming the op and the shapes", "[ops][checks]") {
+  Fixture fx;
+  auto x = fx.random({5, 7}), w = fx.random({8, 11}), y = fx.zeros({5, 11});
+  auto end = testing::run_in_child([&] { fx.k.linear_forward(y, x, w, Tensor{}); });
+  CHECK(end.aborted);
+  CHECK(end.err == "kernel linear_forward: inp [5, 7]: last dimension must be 8\n");
+  auto tokens = fx.zeros({2, 3});  // f32, not i32 token ids
+  auto out = fx.zeros({2, 3, 4}), wte = fx.random({9, 4}), wpe = fx.random({3, 4});
+  end = testing::run_in_child([&] { fx.k.encoder_forward(out, tokens, wte, wpe); });
+  CHECK(end.aborted);
+  CHECK(end.err == "kernel encoder_forward: token ids must be i32, got F32\n");
 }
 
 TEST_CASE("gelu forward and backward", "[ops][gelu]") {
