@@ -8,11 +8,12 @@
 
 namespace troupe {
 
-enum class DType : std::uint8_t { f32, bf16, i32, u16, u8 };
+enum class DType : std::uint8_t { f32, bf16, i32, u16, u8, f64 };
 
 /// Bytes per element.
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
+    case DType::f64: return 8;
     case DType::f32: return 4;
     case DType::i32: return 4;
     case DType::bf16: return 2;
@@ -25,6 +26,7 @@ constexpr std::size_t dtype_size(DType t) {
 /// Name as safetensors spells it ("F32", "BF16", "I32", "U16", "U8").
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
+    case DType::f64: return "F64";
     case DType::f32: return "F32";
     case DType::bf16: return "BF16";
     case DType::i32: return "I32";
@@ -57,6 +59,8 @@ template <class T>
 constexpr DType dtype_of();
 template <>
 constexpr DType dtype_of<float>() { return DType::f32; }
+template <>
+constexpr DType dtype_of<double>() { return DType::f64; }
 template <>
 constexpr DType dtype_of<BFloat16>() { return DType::bf16; }
 template <>

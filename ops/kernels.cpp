@@ -241,6 +241,14 @@ double Kernels::sum(const Tensor& x) const {
   return do_sum(x);
 }
 
+void Kernels::sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const {
+  Checker c{"sum_into"};
+  c.f32(x, "x");
+  c.that(totals.dtype() == DType::f64, "totals must be f64");
+  c.that(at >= 0 && at < totals.numel(), "index " + std::to_string(at) + " outside totals " + shape_string(totals.shape()));
+  do_sum_into(totals, at, x);
+}
+
 double Kernels::sum_squares(const Tensor& x) const {
   Checker{"sum_squares"}.f32(x, "x");
   return do_sum_squares(x);

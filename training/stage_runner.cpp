@@ -82,6 +82,16 @@ struct StageRunner::Impl {
     return d;
   }
   std::vector<MicroBatch> device_batches;
+  // Each microbatch's summed token losses (f64, on the device): written by the
+  // head's forwards without waiting, read once the step's work is done.
+  Tensor loss_sums;
+  // The values of loss_sums[0..n), waited for.
+  Expected<std::vector<double>> read_losses(const ExecContext& ctx, const Tensor& sums, std::int64_t n) const {
+    std::vector<double> out(static_cast<std::size_t>(n));
+    TROUPE_TRY(ctx.device.copy(out.data(), sums.raw(), out.size() * sizeof(double), ctx.stream));
+    ctx.stream.synchronize();
+    return out;
+  }
   // Transport rank of the stage holding virtual stage vs.
   int rank_of_virtual(int vs) const { return links.stage_ranks[static_cast<std::size_t>(vs % stages)]; }
 };
@@ -153,6 +163,11 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
     }
   }
   impl->batches.resize(n);
+  if (r->models_.back()->spec().head) {
+    auto sums = Tensor::empty(ctx.device, {schedule.microbatches}, DType::f64);
+    if (!sums) return sums.error();
+    impl->loss_sums = *sums;
+  }
   // Gradients become final in the chunk's last backward (zero-bubble: its last
   // W, which follows every B of the step; S-3 orders a microbatch's B before its W).
   impl->last_backward.assign(static_cast<std::size_t>(schedule.chunks), 0);
@@ -294,7 +309,9 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
         }
         auto activations = first ? Expected<Tensor>(m.batches[i].tokens) : m.received(ctx, m.act_in, m.act_dev, i);
         if (!activations) return activations.error();
-        times.loss += g.forward(slot, *activations, last ? &m.batches[i].targets : nullptr, dloss, ctx, needs);
+        g.forward(slot, *activations, last ? &m.batches[i].targets : nullptr, dloss, ctx, needs,
+                  GptStage::LossRead::later);
+        if (last) ctx.kernels.sum_into(m.loss_sums, in.mb, g.token_losses(slot));
         break;
       }
       case Op::send_act: {
@@ -373,7 +390,13 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
   times.wall_us = now_us() - start;
   if (m.links.trace) record_transfers(step);
   const bool has_head = models_.back()->spec().head;
-  times.loss = has_head ? times.loss / m.microbatches : 0.0;
+  if (has_head) {
+    auto sums = m.read_losses(ctx, m.loss_sums, m.microbatches);
+    if (!sums) return sums.error();
+    const double tokens = static_cast<double>(any.batch()) * any.seq();
+    for (double s : *sums) times.loss += static_cast<float>(s / tokens);  // each microbatch's mean, as a float
+    times.loss /= m.microbatches;
+  }
   return times;
 }
 
@@ -386,7 +409,12 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
   // Rounds small enough that every microbatch has its own receive buffer and
   // output slot; a round's sends complete before the next round reuses them.
   const int round = std::max(1, std::min(m.microbatches, m.slots));
-  double loss_sum = 0;
+  Tensor sums;  // each microbatch's summed losses, read at the end
+  if (models_.back()->spec().head && batches > 0) {
+    auto t = Tensor::empty(ctx.device, {batches}, DType::f64);
+    if (!t) return t.error();
+    sums = *t;
+  }
   for (int first_mb = 0; first_mb < batches; first_mb += round) {
     const int end_mb = std::min(batches, first_mb + round);
     for (int mb = first_mb; mb < end_mb; ++mb)
@@ -413,11 +441,11 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
         if (!first) TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, c, mb}));
         auto activations = first ? Expected<Tensor>(data.tokens) : m.received(ctx, m.act_in, m.act_dev, i);
         if (!activations) return activations.error();
-        g.forward(slot, *activations, last ? &data.targets : nullptr, 0.0f, ctx);
+        g.forward(slot, *activations, last ? &data.targets : nullptr, 0.0f, ctx, {}, GptStage::LossRead::later);
         if (m.links.progress) m.links.progress->advanced(m.links.progress->step.load(std::memory_order_relaxed), -1);
         if (last) {
           const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();
-          loss_sum += ctx.kernels.sum(g.token_losses(slot).view(0, {n}));
+          ctx.kernels.sum_into(sums, mb, g.token_losses(slot).view(0, {n}));
         } else {
           auto out = m.outgoing(ctx, g.output(slot), i);
           if (!out) return out.error();
@@ -429,6 +457,12 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
       for (int c = 0; c < chunks; ++c)
         if (!models_[static_cast<std::size_t>(c)]->spec().head)
           TROUPE_TRY(m.inbox->wait({StageEvent::activation_sent, c, mb}));
+  }
+  double loss_sum = 0;
+  if (sums.defined()) {
+    auto each = m.read_losses(ctx, sums, batches);
+    if (!each) return each.error();
+    for (double s : *each) loss_sum += s;
   }
   return loss_sum;
 }

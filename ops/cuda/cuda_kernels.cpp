@@ -144,6 +144,10 @@ double CudaKernels::do_sum(const Tensor& x) const { return cuda::sum(x.f32(), x.
 
 double CudaKernels::do_sum_squares(const Tensor& x) const { return cuda::sum(x.f32(), x.numel(), true, s()); }
 
+void CudaKernels::do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const {
+  cuda::sum_into(totals.data<double>() + at, x.f32(), x.numel(), s());
+}
+
 void CudaKernels::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                                   bool decay, float grad_scale) const {
   // The bias corrections exactly as the CPU kernel computes them (in float).

@@ -220,6 +220,14 @@ TEST_CASE("CUDA sums and the optimizers equal the CPU's", "[cuda][kernels][optim
   CHECK(b.g().kernels.sum(x.gpu) == Approx(b.cpu.kernels.sum(x.cpu)).epsilon(1e-12).margin(1e-9));
   CHECK(b.g().kernels.sum_squares(x.gpu) == Approx(b.cpu.kernels.sum_squares(x.cpu)).epsilon(1e-12));
   CHECK(b.g().kernels.sum(x.gpu) == b.g().kernels.sum(x.gpu));  // same bits, run to run
+  auto totals = *Tensor::zeros(b.g().device, {3}, DType::f64);
+  b.g().kernels.sum_into(totals, 1, x.gpu);  // enqueued; read below
+  std::vector<double> host(3, -1.0);
+  REQUIRE(b.g().device.copy(host.data(), totals.raw(), totals.nbytes(), b.g().stream).ok());
+  b.g().stream.synchronize();
+  CHECK(host[0] == 0.0);
+  CHECK(host[1] == b.g().kernels.sum(x.gpu));  // the same order as sum()
+  CHECK(host[2] == 0.0);
   AdamHyper h{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f};
   auto w = b.random({n}), g = b.random({n}), m = b.of({n}, std::vector<float>(n, 0.0f)),
        v = b.of({n}, std::vector<float>(n, 0.0f));

@@ -46,6 +46,13 @@ __global__ void sum_partial_kernel(double* partial, const float* x, std::int64_t
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
+// *total = partial[0] + partial[1] + ... in order (one thread).
+__global__ void sum_finish_kernel(double* total, const double* partial, unsigned blocks) {
+  double t = 0.0;
+  for (unsigned b = 0; b < blocks; ++b) t += partial[b];
+  *total = t;
+}
+
 }  // namespace
 
 void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
@@ -73,6 +80,15 @@ double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {
   double total = 0.0;
   for (double p : host) total += p;
   return total;
+}
+
+void sum_into(double* total, const float* x, std::int64_t n, cudaStream_t s) {
+  const unsigned blocks = grid_for(n < 1 ? 1 : n, kThreads, kMaxSumBlocks);
+  Scratch partial(blocks * sizeof(double), s);
+  sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, false);
+  check_launch("sum_partial_kernel");
+  sum_finish_kernel<<<1, 1, 0, s>>>(total, partial.as<double>(), blocks);
+  check_launch("sum_finish_kernel");
 }
 
 }  // namespace troupe::cuda

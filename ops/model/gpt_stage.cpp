@@ -326,7 +326,7 @@ void GptStage::head_weight_backward(Slot& a, const ExecContext& ctx) {
 }
 
 float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, const ExecContext& ctx,
-                       const ParamsNeeded& needs) {
+                       const ParamsNeeded& needs, LossRead read) {
   Slot& a = slots_[static_cast<std::size_t>(slot)];
   a.input = input;
   const std::int64_t blocks_end = block_ranges_.empty() ? 0 : block_ranges_.back().second;
@@ -353,6 +353,7 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
     needs(wte->offset, wte->offset + wte->value.numel());
   }
   head_forward(a, a.residual.back(), *targets, dloss_scale, ctx);
+  if (read == LossRead::later) return 0.0f;
   return static_cast<float>(ctx.kernels.sum(a.losses) / static_cast<double>(a.losses.numel()));
 }
 

@@ -65,14 +65,17 @@ class GptStage {
   /// Runs the stage on `input` (tokens (B,T) i32 on the embedding stage, else
   /// activations (B,T,C)); `input` must stay unchanged until backward(slot).
   /// On the head stage `targets` (B,T) i32 are required and the mean loss is
-  /// returned; with dloss_scale != 0 the loss gradient d(sum of token losses *
-  /// dloss_scale) is prepared for backward. Other stages return 0.
+  /// returned (read = now: the host waits for the forward; later: 0 is
+  /// returned and nothing waits, the caller reads token_losses itself); with
+  /// dloss_scale != 0 the loss gradient d(sum of token losses * dloss_scale)
+  /// is prepared for backward. Other stages return 0.
   /// `needs` (optional) is told each flat parameter range [begin, end) just
   /// before the forward first reads it (embedding, block after block, head),
   /// so parameters still arriving (ZeRO all-gather) can be waited for piecewise.
   using ParamsNeeded = std::function<void(std::int64_t begin, std::int64_t end)>;
+  enum class LossRead { now, later };
   float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, const ExecContext& ctx,
-                const ParamsNeeded& needs = {});
+                const ParamsNeeded& needs = {}, LossRead read = LossRead::now);
 
   /// Activations (B,T,C) this (non-head) stage passes on after forward(slot).
   const Tensor& output(int slot) const;
