@@ -241,12 +241,12 @@ double Kernels::sum(const Tensor& x) const {
   return do_sum(x);
 }
 
-void Kernels::sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const {
+void Kernels::sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const {
   Checker c{"sum_into"};
   c.f32(x, "x");
   c.that(totals.dtype() == DType::f64, "totals must be f64");
   c.that(at >= 0 && at < totals.numel(), "index " + std::to_string(at) + " outside totals " + shape_string(totals.shape()));
-  do_sum_into(totals, at, x);
+  do_sum_into(totals, at, x, squares);
 }
 
 double Kernels::sum_squares(const Tensor& x) const {

@@ -84,10 +84,10 @@ class Kernels {
   double sum(const Tensor& x) const;
   /// Sum of squares of all elements of x (f32), in a fixed order.
   double sum_squares(const Tensor& x) const;
-  /// totals[at] = the sum of x (f32) in double, in the same order as sum(),
-  /// enqueued: nothing waits (a step's losses are read once, at its end).
-  /// totals: f64 (n), 0 <= at < n.
-  void sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const;
+  /// totals[at] = the sum (or, with squares, the sum of squares) of x (f32)
+  /// in double, in the same order as sum() (sum_squares()), enqueued: nothing
+  /// waits (many sums are read at once). totals: f64 (n), 0 <= at < n.
+  void sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares = false) const;
 
   /// AdamW (decoupled weight decay), step t >= 1, on param/grad/m/v spans of
   /// equal size; grad is read as grad * grad_scale; decay only when `decay`.
@@ -128,7 +128,7 @@ class Kernels {
                                                  float dlogits_scale) const = 0;
   virtual double do_sum(const Tensor& x) const = 0;
   virtual double do_sum_squares(const Tensor& x) const = 0;
-  virtual void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const = 0;
+  virtual void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const = 0;
   virtual void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                                bool decay, float grad_scale) const = 0;
   virtual LambNorms do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h,

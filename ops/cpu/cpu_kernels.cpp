@@ -106,8 +106,8 @@ double CpuKernels::do_sum(const Tensor& x) const {
 
 double CpuKernels::do_sum_squares(const Tensor& x) const { return cpu::sum_squares(x, pool_); }
 
-void CpuKernels::do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const {
-  totals.data<double>()[at] = do_sum(x);
+void CpuKernels::do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const {
+  totals.data<double>()[at] = squares ? do_sum_squares(x) : do_sum(x);
 }
 
 void CpuKernels::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,

@@ -144,8 +144,8 @@ double CudaKernels::do_sum(const Tensor& x) const { return cuda::sum(x.f32(), x.
 
 double CudaKernels::do_sum_squares(const Tensor& x) const { return cuda::sum(x.f32(), x.numel(), true, s()); }
 
-void CudaKernels::do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const {
-  cuda::sum_into(totals.data<double>() + at, x.f32(), x.numel(), s());
+void CudaKernels::do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const {
+  cuda::sum_into(totals.data<double>() + at, x.f32(), x.numel(), squares, s());
 }
 
 void CudaKernels::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,

@@ -43,7 +43,7 @@ class CudaKernels final : public Kernels {
                                          float dlogits_scale) const override;
   double do_sum(const Tensor& x) const override;
   double do_sum_squares(const Tensor& x) const override;
-  void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x) const override;
+  void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const override;
   void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                        bool decay, float grad_scale) const override;
   LambNorms do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h, int t,

@@ -27,8 +27,8 @@ void broadcast_rows(float* out, const float* bias, std::int64_t rows, std::int64
 void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 /// Sum (squares = false) or sum of squares of x[0..n), in double; waits for `s`.
 double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s);
-/// *total = the sum of x[0..n) in double, as sum() adds it; enqueued only.
-void sum_into(double* total, const float* x, std::int64_t n, cudaStream_t s);
+/// *total = sum(x, n, squares) as sum() adds it; enqueued only.
+void sum_into(double* total, const float* x, std::int64_t n, bool squares, cudaStream_t s);
 
 // layernorm.cu
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,

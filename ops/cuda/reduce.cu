@@ -82,10 +82,10 @@ double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {
   return total;
 }
 
-void sum_into(double* total, const float* x, std::int64_t n, cudaStream_t s) {
+void sum_into(double* total, const float* x, std::int64_t n, bool squares, cudaStream_t s) {
   const unsigned blocks = grid_for(n < 1 ? 1 : n, kThreads, kMaxSumBlocks);
   Scratch partial(blocks * sizeof(double), s);
-  sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, false);
+  sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, squares);
   check_launch("sum_partial_kernel");
   sum_finish_kernel<<<1, 1, 0, s>>>(total, partial.as<double>(), blocks);
   check_launch("sum_finish_kernel");

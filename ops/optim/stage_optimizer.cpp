@@ -54,12 +54,29 @@ double StageOptimizer::step(GptStage& stage, float lr, int t, const ExecContext&
   return std::sqrt(sq);
 }
 
+// Each owned part's sum of squares into one device vector (nothing waits),
+// read once, added in part order.
 double StageOptimizer::owned_sum_squares(GptStage& stage, const ExecContext& ctx, const std::string& skip) const {
-  double sq = 0;
+  std::vector<ElementRange> parts;
   for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t) {
-    if (!skip.empty() && stage.params()[p].spec.name == skip) return;
-    sq += ctx.kernels.sum_squares(stage.flat_grads().view(part.begin, {part.size()}));
+    if (skip.empty() || stage.params()[p].spec.name != skip) parts.push_back(part);
   });
+  const auto n = static_cast<std::int64_t>(parts.size());
+  if (n == 0) return 0.0;
+  if (!part_sums_.defined() || part_sums_.numel() < n) {
+    auto t = Tensor::empty(ctx.device, {n}, DType::f64);
+    if (!t) return NAN;  // no memory for n doubles: the norm is unknown, and the step's checks stop on a NaN
+    part_sums_ = *t;
+  }
+  for (std::int64_t k = 0; k < n; ++k) {
+    const ElementRange& part = parts[static_cast<std::size_t>(k)];
+    ctx.kernels.sum_into(part_sums_, k, stage.flat_grads().view(part.begin, {part.size()}), /*squares=*/true);
+  }
+  std::vector<double> host(parts.size());
+  if (!ctx.device.copy(host.data(), part_sums_.raw(), host.size() * sizeof(double), ctx.stream)) return NAN;
+  ctx.stream.synchronize();
+  double sq = 0;
+  for (double x : host) sq += x;
   return sq;
 }
 

@@ -70,6 +70,7 @@ class StageOptimizer {
   OptimizerConfig cfg_;
   std::vector<ElementRange> owned_;
   Tensor m_, v_;
+  mutable Tensor part_sums_;  // f64 per owned part: owned_sum_squares' device results
 };
 
 }  // namespace troupe
