@@ -18,7 +18,7 @@ cuda_lib=$(dirname "$(ls /usr/local/cuda*/targets/x86_64-linux/lib/libcublasLt.s
 # CUDA libraries are its own, not the toolkit's that troupe's module loads.
 export TROUPE_PYTHON="env LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} $(command -v python3)"
 export LD_LIBRARY_PATH="$B/lib:$cuda_lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export UCX_MODULE_DIR="$B/ucx" PATH="$B/bin:$PATH:/usr/local/cuda/bin"
+export UCX_MODULE_DIR="$B/ucx" PATH="$B/bin:$PATH:/usr/local/cuda/bin" TROUPE_SOURCE_DIR="$PWD"
 T="$B/bin/troupe"
 LOG="$OUT/steps.log"
 STATUS="$B/status.txt"

@@ -30,9 +30,6 @@
 #include "training/stage_checkpoint.hpp"
 #include "training/stage_plan.hpp"
 
-#ifndef TROUPE_SOURCE_DIR
-#define TROUPE_SOURCE_DIR "."
-#endif
 
 namespace troupe::cli {
 namespace {
@@ -255,7 +252,7 @@ Expected<nlohmann::json> bench_checkpoint(const BenchCheckpointArgs& a) {
       {"checkpoint_dir", scratch.described()},
   };
   if (a.pytorch) {
-    std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/torch_gpt.py save '" + a.config + "' --out '" +
+    std::string cmd = peer_python() + " " + peer_script("torch_gpt.py") + " save '" + a.config + "' --out '" +
                       root + "/torch.pt' --steps " + std::to_string(a.repeats);
     for (auto& o : a.overrides) cmd += " --set '" + o + "'";
     auto peer = json_from_command(cmd, "--pytorch");

@@ -27,9 +27,6 @@
 #include "tools/troupe/memory_bound.hpp"
 #include "tools/troupe/steal_time.hpp"
 
-#ifndef TROUPE_SOURCE_DIR
-#define TROUPE_SOURCE_DIR "."
-#endif
 
 namespace troupe::cli {
 namespace {
@@ -234,7 +231,7 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes, const 
     if (!list.empty()) list += ',';
     list += std::to_string(s);
   }
-  const std::string cmd = "/usr/bin/python3 " TROUPE_SOURCE_DIR "/bench/gloo_collectives.py --nodes " +
+  const std::string cmd = peer_python() + " " + peer_script("gloo_collectives.py") + " --nodes " +
                           std::to_string(nodes) + " --sizes " + list + " --pin" +
                           (where.gloo_hosts.empty() ? "" : " --hosts " + where.gloo_hosts) + " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);

@@ -15,9 +15,6 @@
 #include "runtime/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
 
-#ifndef TROUPE_SOURCE_DIR
-#define TROUPE_SOURCE_DIR "."
-#endif
 
 namespace troupe::cli {
 namespace {
@@ -32,16 +29,10 @@ double peak_rss_mib() {
 
 namespace {
 
-// The interpreter that runs the PyTorch peer: TROUPE_PYTHON, else Debian's.
-std::string python() {
-  const char* p = std::getenv("TROUPE_PYTHON");
-  return p && *p ? p : "/usr/bin/python3";
-}
-
 // PyTorch on the GPU, in each of `modes`, same model and batch.
 Expected<nlohmann::json> bench_pytorch_cuda(const BenchStepArgs& a, const std::vector<std::string>& overrides,
                                             const std::string& precision) {
-  std::string cmd = python() + " " TROUPE_SOURCE_DIR "/bench/torch_gpt.py bench-cuda '" + a.config + "'";
+  std::string cmd = peer_python() + " " + peer_script("torch_gpt.py") + " bench-cuda '" + a.config + "'";
   for (auto& o : overrides) cmd += " --set '" + o + "'";
   cmd += " --steps " + std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup) + " --precision " +
          precision + " --modes '" + a.pytorch_modes + "'";
@@ -155,7 +146,7 @@ Expected<nlohmann::json> bench_pytorch(const std::string& config_path, const std
   // threads = cores, and glibc kept from returning large buffers to the OS.
   std::string cmd = "OPENBLAS_NUM_THREADS=" + std::to_string(threads) +
                     " GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736"
-                    " " + python() + " " TROUPE_SOURCE_DIR "/bench/torch_gpt.py bench '" + config_path + "'";
+                    " " + peer_python() + " " + peer_script("torch_gpt.py") + " bench '" + config_path + "'";
   for (auto& o : overrides) cmd += " --set '" + o + "'";
   cmd += " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup);
   return json_from_command(cmd, "--pytorch");
