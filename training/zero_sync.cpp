@@ -161,7 +161,7 @@ GptStage::GradsReady ZeroChunk::grads_ready() {
       if (hi <= lo) continue;
       z.remaining[b] -= hi - lo;
       if (z.remaining[b] != 0 || b == z.deferred) continue;
-      if (!in_memory) done.synchronize(), in_memory = true;
+      if (z.sharded() && !in_memory) done.synchronize(), in_memory = true;  // a reduction reads them
       start_reduce(b);
     }
   };
