@@ -265,6 +265,21 @@ void Kernels::adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor&
   do_adamw_update(param, grad, m, v, h, t, decay, grad_scale);
 }
 
+void Kernels::adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                 const std::vector<AdamPart>& parts, const AdamHyper& h, int t,
+                                 float grad_scale) const {
+  Checker c{"adamw_update_parts"};
+  for (const Tensor* x : std::initializer_list<const Tensor*>{&param, &grad, &m, &v}) c.f32(*x, "span");
+  c.numel(grad, param.numel(), "grad");
+  c.numel(v, m.numel(), "v");
+  c.that(t >= 1, "step must be >= 1");
+  for (const AdamPart& p : parts)
+    c.that(p.begin >= 0 && p.size >= 0 && p.begin + p.size <= param.numel() && p.moment_begin >= 0 &&
+               p.moment_begin + p.size <= m.numel(),
+           "part [" + std::to_string(p.begin) + ", +" + std::to_string(p.size) + ") outside the spans");
+  do_adamw_update_parts(param, grad, m, v, parts, h, t, grad_scale);
+}
+
 LambNorms Kernels::lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h,
                                   int t, bool decay, float grad_scale) const {
   Checker c{"lamb_direction"};

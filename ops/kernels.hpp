@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backends/tensor.hpp"
 #include "ops/optim/optimizer_math.hpp"
@@ -93,6 +94,11 @@ class Kernels {
   /// equal size; grad is read as grad * grad_scale; decay only when `decay`.
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t, bool decay,
                     float grad_scale) const;
+  /// adamw_update over many spans at once (one launch on a GPU): each part of
+  /// the flat `param` and `grad` with its moments in `m` and `v`; the same
+  /// results as adamw_update part by part.
+  void adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const std::vector<AdamPart>& parts,
+                          const AdamHyper& h, int t, float grad_scale) const;
   /// LAMB phase 1: updates m, v and overwrites `grad` with the Adam direction
   /// m_hat / (sqrt(v_hat) + eps) + wd * w; returns ||w||^2 and ||direction||^2.
   LambNorms lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h, int t,
@@ -131,6 +137,9 @@ class Kernels {
   virtual void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const = 0;
   virtual void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                                bool decay, float grad_scale) const = 0;
+  virtual void do_adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                     const std::vector<AdamPart>& parts, const AdamHyper& h, int t,
+                                     float grad_scale) const = 0;
   virtual LambNorms do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h,
                                       int t, bool decay, float grad_scale) const = 0;
   virtual void do_lamb_apply(Tensor& param, const Tensor& direction, float lr, float trust_ratio) const = 0;

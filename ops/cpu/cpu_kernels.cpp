@@ -115,6 +115,16 @@ void CpuKernels::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, T
   cpu::adamw_update(param, grad, m, v, h, t, decay, grad_scale, pool_);
 }
 
+void CpuKernels::do_adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                       const std::vector<AdamPart>& parts, const AdamHyper& h, int t,
+                                       float grad_scale) const {
+  for (const AdamPart& p : parts) {
+    Tensor w = param.view(p.begin, {p.size}), g = grad.view(p.begin, {p.size});
+    Tensor mm = m.view(p.moment_begin, {p.size}), vv = v.view(p.moment_begin, {p.size});
+    cpu::adamw_update(w, g, mm, vv, h, t, p.decay, grad_scale, pool_);
+  }
+}
+
 LambNorms CpuKernels::do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param,
                                         const AdamHyper& h, int t, bool decay, float grad_scale) const {
   return cpu::lamb_direction(grad, m, v, param, h, t, decay, grad_scale, pool_);

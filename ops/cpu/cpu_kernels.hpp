@@ -44,6 +44,9 @@ class CpuKernels final : public Kernels {
   void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const override;
   void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                        bool decay, float grad_scale) const override;
+  void do_adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                             const std::vector<AdamPart>& parts, const AdamHyper& h, int t,
+                             float grad_scale) const override;
   LambNorms do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param, const AdamHyper& h, int t,
                               bool decay, float grad_scale) const override;
   void do_lamb_apply(Tensor& param, const Tensor& direction, float lr, float trust_ratio) const override;

@@ -157,6 +157,22 @@ void CudaKernels::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, 
                      decay ? h.weight_decay : 0.0f, bc1, bc2, grad_scale, s());
 }
 
+void CudaKernels::do_adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                                        const std::vector<AdamPart>& parts, const AdamHyper& h, int t,
+                                        float grad_scale) const {
+  const float bc1 = 1.0f - std::pow(h.beta1, static_cast<float>(t));
+  const float bc2 = 1.0f - std::pow(h.beta2, static_cast<float>(t));
+  std::vector<cuda::AdamSpan> spans;
+  std::int64_t at = 0;
+  for (const AdamPart& p : parts) {
+    if (p.size == 0) continue;
+    spans.push_back({at, p.begin, p.moment_begin, p.decay ? h.weight_decay : 0.0f});
+    at += p.size;
+  }
+  cuda::adamw_update_spans(param.f32(), grad.f32(), m.f32(), v.f32(), spans, at, h.lr, h.beta1, h.beta2, h.eps, bc1,
+                           bc2, grad_scale, s());
+}
+
 LambNorms CudaKernels::do_lamb_direction(Tensor& grad, Tensor& m, Tensor& v, const Tensor& param,
                                          const AdamHyper& h, int t, bool decay, float grad_scale) const {
   const float bc1 = 1.0f - std::pow(h.beta1, static_cast<float>(t));

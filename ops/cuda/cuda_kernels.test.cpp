@@ -238,8 +238,18 @@ TEST_CASE("CUDA sums and the optimizers equal the CPU's", "[cuda][kernels][optim
   b.agree(w);
   b.agree(m);
   b.agree(v);
-  const LambNorms nc = b.cpu.kernels.lamb_direction(g.cpu, m.cpu, v.cpu, w.cpu, h, 4, true, 1.0f);
-  const LambNorms ng = b.g().kernels.lamb_direction(g.gpu, m.gpu, v.gpu, w.gpu, h, 4, true, 1.0f);
+  // The multi-tensor AdamW: parts at scattered offsets, with and without
+  // decay, their moments packed in another order; one launch on the GPU.
+  const std::vector<AdamPart> parts{{10, 500, 0, true}, {700, 33, 500, false}, {2000, 90000, 533, true}};
+  for (int t = 4; t <= 5; ++t) {
+    b.cpu.kernels.adamw_update_parts(w.cpu, g.cpu, m.cpu, v.cpu, parts, h, t, 0.75f);
+    b.g().kernels.adamw_update_parts(w.gpu, g.gpu, m.gpu, v.gpu, parts, h, t, 0.75f);
+  }
+  b.agree(w);
+  b.agree(m);
+  b.agree(v);
+  const LambNorms nc = b.cpu.kernels.lamb_direction(g.cpu, m.cpu, v.cpu, w.cpu, h, 6, true, 1.0f);
+  const LambNorms ng = b.g().kernels.lamb_direction(g.gpu, m.gpu, v.gpu, w.gpu, h, 6, true, 1.0f);
   b.agree(g);
   CHECK(ng.param_sq == Approx(nc.param_sq).epsilon(1e-9));
   CHECK(ng.update_sq == Approx(nc.update_sq).epsilon(1e-6));

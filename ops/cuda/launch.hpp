@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace troupe::cuda {
 
@@ -59,6 +60,16 @@ constexpr int kMaxHeadSize = 256;
 void adamw_update(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2,
                   float grad_scale, cudaStream_t s);
+/// One span of a multi-tensor update: elements [first, next span's first) of
+/// the concatenation are param[begin + k] and m/v[moment_begin + k].
+struct AdamSpan {
+  std::int64_t first, begin, moment_begin;
+  float weight_decay;
+};
+/// AdamW over `total` elements spread over `spans` (in order), one launch.
+void adamw_update_spans(float* param, const float* grad, float* m, float* v, const std::vector<AdamSpan>& spans,
+                        std::int64_t total, float lr, float beta1, float beta2, float eps, float bias_correction1,
+                        float bias_correction2, float grad_scale, cudaStream_t s);
 /// Returns {sum of param^2, sum of direction^2} in double; waits for `s`.
 void lamb_direction(float* grad, float* m, float* v, const float* param, std::int64_t n, float beta1, float beta2,
                     float eps, float weight_decay, float bias_correction1, float bias_correction2, float grad_scale,

@@ -36,6 +36,33 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   }
 }
 
+// The span holding concatenated element e: the last span whose first <= e (binary search).
+__device__ inline int span_of(const AdamSpan* spans, int n, std::int64_t e) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (spans[mid].first <= e) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// AdamW over `total` concatenated elements of `n` spans. Grid-stride.
+__global__ void adamw_spans_kernel(float* param, const float* grad, float* m, float* v, const AdamSpan* spans, int n,
+                                   std::int64_t total, float lr, Adam h) {
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const AdamSpan sp = spans[span_of(spans, n, e)];
+    const std::int64_t k = e - sp.first, i = sp.begin + k, j = sp.moment_begin + k;
+    const float g = grad[i] * h.grad_scale;
+    const float mi = h.beta1 * m[j] + (1.0f - h.beta1) * g;
+    const float vi = h.beta2 * v[j] + (1.0f - h.beta2) * g * g;
+    m[j] = mi;
+    v[j] = vi;
+    param[i] -= lr * ((mi / h.bias_correction1) / (sqrtf(vi / h.bias_correction2) + h.eps) + sp.weight_decay * param[i]);
+  }
+}
+
 // grad := the Adam direction; partial[2 * block] and [2 * block + 1]: the
 // block's sums of param^2 and direction^2. Grid-stride.
 __global__ void lamb_direction_kernel(float* grad, float* m, float* v, const float* param, std::int64_t n, Adam h,
@@ -73,6 +100,21 @@ void adamw_update(float* param, const float* grad, float* m, float* v, std::int6
   const Adam h{beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale};
   adamw_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(param, grad, m, v, n, lr, h);
   check_launch("adamw_kernel");
+}
+
+void adamw_update_spans(float* param, const float* grad, float* m, float* v, const std::vector<AdamSpan>& spans,
+                        std::int64_t total, float lr, float beta1, float beta2, float eps, float bias_correction1,
+                        float bias_correction2, float grad_scale, cudaStream_t s) {
+  if (total == 0 || spans.empty()) return;
+  const Adam h{beta1, beta2, eps, 0.0f, bias_correction1, bias_correction2, grad_scale};
+  Scratch table(spans.size() * sizeof(AdamSpan), s);
+  // Pageable source: the copy has left `spans` when this returns.
+  check_call(cudaMemcpyAsync(table.as<AdamSpan>(), spans.data(), spans.size() * sizeof(AdamSpan),
+                             cudaMemcpyHostToDevice, s),
+             "cudaMemcpyAsync (adam spans)");
+  adamw_spans_kernel<<<grid_for(total, kThreads), kThreads, 0, s>>>(param, grad, m, v, table.as<AdamSpan>(),
+                                                                     static_cast<int>(spans.size()), total, lr, h);
+  check_launch("adamw_spans_kernel");
 }
 
 void lamb_direction(float* grad, float* m, float* v, const float* param, std::int64_t n, float beta1, float beta2,

@@ -6,6 +6,8 @@
 // the scalar math around them.
 #pragma once
 
+#include <cstdint>
+
 namespace troupe {
 
 struct AdamHyper {
@@ -19,6 +21,13 @@ struct AdamHyper {
 /// Factor to multiply gradients by so that their global norm is at most max_norm
 /// (1 when max_norm <= 0 or the norm is already small enough).
 float clip_scale(double global_sum_squares, float max_norm);
+
+/// One span of a multi-tensor AdamW update: `size` elements from `begin` of
+/// the flat parameters and gradients, their moments from `moment_begin`.
+struct AdamPart {
+  std::int64_t begin = 0, size = 0, moment_begin = 0;
+  bool decay = false;
+};
 
 /// Sums LAMB needs per parameter tensor: ||w||^2 and ||update||^2 (add them over shards).
 struct LambNorms {

@@ -91,11 +91,12 @@ void StageOptimizer::step_with_global_norm(GptStage& stage, float lr, int t, dou
     return std::array<Tensor, 4>{params.view(part.begin, {part.size()}), grads.view(part.begin, {part.size()}),
                                  m_.view(at, {part.size()}), v_.view(at, {part.size()})};
   };
-  if (cfg_.kind == OptimizerKind::adamw) {
+  if (cfg_.kind == OptimizerKind::adamw) {  // every owned part at once (one launch on a GPU)
+    std::vector<AdamPart> parts;
     for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t at) {
-      auto [w, g, m, v] = views(part, at);
-      ctx.kernels.adamw_update(w, g, m, v, h, t, stage.params()[p].spec.decay, scale);
+      parts.push_back({part.begin, part.size(), at, stage.params()[p].spec.decay});
     });
+    ctx.kernels.adamw_update_parts(params, grads, m_, v_, parts, h, t, scale);
     return;
   }
   // LAMB: directions and partial norms on the owned parts, norms summed over
