@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -62,26 +63,34 @@ struct StageRunner::Impl {
   std::vector<std::size_t> last_backward;  // per chunk: program index of the step's last (weight) backward
   std::size_t at(int chunk, int mb) const { return static_cast<std::size_t>(chunk * microbatches + mb); }
   // A batch (host memory: the loader's ring) as the device reads it: itself
-  // where the device reads host memory, else a copy into a device buffer of
-  // the runner's (allocated on first use, one per microbatch index).
-  // `reused`: the host batch is refilled before the step ends (evaluation's
-  // one buffer), so the copy is waited for.
-  Expected<MicroBatch> on_device(const ExecContext& ctx, MicroBatch host, std::size_t i, bool reused = false) {
+  // where the device reads host memory, else copied into a pinned staging
+  // buffer (a host copy of a few hundred KB) and from there to a device
+  // buffer without waiting, so the transfer overlaps the compute before it.
+  // Both buffers are the runner's, one per microbatch index, allocated on
+  // first use. `reused`: index i is used again before the step ends
+  // (evaluation's rounds), so the transfer is waited for.
+  Expected<MicroBatch> on_device(const ExecContext& ctx, const MicroBatch& host, std::size_t i, bool reused = false) {
     if (ctx.device.host_accessible()) return host;
-    if (device_batches.size() <= i) device_batches.resize(i + 1);
+    if (device_batches.size() <= i) device_batches.resize(i + 1), pinned_batches.resize(i + 1);
     MicroBatch& d = device_batches[i];
-    for (auto [dst, src] : {std::pair{&d.tokens, &host.tokens}, std::pair{&d.targets, &host.targets}}) {
-      if (!dst->defined() || dst->shape() != src->shape()) {
+    MicroBatch& p = pinned_batches[i];
+    for (auto [dst, pin, src] : {std::tuple{&d.tokens, &p.tokens, &host.tokens},
+                                 std::tuple{&d.targets, &p.targets, &host.targets}}) {
+      if (!dst->defined() || dst->shape() != src->shape() || dst->dtype() != src->dtype()) {
         auto t = Tensor::empty(ctx.device, src->shape(), src->dtype());
+        auto q = Tensor::pinned_host(ctx.device, src->shape(), src->dtype());
         if (!t) return t.error();
+        if (!q) return q.error();
         *dst = *t;
+        *pin = *q;
       }
-      TROUPE_TRY(ctx.copy(*dst, *src));  // enqueued: a step's batches stay unchanged until it returns
+      std::memcpy(pin->raw(), src->raw(), src->nbytes());
+      TROUPE_TRY(ctx.copy(*dst, *pin));
     }
     if (reused) ctx.stream.record()->synchronize();
     return d;
   }
-  std::vector<MicroBatch> device_batches;
+  std::vector<MicroBatch> device_batches, pinned_batches;
   // Each microbatch's summed token losses (f64, on the device): written by the
   // head's forwards without waiting, read once the step's work is done.
   Tensor loss_sums;
@@ -303,7 +312,7 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
         if (first || last) {
           auto batch = timed_wait([&] { return m.links.batch(step, in.mb); });
           if (!batch) return batch.error();
-          auto staged = m.on_device(ctx, std::move(*batch), i);
+          auto staged = m.on_device(ctx, *batch, i);
           if (!staged) return staged.error();
           m.batches[i] = std::move(*staged);
         }
@@ -434,7 +443,7 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
         if (first || last) {
           auto b = batch(mb);
           if (!b) return b.error();
-          auto staged = m.on_device(ctx, std::move(*b), i, /*reused=*/true);
+          auto staged = m.on_device(ctx, *b, i, /*reused=*/true);
           if (!staged) return staged.error();
           data = std::move(*staged);
         }
