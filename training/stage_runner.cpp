@@ -426,6 +426,7 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
   }
   for (int first_mb = 0; first_mb < batches; first_mb += round) {
     const int end_mb = std::min(batches, first_mb + round);
+    if (m.staged) ctx.stream.synchronize();  // the last round's copies have left the receive buffers
     for (int mb = first_mb; mb < end_mb; ++mb)
       for (int c = 0; c < chunks; ++c)
         if (!models_[static_cast<std::size_t>(c)]->spec().embedding) {
