@@ -4,6 +4,7 @@
 // rest of the tree sees the ExecContext it hands out.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,6 +44,11 @@ class ComputeDevice {
   /// `sharers` actors on one node each holding a ComputeDevice like this one:
   /// the denominator of MFU (never a datasheet figure).
   virtual double measure_peak_flops(int sharers) = 0;
+
+  /// The most device memory in use at once so far, in bytes, where the
+  /// device keeps its own memory (a GPU's pool); -1 where it is host memory
+  /// (the process's peak RSS says it).
+  virtual std::int64_t peak_memory_bytes() const { return -1; }
 
   /// CPU time, µs, of the threads that run this device's kernels; empty where
   /// kernels do not run on host threads (then compute time is device time).

@@ -124,6 +124,12 @@ Expected<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
 
 CudaDevice::~CudaDevice() { stream_.reset(); }
 
+std::int64_t CudaDevice::peak_pool_bytes() const {
+  std::uint64_t bytes = 0;
+  if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &bytes) != cudaSuccess) return -1;
+  return static_cast<std::int64_t>(bytes);
+}
+
 void CudaDevice::activate() const { TROUPE_CUDA_MUST(cudaSetDevice(index_), index_); }
 
 DeviceCapabilities CudaDevice::capabilities() const {

@@ -86,6 +86,8 @@ class CudaDevice final : public Device {
 
   int index() const { return index_; }
   const CudaDeviceInfo& info() const { return info_; }
+  /// The pool's high-water mark of memory in use, in bytes.
+  std::int64_t peak_pool_bytes() const;
   /// Makes this GPU the calling thread's current one (CUDA's current device
   /// is per thread, and actors move between threads).
   void activate() const;

@@ -28,6 +28,8 @@ class CudaComputeDevice final : public ComputeDevice {
            std::to_string(i.memory_bytes >> 30) + " GiB)";
   }
 
+  std::int64_t peak_memory_bytes() const override { return device_->peak_pool_bytes(); }
+
   // The best of 5 fp32 GEMMs of 4096^3 on this GPU, timed by events; the GPU
   // is one, whatever the number of actors sharing it.
   double measure_peak_flops(int) override {

@@ -82,6 +82,7 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= a.warmup) step_s.push_back(secs);
   }
+  const std::int64_t device_peak = (*compute)->peak_memory_bytes();  // before the peak GEMM's own buffers
   const double peak = (*compute)->measure_peak_flops(1) / 1e9;
   std::sort(step_s.begin(), step_s.end());
   const double step = median(step_s);
@@ -109,7 +110,9 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
       {"precision", job->train.precision},
       {"memory_mib", {{"peak_rss", peak_rss_mib()}, {"params", mem.params / mib}, {"grads", mem.grads / mib},
                       {"optimizer_state", 2 * mem.params / mib}, {"saved_activations", mem.activations / mib},
-                      {"backward_scratch", mem.scratch / mib}}},
+                      {"backward_scratch", mem.scratch / mib},
+                      {"device_peak", device_peak < 0 ? nlohmann::json(nullptr)
+                                                      : nlohmann::json(static_cast<double>(device_peak) / mib)}}},
   };
   if (a.pytorch && job->train.device == "cuda") {
     auto torch = bench_pytorch_cuda(a, overrides, job->train.precision);
