@@ -14,37 +14,46 @@ namespace {
   std::abort();
 }
 
-// Checks: rows x cols views of tensors whose last dimension is `cols`.
+// The checks of one op. A message is built only when its check fails: the
+// checks run on every kernel call, the messages almost never.
 struct Checker {
   const char* op;
 
-  void that(bool ok, const std::string& what) const {
+  void that(bool ok, const char* what) const {
     if (!ok) fail(op, what);
+  }
+  template <class Message>
+  void that(bool ok, const Message& what) const {
+    if (!ok) fail(op, what());
   }
   void floating(std::initializer_list<const Tensor*> ts) const {
     for (const Tensor* t : ts)
-      if (t->defined()) that(t->dtype() == DType::f32 || t->dtype() == DType::bf16,
-                             "expects f32 or bf16, got " + std::string(dtype_name(t->dtype())));
+      if (t->defined())
+        that(t->dtype() == DType::f32 || t->dtype() == DType::bf16,
+             [&] { return "expects f32 or bf16, got " + std::string(dtype_name(t->dtype())); });
   }
   void ids(const Tensor& t) const {
-    that(t.dtype() == DType::i32, "token ids must be i32, got " + std::string(dtype_name(t.dtype())));
+    that(t.dtype() == DType::i32, [&] { return "token ids must be i32, got " + std::string(dtype_name(t.dtype())); });
   }
   void f32(const Tensor& t, const char* name) const {
-    that(t.dtype() == DType::f32, std::string(name) + " must be f32 (master weights, moments, statistics)");
+    that(t.dtype() == DType::f32, [&] { return std::string(name) + " must be f32 (master weights, moments, statistics)"; });
   }
   void last_dim(const Tensor& t, std::int64_t n, const char* name) const {
-    that(t.rank() >= 1 && t.dim(-1) == n,
-         std::string(name) + " " + shape_string(t.shape()) + ": last dimension must be " + std::to_string(n));
+    that(t.rank() >= 1 && t.dim(-1) == n, [&] {
+      return std::string(name) + " " + shape_string(t.shape()) + ": last dimension must be " + std::to_string(n);
+    });
   }
   void numel(const Tensor& t, std::int64_t n, const char* name) const {
-    that(t.numel() == n, std::string(name) + " " + shape_string(t.shape()) + " must hold " + std::to_string(n) +
-                             " elements");
+    that(t.numel() == n, [&] {
+      return std::string(name) + " " + shape_string(t.shape()) + " must hold " + std::to_string(n) + " elements";
+    });
   }
   void shape(const Tensor& t, const Shape& s, const char* name) const {
-    that(t.shape() == s, std::string(name) + " " + shape_string(t.shape()) + " must be " + shape_string(s));
+    that(t.shape() == s, [&] { return std::string(name) + " " + shape_string(t.shape()) + " must be " + shape_string(s); });
   }
   void rank(const Tensor& t, int r, const char* name) const {
-    that(t.rank() == r, std::string(name) + " " + shape_string(t.shape()) + " must have rank " + std::to_string(r));
+    that(t.rank() == r,
+         [&] { return std::string(name) + " " + shape_string(t.shape()) + " must have rank " + std::to_string(r); });
   }
 };
 
@@ -178,7 +187,7 @@ void Kernels::encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& w
   c.ids(tokens);
   c.last_dim(wte, C, "wte");
   c.last_dim(wpe, C, "wpe");
-  c.that(wpe.dim(0) >= T, "wpe has fewer positions than T = " + std::to_string(T));
+  c.that(wpe.dim(0) >= T, [&] { return "wpe has fewer positions than T = " + std::to_string(T); });
   do_encoder_forward(out, tokens, wte, wpe);
 }
 
@@ -190,7 +199,7 @@ void Kernels::encoder_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, c
   c.ids(tokens);
   c.last_dim(dwte, C, "dwte");
   c.last_dim(dwpe, C, "dwpe");
-  c.that(dwpe.dim(0) >= T, "dwpe has fewer positions than T = " + std::to_string(T));
+  c.that(dwpe.dim(0) >= T, [&] { return "dwpe has fewer positions than T = " + std::to_string(T); });
   c.f32(dwte, "dwte");
   c.f32(dwpe, "dwpe");
   do_encoder_backward(dwte, dwpe, dout, tokens);
@@ -245,7 +254,8 @@ void Kernels::sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool sq
   Checker c{"sum_into"};
   c.f32(x, "x");
   c.that(totals.dtype() == DType::f64, "totals must be f64");
-  c.that(at >= 0 && at < totals.numel(), "index " + std::to_string(at) + " outside totals " + shape_string(totals.shape()));
+  c.that(at >= 0 && at < totals.numel(),
+         [&] { return "index " + std::to_string(at) + " outside totals " + shape_string(totals.shape()); });
   do_sum_into(totals, at, x, squares);
 }
 
@@ -276,7 +286,7 @@ void Kernels::adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, T
   for (const AdamPart& p : parts)
     c.that(p.begin >= 0 && p.size >= 0 && p.begin + p.size <= param.numel() && p.moment_begin >= 0 &&
                p.moment_begin + p.size <= m.numel(),
-           "part [" + std::to_string(p.begin) + ", +" + std::to_string(p.size) + ") outside the spans");
+           [&] { return "part [" + std::to_string(p.begin) + ", +" + std::to_string(p.size) + ") outside the spans"; });
   do_adamw_update_parts(param, grad, m, v, parts, h, t, grad_scale);
 }
 
