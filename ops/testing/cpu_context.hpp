@@ -1,26 +1,30 @@
-// A CPU device with its kernel table and execution context, for tests that
-// run layers and optimizers: converts to the ExecContext& or Device& that the
-// code under test asks for.
+// A CPU compute device opened the way a stage actor opens one
+// (ComputeDevice::open), for tests that run layers and optimizers: converts
+// to the ExecContext& or Device& that the code under test asks for.
 #pragma once
 
-#include "backends/cpu/cpu_device.hpp"
-#include "ops/cpu/cpu_kernels.hpp"
-#include "ops/exec_context.hpp"
+#include <memory>
+
+#include "ops/compute_device.hpp"
 
 namespace troupe::testing {
 
 struct CpuContext {
   explicit CpuContext(int threads = 1)
-      : device(threads), kernels(device.cpu_stream().pool()), ctx{device, device.default_stream(), kernels} {}
+      : owner(*ComputeDevice::open(DeviceChoice{DeviceKind::cpu, threads, 0, Precision::fp32})),
+        device(owner->device()),
+        kernels(owner->kernels()),
+        ctx(owner->context()) {}
   CpuContext(const CpuContext&) = delete;
   CpuContext& operator=(const CpuContext&) = delete;
 
   operator const ExecContext&() const { return ctx; }
   operator Device&() { return device; }
 
-  CpuDevice device;
-  CpuKernels kernels;
-  ExecContext ctx;
+  std::unique_ptr<ComputeDevice> owner;
+  Device& device;
+  const Kernels& kernels;
+  const ExecContext& ctx;
 };
 
 }  // namespace troupe::testing
