@@ -248,12 +248,13 @@ class Trainer {
     const auto n = static_cast<std::size_t>(t.numel());
     ctx().stream.synchronize();  // the gradients are final in memory
     if (ctx().device.host_accessible()) return all_reduce(ranks, t.f32(), n, what);
-    std::vector<float> host(n);
+    std::vector<float>& host = staged_sum_;  // kept: the tied embedding is summed every step
+    host.resize(n);
     TROUPE_TRY(ctx().device.copy(host.data(), t.raw(), t.nbytes(), ctx().stream));
     ctx().stream.synchronize();
     TROUPE_TRY(all_reduce(ranks, host.data(), n, what));
     TROUPE_TRY(ctx().device.copy(t.raw(), host.data(), t.nbytes(), ctx().stream));
-    ctx().stream.synchronize();  // `host` goes when this returns
+    ctx().stream.synchronize();  // the next step's sum may overwrite `host`
     return Status::success();
   }
 
@@ -546,6 +547,7 @@ class Trainer {
   const JobConfig& job_;
   const Coord me_;
   Expected<std::unique_ptr<ComputeDevice>> compute_;  ///< this actor's device, stream and kernels
+  std::vector<float> staged_sum_;  ///< all_reduce_tensor's host copy, where the device is not host memory
   const ExecContext& ctx() const { return (*compute_)->context(); }
   const FaultDrill drill_;                        ///< this actor's fault drills (none: no cost, D-1)
   std::unique_ptr<LossyTransport> lossy_;        ///< a lose drill's: every transfer goes through it (else none)
