@@ -41,6 +41,12 @@ __device__ inline const float* head(const float* qkv, const Geometry& g, int b, 
   return qkv + (static_cast<std::int64_t>(b) * g.T + t) * 3 * g.C + p * g.C + h * g.hs;
 }
 
+// Head h's channels of token t of batch b in a (B,T,C) tensor (out, dout).
+template <class F>
+__device__ inline F* head_row(F* btc, const Geometry& g, int b, int t, int h) {
+  return btc + (static_cast<std::int64_t>(b) * g.T + t) * g.C + h * g.hs;
+}
+
 template <int PER>
 __device__ inline void load(float (&x)[PER], const float* src, int hs, float scale = 1.0f) {
   const int lane = threadIdx.x % 32;
@@ -89,7 +95,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     }
     m = m_new;
   }
-  float* y = out + (static_cast<std::int64_t>(at.b) * g.T + at.t) * g.C + at.h * g.hs;
+  float* y = head_row(out, g, at.b, at.t, at.h);
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int d = lane + 32 * k;
@@ -104,10 +110,9 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
   std::int64_t r;
   RowOf at;
   if (!warp_row(g, r, at)) return;
-  const std::int64_t off = (static_cast<std::int64_t>(at.b) * g.T + at.t) * g.C + at.h * g.hs;
   float dy[PER];
-  load(dy, dout + off, g.hs);
-  const float d = dot(dy, out + off, g.hs);
+  load(dy, head_row(dout, g, at.b, at.t, at.h), g.hs);
+  const float d = dot(dy, head_row(out, g, at.b, at.t, at.h), g.hs);
   if (threadIdx.x % 32 == 0) delta[r] = d;
 }
 
@@ -122,7 +127,7 @@ __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float*
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
   float q[PER], dy[PER], dq[PER];
   load(q, head(qkv, g, at.b, at.t, at.h, 0), g.hs, scale);
-  load(dy, dout + (static_cast<std::int64_t>(at.b) * g.T + at.t) * g.C + at.h * g.hs, g.hs);
+  load(dy, head_row(dout, g, at.b, at.t, at.h), g.hs);
 #pragma unroll
   for (int k = 0; k < PER; ++k) dq[k] = 0.0f;
   const float row_lse = lse[r], row_delta = delta[r];
@@ -161,7 +166,7 @@ __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float
   const std::int64_t row0 = r - at.t;  // (b, h, 0) in (B,NH,T)
   for (int i = at.t; i <= g.last_query(at.t); ++i) {
     const float* qi = head(qkv, g, at.b, i, at.h, 0);
-    const float* dyi = dout + (static_cast<std::int64_t>(at.b) * g.T + i) * g.C + at.h * g.hs;
+    const float* dyi = head_row(dout, g, at.b, i, at.h);
     const float p = expf(dot(kk, qi, g.hs) - lse[row0 + i]);
     const float ds = p * (dot(vv, dyi, g.hs) - delta[row0 + i]);
 #pragma unroll
