@@ -35,6 +35,18 @@ struct FourStageJob {
     }
     return out;
   }
+  // Every straggler entry, for a failure's message: what the detector saw.
+  std::string straggler_details() const {
+    std::ostringstream out;
+    std::istringstream lines(slurp(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("stragglers")) continue;
+      for (auto& s : j["stragglers"])
+        out << "(" << j["step"] << ", " << s["rank"] << ", " << s["compute_slowdown"] << ", " << s["step_share"] << ") ";
+    }
+    return out.str();
+  }
 };
 
 // Compute times under the sanitizers are the instrumentation's, several times
@@ -65,6 +77,7 @@ TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
     const auto named = job.stragglers();
+    INFO("named (step, rank, slowdown, share): " << job.straggler_details());
     for (auto [step, rank] : named) {
       CHECK(rank == 1);  // G-1: never the actors that waited on it
       CHECK(step >= 15);  // (a noisy step just before the drill may start its streak)

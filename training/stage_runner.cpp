@@ -286,11 +286,15 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
     const double t0 = now_us();
     if (compute) marks[pc].begin = ctx.stream.record();
     const double cpu0 = compute && m.links.cpu_clock_us ? m.links.cpu_clock_us() : 0;
-    double waited = 0;  // inside a compute instruction, on peers: blocked time, not compute (G-1)
+    // Inside a compute instruction, on peers: blocked time, not compute
+    // (G-1), in wall time and in the CPU time the wait itself used.
+    double waited = 0, waited_cpu = 0;
+    auto cpu_now = [&] { return compute && m.links.cpu_clock_us ? m.links.cpu_clock_us() : 0.0; };
     auto timed_wait = [&](const auto& wait) {
-      const double w0 = now_us();
+      const double w0 = now_us(), c0 = cpu_now();
       auto st = wait();
       waited += now_us() - w0;
+      waited_cpu += cpu_now() - c0;
       return st;
     };
     switch (in.op) {
@@ -299,10 +303,11 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
       case Op::forward: {
         GptStage::ParamsNeeded needs;
         if (!first_forward_done[static_cast<std::size_t>(in.chunk)] && m.links.params_needed) {
-          needs = [&waited, inner = m.links.params_needed(in.chunk)](std::int64_t b, std::int64_t e) {
-            const double w0 = now_us();
-            inner(b, e);  // the parameters' all-gather, from the data-parallel peers
-            waited += now_us() - w0;
+          needs = [&timed_wait, inner = m.links.params_needed(in.chunk)](std::int64_t b, std::int64_t e) {
+            timed_wait([&] {
+              inner(b, e);  // the parameters' all-gather, from the data-parallel peers
+              return true;
+            });
           };
           first_forward_done[static_cast<std::size_t>(in.chunk)] = true;
         }
@@ -362,7 +367,7 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
     double t1 = now_us();
     if (compute && slowdown > 1) {  // a slow drill: this instruction's compute costs `slowdown` times as much
       if (m.links.burn && m.links.cpu_clock_us) {
-        m.links.burn((slowdown - 1) * (m.links.cpu_clock_us() - cpu0));  // in CPU time, as a slower core would
+        m.links.burn((slowdown - 1) * (m.links.cpu_clock_us() - cpu0 - waited_cpu));  // in CPU time, as a slower core would
       } else {
         const double stretch = (slowdown - 1) * (t1 - t0 - waited);
         std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(stretch)));
@@ -373,7 +378,8 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
       marks[pc].end = ctx.stream.record();
       marks[pc].waited_us = waited;
     }
-    if (compute && m.links.cpu_clock_us) times.instruction_cpu_us[pc] = m.links.cpu_clock_us() - cpu0;
+    if (compute && m.links.cpu_clock_us)
+      times.instruction_cpu_us[pc] = std::max(0.0, m.links.cpu_clock_us() - cpu0 - waited_cpu);
     times.blocked_us += waited;
     if (progress) progress->advanced(step, static_cast<int>(pc));
     if (in.op == Op::recv_act || in.op == Op::recv_grad) times.blocked_us += t1 - t0;
