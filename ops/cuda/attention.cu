@@ -1,12 +1,15 @@
 // Causal attention with an optional sliding window, flash-style: the T x T
 // scores are never stored. The forward keeps one log-sum-exp per query row;
-// the backward recomputes each probability from it. A warp owns a row (a
+// the backward recomputes each probability from it. Head sizes up to 128 run
+// the tiled kernels (attention_tiled.cu); larger ones, or a GPU whose shared
+// memory cannot hold the tiles, run the kernels here: a warp owns a row (a
 // query for the forward and dQ, a key for dK and dV) and walks the keys (or
-// queries) it sees in order with an online softmax, so every sum has one
-// fixed order and no two warps write one element: deterministic, no atomics.
-// Each lane holds PER = ceil(hs / 32) channels of the head (hs <= 256).
+// queries) it sees in order with an online softmax. Either way every sum has
+// one fixed order and no two threads write one element: deterministic, no
+// atomics. Here each lane holds PER = ceil(hs / 32) channels (hs <= 256).
 #include <algorithm>
 
+#include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/launch.hpp"
 
@@ -15,13 +18,7 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps: 4 rows per block
 
-struct Geometry {
-  int B, T, C, NH, hs, window;
-  // Keys visible to query i: [first_key(i), i]; queries seeing key j: [j, last_query(j)].
-  __device__ int first_key(int i) const { return window > 0 ? max(0, i - window + 1) : 0; }
-  __device__ int last_query(int j) const { return window > 0 ? min(T - 1, j + window - 1) : T - 1; }
-  __device__ std::int64_t rows() const { return static_cast<std::int64_t>(B) * NH * T; }
-};
+using Geometry = AttentionGeometry;
 
 // This warp's row r of (B,NH,T) as (b, h, t); false past the end.
 struct RowOf {
@@ -34,17 +31,6 @@ __device__ inline bool warp_row(const Geometry& g, std::int64_t& r, RowOf& at) {
   at.h = static_cast<int>((r / g.T) % g.NH);
   at.b = static_cast<int>(r / (static_cast<std::int64_t>(g.T) * g.NH));
   return true;
-}
-
-// Head h's channels of token t of batch b in part p (0 q, 1 k, 2 v) of qkv.
-__device__ inline const float* head(const float* qkv, const Geometry& g, int b, int t, int h, int p) {
-  return qkv + (static_cast<std::int64_t>(b) * g.T + t) * 3 * g.C + p * g.C + h * g.hs;
-}
-
-// Head h's channels of token t of batch b in a (B,T,C) tensor (out, dout).
-template <class F>
-__device__ inline F* head_row(F* btc, const Geometry& g, int b, int t, int h) {
-  return btc + (static_cast<std::int64_t>(b) * g.T + t) * g.C + h * g.hs;
 }
 
 template <int PER>
@@ -78,16 +64,16 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   const int lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
   float q[PER], o[PER];
-  load(q, head(qkv, g, at.b, at.t, at.h, 0), g.hs, scale);
+  load(q, qkv_head(qkv, g, at.b, at.t, at.h, 0), g.hs, scale);
 #pragma unroll
   for (int k = 0; k < PER; ++k) o[k] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   for (int j = g.first_key(at.t); j <= at.t; ++j) {
-    const float s = dot(q, head(qkv, g, at.b, j, at.h, 1), g.hs);
+    const float s = dot(q, qkv_head(qkv, g, at.b, j, at.h, 1), g.hs);
     const float m_new = fmaxf(m, s);
     const float corr = expf(m - m_new), p = expf(s - m_new);
     l = l * corr + p;
-    const float* v = head(qkv, g, at.b, j, at.h, 2);
+    const float* v = qkv_head(qkv, g, at.b, j, at.h, 2);
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
       const int d = lane + 32 * k;
@@ -95,7 +81,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
     }
     m = m_new;
   }
-  float* y = head_row(out, g, at.b, at.t, at.h);
+  float* y = btc_head(out, g, at.b, at.t, at.h);
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int d = lane + 32 * k;
@@ -111,8 +97,8 @@ __global__ void attention_delta_kernel(float* delta, const float* dout, const fl
   RowOf at;
   if (!warp_row(g, r, at)) return;
   float dy[PER];
-  load(dy, head_row(dout, g, at.b, at.t, at.h), g.hs);
-  const float d = dot(dy, head_row(out, g, at.b, at.t, at.h), g.hs);
+  load(dy, btc_head(dout, g, at.b, at.t, at.h), g.hs);
+  const float d = dot(dy, btc_head(out, g, at.b, at.t, at.h), g.hs);
   if (threadIdx.x % 32 == 0) delta[r] = d;
 }
 
@@ -126,15 +112,15 @@ __global__ void attention_dq_kernel(float* dqkv, const float* dout, const float*
   const int lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
   float q[PER], dy[PER], dq[PER];
-  load(q, head(qkv, g, at.b, at.t, at.h, 0), g.hs, scale);
-  load(dy, head_row(dout, g, at.b, at.t, at.h), g.hs);
+  load(q, qkv_head(qkv, g, at.b, at.t, at.h, 0), g.hs, scale);
+  load(dy, btc_head(dout, g, at.b, at.t, at.h), g.hs);
 #pragma unroll
   for (int k = 0; k < PER; ++k) dq[k] = 0.0f;
   const float row_lse = lse[r], row_delta = delta[r];
   for (int j = g.first_key(at.t); j <= at.t; ++j) {
-    const float* kj = head(qkv, g, at.b, j, at.h, 1);
+    const float* kj = qkv_head(qkv, g, at.b, j, at.h, 1);
     const float p = expf(dot(q, kj, g.hs) - row_lse);
-    const float ds = p * (dot(dy, head(qkv, g, at.b, j, at.h, 2), g.hs) - row_delta);
+    const float ds = p * (dot(dy, qkv_head(qkv, g, at.b, j, at.h, 2), g.hs) - row_delta);
 #pragma unroll
     for (int k = 0; k < PER; ++k) {
       const int d = lane + 32 * k;
@@ -159,14 +145,14 @@ __global__ void attention_dkv_kernel(float* dqkv, const float* dout, const float
   const int lane = threadIdx.x % 32;
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
   float kk[PER], vv[PER], dk[PER], dv[PER];
-  load(kk, head(qkv, g, at.b, at.t, at.h, 1), g.hs, scale);
-  load(vv, head(qkv, g, at.b, at.t, at.h, 2), g.hs);
+  load(kk, qkv_head(qkv, g, at.b, at.t, at.h, 1), g.hs, scale);
+  load(vv, qkv_head(qkv, g, at.b, at.t, at.h, 2), g.hs);
 #pragma unroll
   for (int k = 0; k < PER; ++k) dk[k] = dv[k] = 0.0f;
   const std::int64_t row0 = r - at.t;  // (b, h, 0) in (B,NH,T)
   for (int i = at.t; i <= g.last_query(at.t); ++i) {
-    const float* qi = head(qkv, g, at.b, i, at.h, 0);
-    const float* dyi = head_row(dout, g, at.b, i, at.h);
+    const float* qi = qkv_head(qkv, g, at.b, i, at.h, 0);
+    const float* dyi = btc_head(dout, g, at.b, i, at.h);
     const float p = expf(dot(kk, qi, g.hs) - lse[row0 + i]);
     const float ds = p * (dot(vv, dyi, g.hs) - delta[row0 + i]);
 #pragma unroll
@@ -209,6 +195,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
                        cudaStream_t s) {
   const Geometry g{B, T, C, NH, C / NH, window};
   if (static_cast<std::int64_t>(B) * NH * T == 0) return;
+  if (attention_forward_tiled(out, lse, qkv, g, s)) return;
   with_per(g.hs, [&]<int PER>() {
     attention_forward_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(out, lse, qkv, g);
   });
@@ -224,6 +211,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   with_per(g.hs, [&]<int PER>() {
     attention_delta_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(delta.as<float>(), dout, out, g);
     check_launch("attention_delta_kernel");
+    if (attention_backward_tiled(dqkv, dout, qkv, lse, delta.as<float>(), g, s)) return;
     attention_dq_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta.as<float>(), g);
     check_launch("attention_dq_kernel");
     attention_dkv_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta.as<float>(), g);

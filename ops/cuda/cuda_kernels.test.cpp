@@ -171,32 +171,55 @@ TEST_CASE("CUDA token and position embedding, forward and backward, equal the CP
   CHECK(b.host_gpu(again.gpu) == b.host_gpu(dwte.gpu));
 }
 
+namespace {
+
+struct AttentionCase {
+  int B, T, C, NH, window;
+};
+
+// Forward and backward against the CPU's; the backward replayed gives the same bits.
+void check_attention(Both& b, const AttentionCase& a) {
+  const auto [B, T, C, NH, window] = a;
+  INFO("B " << B << " T " << T << " C " << C << " NH " << NH << " window " << window);
+  auto qkv = b.random({B, T, 3 * C});
+  auto y = b.random({B, T, C});
+  auto att_cpu = *Tensor::empty(b.cpu.device, b.cpu.kernels.attention_saved_shape(B, NH, T));
+  auto att_gpu = *Tensor::empty(b.g().device, b.g().kernels.attention_saved_shape(B, NH, T));
+  CHECK(att_gpu.numel() == static_cast<std::int64_t>(B) * NH * T);  // no T x T matrix
+  b.cpu.kernels.attention_forward(y.cpu, att_cpu, qkv.cpu, NH, window);
+  b.g().kernels.attention_forward(y.gpu, att_gpu, qkv.gpu, NH, window);
+  b.agree(y);
+  auto dy = b.random({B, T, C}), dqkv = b.random({B, T, 3 * C});
+  b.cpu.kernels.attention_backward(dqkv.cpu, dy.cpu, qkv.cpu, y.cpu, att_cpu, NH, window);
+  b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
+  b.agree(dqkv, 2e-5);
+  const auto first = b.host_gpu(dqkv.gpu);
+  b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
+  CHECK(b.host_gpu(dqkv.gpu) == first);
+}
+
+}  // namespace
+
 TEST_CASE("CUDA flash attention, causal and sliding-window, forward and backward, equals the CPU's",
           "[cuda][kernels][attention]") {
   Both b;
-  struct Case {
+  // Head sizes 4, 64, 96 and 128 run the tiled kernels (64-row tiles: T = 300
+  // is five, the last partial); 160 runs the warp-per-row kernels.
+  struct Shape4 {
     int B, T, C, NH;
   };
-  for (auto [B, T, C, NH] : {Case{2, 70, 12, 3}, Case{1, 130, 128, 2}, Case{2, 33, 96, 1}}) {
-    for (int window : {0, 5, 64}) {
-      INFO("B " << B << " T " << T << " C " << C << " NH " << NH << " window " << window);
-      auto qkv = b.random({B, T, 3 * C});
-      auto y = b.random({B, T, C});
-      auto att_cpu = *Tensor::empty(b.cpu.device, b.cpu.kernels.attention_saved_shape(B, NH, T));
-      auto att_gpu = *Tensor::empty(b.g().device, b.g().kernels.attention_saved_shape(B, NH, T));
-      CHECK(att_gpu.numel() == static_cast<std::int64_t>(B) * NH * T);  // no T x T matrix
-      b.cpu.kernels.attention_forward(y.cpu, att_cpu, qkv.cpu, NH, window);
-      b.g().kernels.attention_forward(y.gpu, att_gpu, qkv.gpu, NH, window);
-      b.agree(y);
-      auto dy = b.random({B, T, C}), dqkv = b.random({B, T, 3 * C});
-      b.cpu.kernels.attention_backward(dqkv.cpu, dy.cpu, qkv.cpu, y.cpu, att_cpu, NH, window);
-      b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
-      b.agree(dqkv, 2e-5);
-      const auto first = b.host_gpu(dqkv.gpu);
-      b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
-      CHECK(b.host_gpu(dqkv.gpu) == first);
-    }
-  }
+  for (auto [B, T, C, NH] : {Shape4{2, 70, 12, 3}, Shape4{1, 130, 128, 2}, Shape4{2, 33, 96, 1},
+                             Shape4{1, 300, 256, 2}, Shape4{1, 90, 160, 1}})
+    for (int window : {0, 5, 64, 100}) check_attention(b, {B, T, C, NH, window});
+}
+
+// A few shapes of each kernel family, small enough for compute-sanitizer's
+// racecheck (the shared-memory tiles) within the GPU check's time.
+TEST_CASE("CUDA attention on small shapes, tiled and by rows", "[cuda][attention_small]") {
+  Both b;
+  for (const auto& a : {AttentionCase{1, 130, 128, 2, 0}, AttentionCase{1, 70, 128, 1, 5},
+                        AttentionCase{1, 40, 160, 1, 0}})
+    check_attention(b, a);
 }
 
 TEST_CASE("CUDA fused cross-entropy and its gradient equal the CPU's", "[cuda][kernels]") {

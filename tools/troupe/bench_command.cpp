@@ -255,13 +255,15 @@ void register_bench(CLI::App& app, Action& action) {
   o->add_option("--reps", *reps, "Measured repetitions per op")->check(CLI::Range(1, 1000));
   o->add_option("--device", *device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   o->add_option("--precision", *precision, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
-  o->callback([threads, reps, device, precision, &action] {
-    action = [threads, reps, device, precision] {
+  auto ops_pytorch = std::make_shared<bool>(false);
+  o->add_flag("--pytorch", *ops_pytorch, "PyTorch's SDPA beside the attention (GPU)");
+  o->callback([threads, reps, device, precision, ops_pytorch, &action] {
+    action = [threads, reps, device, precision, ops_pytorch] {
       DeviceChoice choice;
       choice.kind = *device == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
       choice.threads = *threads;
       choice.precision = *precision == "bf16" ? Precision::bf16 : Precision::fp32;
-      auto out = bench_ops(choice, *reps);
+      auto out = bench_ops(choice, *reps, *ops_pytorch);
       if (!out) return fail("bench ops", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;

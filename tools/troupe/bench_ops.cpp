@@ -1,5 +1,6 @@
 // bench ops: median of `reps` runs per op; GFLOP/s for GEMM-bound ops, GB/s
-// (bytes read + written once) for memory-bound ones; the sgemm peak alongside.
+// (bytes read + written once) for memory-bound ones; the sgemm peak alongside
+// and, with --pytorch on the GPU, PyTorch's SDPA on the attention's shapes.
 #include "tools/troupe/bench_ops.hpp"
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "ops/compute_device.hpp"
+#include "tools/troupe/bench_figures.hpp"
+#include "tools/troupe/bench_step.hpp"
 
 namespace troupe::cli {
 namespace {
@@ -114,9 +117,44 @@ nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps, 
   return {{"shapes", sh.name}, {"B", sh.B}, {"T", sh.T}, {"C", sh.C}, {"NH", sh.NH}, {"ops", ops}};
 }
 
+// A result's shape as torch_sdpa.py takes it: "B,T,C,NH".
+std::string shape_key(const nlohmann::json& result) {
+  std::string key;
+  for (const char* dim : {"B", "T", "C", "NH"}) {
+    if (!key.empty()) key += ',';
+    key += std::to_string(result[dim].get<int>());
+  }
+  return key;
+}
+
+// PyTorch's causal SDPA on each shape's attention, beside ours in its row.
+Status add_pytorch_attention(nlohmann::json& results, int reps) {
+  std::string cmd = peer_python() + " " + peer_script("torch_sdpa.py") + " " + std::to_string(reps);
+  for (const auto& r : results) {
+    cmd += ' ';
+    cmd += shape_key(r);
+  }
+  auto peer = json_from_command(cmd, "--pytorch");
+  if (!peer) return peer.error();
+  if (peer->contains("error")) return make_error("--pytorch: ", (*peer)["error"].get<std::string>());
+  for (auto& r : results) {
+    const auto& theirs = (*peer)["shapes"][shape_key(r)];
+    for (auto& op : r["ops"]) {
+      if (op["op"].get<std::string>().rfind("attention", 0) != 0) continue;
+      op["pytorch_sdpa_forward_ms"] = theirs["forward_ms"];
+      op["pytorch_sdpa_backward_ms"] = theirs["backward_ms"];
+      op["forward_speedup_over_pytorch"] = theirs["forward_ms"].get<double>() / op["forward_ms"].get<double>();
+      op["backward_speedup_over_pytorch"] = theirs["backward_ms"].get<double>() / op["backward_ms"].get<double>();
+    }
+  }
+  return Status::success();
+}
+
 }  // namespace
 
-Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps) {
+Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps, bool pytorch) {
+  if (pytorch && choice.kind != DeviceKind::cuda)
+    return make_error("--pytorch: bench ops compares attention with PyTorch's on the GPU (--device cuda)");
   auto compute = ComputeDevice::open(choice);
   if (!compute) return compute.error();
   const ExecContext& ctx = (*compute)->context();
@@ -128,6 +166,7 @@ Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps) {
                     bench_shapes(ctx, {"small", 8, 512, 512, 8, 256}, reps, copy)};
   if (choice.kind == DeviceKind::cuda)  // the GPU benchmark model's shapes
     out["results"].push_back(bench_shapes(ctx, {"gpt2_124m", 16, 1024, 768, 12, 50304}, reps, copy));
+  if (pytorch) TROUPE_TRY(add_pytorch_attention(out["results"], reps));
   return out;
 }
 

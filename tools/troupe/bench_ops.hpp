@@ -8,7 +8,8 @@
 
 namespace troupe::cli {
 
-/// On the device `choice` opens (an unavailable one: its one-line error).
-Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps);
+/// On the device `choice` opens (an unavailable one: its one-line error);
+/// `pytorch`: PyTorch's SDPA beside the attention rows (the GPU only).
+Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps, bool pytorch);
 
 }  // namespace troupe::cli

@@ -1,0 +1,45 @@
+// What the two attention implementations share: the geometry of qkv (B,T,3C)
+// with NH heads of hs = C/NH channels, which keys a query sees (causal, with
+// an optional sliding window), where a head's row lives, and the tiled
+// kernels' entry points (attention_tiled.cu), which the launchers in
+// attention.cu try before the warp-per-row kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace troupe::cuda {
+
+struct AttentionGeometry {
+  int B, T, C, NH, hs, window;
+  // Keys visible to query i: [first_key(i), i]; queries seeing key j: [j, last_query(j)].
+  __host__ __device__ int first_key(int i) const { return window > 0 ? (i - window + 1 > 0 ? i - window + 1 : 0) : 0; }
+  __host__ __device__ int last_query(int j) const {
+    return window > 0 ? (j + window - 1 < T - 1 ? j + window - 1 : T - 1) : T - 1;
+  }
+  /// Query i (of T) sees key j (>= 0).
+  __device__ bool visible(int i, int j) const { return i < T && j <= i && j >= first_key(i); }
+  __host__ __device__ std::int64_t rows() const { return static_cast<std::int64_t>(B) * NH * T; }
+};
+
+/// Head h's channels of token t of batch b in part p (0 q, 1 k, 2 v) of qkv.
+template <class F>
+__device__ inline F* qkv_head(F* qkv, const AttentionGeometry& g, int b, int t, int h, int p) {
+  return qkv + (static_cast<std::int64_t>(b) * g.T + t) * 3 * g.C + p * g.C + h * g.hs;
+}
+
+/// Head h's channels of token t of batch b in a (B,T,C) tensor (out, dout).
+template <class F>
+__device__ inline F* btc_head(F* btc, const AttentionGeometry& g, int b, int t, int h) {
+  return btc + (static_cast<std::int64_t>(b) * g.T + t) * g.C + h * g.hs;
+}
+
+/// The tiled kernels (head sizes up to 128, where the GPU's shared memory
+/// holds their tiles): false, with nothing enqueued, where they do not apply.
+bool attention_forward_tiled(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s);
+/// dQ, dK and dV into dqkv from delta = rowsum(dout * out) per (b, h, t).
+bool attention_backward_tiled(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                              const AttentionGeometry& g, cudaStream_t s);
+
+}  // namespace troupe::cuda
