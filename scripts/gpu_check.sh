@@ -7,8 +7,8 @@
 # GPU. Writes report.json (every step's exit status, time and JSON) and the
 # logs into $OUT (at most 8 files). Each step is bounded; the whole check
 # takes under 8 minutes. `scripts/gpu_check.sh STEP...` runs only the named
-# steps (cuda_test memcheck racecheck bench_ops bench_small bench_gpt2
-# bench_gpt2_bf16 train_tiny train_bf16), for a second try within the budget.
+# steps (cuda_test gpu_jobs memcheck racecheck bench_ops bench_small bench_gpt2
+# bench_gpt2_bf16 train_tiny), for a second try within the budget.
 set -uo pipefail
 ONLY=" $* "
 cd "$(dirname "$0")/.."
@@ -42,6 +42,8 @@ run() {
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$B/gpu.txt" 2>&1
 run cuda_test 120 "$OUT/cuda_test.log" "$B/bin/cuda_test" --durations yes
+run gpu_jobs 240 "$B/gpu_jobs.log" env TROUPE_BIN="$T" "$B/bin/gpu_jobs_test" --durations yes
+[ -f "$B/gpu_jobs.log" ] && cat "$B/gpu_jobs.log" >> "$OUT/cuda_test.log"
 run memcheck 120 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/bin/cuda_test" "[kernels]"
 run racecheck 90 "$B/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 "$B/bin/cuda_test" "[attention_small]"
 [ -f "$B/racecheck.log" ] && cat "$B/racecheck.log" >> "$OUT/sanitizer.log"
@@ -50,6 +52,8 @@ run bench_small 120 "$OUT/bench_small.json" "$T" bench step examples/configs/sma
   --pytorch-modes eager,compile,cudagraphs --steps 20 --warmup 3
 run bench_gpt2 150 "$OUT/bench_gpt2.json" "$T" bench step examples/configs/gpt2_124m.toml --device cuda --pytorch \
   --pytorch-modes eager,compile --steps 10 --warmup 3
+run bench_gpt2_bf16 150 "$B/bench_gpt2_bf16.json" "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
+  --precision bf16 --pytorch --pytorch-modes eager,compile --steps 10 --warmup 3
 run train_tiny 60 "$B/train.log" "$T" train examples/configs/tiny.toml --set train.device='"cuda"' \
   --set train.steps=100 --set data.train="$B/data/train.bin" --set data.val="$B/data/val.bin" --metrics "$B/metrics.jsonl"
 
@@ -62,9 +66,10 @@ for line in open(os.path.join(b, "status.txt")):
     n, r, s = line.split()
     report["steps"][n] = {"exit": int(r), "seconds": int(s)}
     rcs.append(r)
-for n in ("bench_ops", "bench_small", "bench_gpt2"):
+for n in ("bench_ops", "bench_small", "bench_gpt2", "bench_gpt2_bf16"):
     try:
-        report[n] = json.load(open(os.path.join(out, n + ".json")))
+        path = os.path.join(out, n + ".json")
+        report[n] = json.load(open(path if os.path.exists(path) else os.path.join(b, n + ".json")))
     except Exception as e:
         report[n] = {"unreadable": str(e)}
 try:

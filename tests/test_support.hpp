@@ -28,11 +28,19 @@ struct RunResult {
   std::string err;  ///< stderr
 };
 
-/// The troupe executable of this build (the build system defines its path).
-inline std::string troupe_bin() { return TROUPE_BIN_PATH; }
+/// The troupe executable of this build (the build system defines its path),
+/// or TROUPE_BIN where set (a test run elsewhere, as on the GPU machine).
+inline std::string troupe_bin() {
+  const char* p = std::getenv("TROUPE_BIN");
+  return p && *p ? p : TROUPE_BIN_PATH;
+}
 
-/// The source tree (for bench/torch_gpt.py and the example configs).
-inline std::string source_dir() { return TROUPE_SOURCE_DIR; }
+/// The source tree (for bench/torch_gpt.py and the example configs), or
+/// TROUPE_SOURCE_DIR where set.
+inline std::string source_dir() {
+  const char* p = std::getenv("TROUPE_SOURCE_DIR");
+  return p && *p ? p : TROUPE_SOURCE_DIR;
+}
 
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p);

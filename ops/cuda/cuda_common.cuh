@@ -1,7 +1,7 @@
 // What the CUDA kernel files share: launch checking, grid sizing, warp and
 // block reductions in a fixed order (so a reduction's result depends only on
 // its inputs and the launch configuration, never on timing), and scratch
-// memory from the stream-ordered pool.
+// memory from the stream-ordered pool (scratch.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "ops/cuda/scratch.hpp"
+
 namespace troupe::cuda {
 
 /// Ends the process if the last launch failed (a failed launch leaves the
@@ -19,12 +21,6 @@ inline void check_launch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return;
   std::fprintf(stderr, "cuda: launch of %s: %s (%s)\n", kernel, cudaGetErrorName(e), cudaGetErrorString(e));
-  std::abort();
-}
-
-inline void check_call(cudaError_t e, const char* call) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "cuda: %s: %s (%s)\n", call, cudaGetErrorName(e), cudaGetErrorString(e));
   std::abort();
 }
 
@@ -71,23 +67,5 @@ __device__ inline float block_max(float x) {
   float m = lane < warps ? partial[lane] : -INFINITY;
   return warp_max(m);
 }
-
-/// Device memory for one launch's scratch, allocated and freed in stream
-/// order on `s` (the device's pool keeps it: no driver call once warm).
-class Scratch {
- public:
-  Scratch(std::size_t bytes, cudaStream_t s) : s_(s) {
-    check_call(cudaMallocAsync(&p_, bytes == 0 ? 16 : bytes, s), "cudaMallocAsync (scratch)");
-  }
-  ~Scratch() { cudaFreeAsync(p_, s_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <class T>
-  T* as() const { return static_cast<T*>(p_); }
-
- private:
-  void* p_ = nullptr;
-  cudaStream_t s_;
-};
 
 }  // namespace troupe::cuda

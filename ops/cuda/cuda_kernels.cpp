@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "ops/cuda/launch.hpp"
+#include "ops/cuda/scratch.hpp"
 
 namespace troupe {
 namespace {
@@ -17,9 +18,10 @@ std::int64_t rows(const Tensor& t) { return t.dim(-1) == 0 ? 0 : t.numel() / t.d
 
 }  // namespace
 
-Expected<std::unique_ptr<CudaKernels>> CudaKernels::create(CudaDevice& device, CudaStream& stream) {
+Expected<std::unique_ptr<CudaKernels>> CudaKernels::create(CudaDevice& device, CudaStream& stream,
+                                                           Precision precision) {
   device.activate();
-  std::unique_ptr<CudaKernels> k(new CudaKernels(device, stream));
+  std::unique_ptr<CudaKernels> k(new CudaKernels(device, stream, precision));
   auto mm = cuda::Matmul::create(device.index(), stream.handle());
   if (!mm) return mm.error();
   k->matmul_ = std::move(*mm);
@@ -31,6 +33,18 @@ cudaStream_t CudaKernels::s() const {
   return stream_.handle();
 }
 
+void CudaKernels::gemm(const cuda::GemmShape& shape, const Tensor& A, const Tensor& B, float* C,
+                       const float* bias) const {
+  const cudaStream_t st = s();
+  if (precision_ == Precision::fp32) return matmul_->gemm(shape, A.f32(), B.f32(), C, bias);
+  // Rounded copies in scratch: the fp32 values (master weights included) stay as they are.
+  const cuda::Scratch a(static_cast<std::size_t>(A.numel()) * sizeof(__nv_bfloat16), st);
+  const cuda::Scratch b(static_cast<std::size_t>(B.numel()) * sizeof(__nv_bfloat16), st);
+  cuda::to_bf16(a.as<__nv_bfloat16>(), A.f32(), A.numel(), st);
+  cuda::to_bf16(b.as<__nv_bfloat16>(), B.f32(), B.numel(), st);
+  matmul_->gemm(shape, a.as<__nv_bfloat16>(), b.as<__nv_bfloat16>(), C, bias);
+}
+
 void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
   const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(inp));
   const cudaStream_t st = s();
@@ -38,41 +52,36 @@ void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor
   // and the product added onto it (the CPU's way).
   const bool epilogue = bias.defined() && reinterpret_cast<std::uintptr_t>(bias.raw()) % cuda::kBiasAlignment == 0;
   if (bias.defined() && !epilogue) cuda::broadcast_rows(out.f32(), bias.f32(), N, OC, st);
-  matmul_->gemm({false, false, N, OC, C, C, OC, OC, epilogue, bias.defined() && !epilogue}, inp.f32(), weight.f32(),
-                out.f32(), epilogue ? bias.f32() : nullptr);
+  gemm({false, false, N, OC, C, C, OC, OC, epilogue, bias.defined() && !epilogue}, inp, weight, out.f32(),
+       epilogue ? bias.f32() : nullptr);
 }
 
 void CudaKernels::do_linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight,
                                            bool accumulate) const {
   const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
-  s();
-  matmul_->gemm({false, true, N, C, OC, OC, OC, C, false, accumulate}, dout.f32(), weight.f32(), dinp.f32(), nullptr);
+  gemm({false, true, N, C, OC, OC, OC, C, false, accumulate}, dout, weight, dinp.f32(), nullptr);
 }
 
 void CudaKernels::do_linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                             const Tensor& inp) const {
   const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
-  const cudaStream_t st = s();
-  matmul_->gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp.f32(), dout.f32(), dweight.f32(), nullptr);
-  if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, st);
+  gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, dout, dweight.f32(), nullptr);
+  if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, s());
 }
 
 void CudaKernels::do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const {
   const int V = as_int(wte.dim(0)), C = as_int(wte.dim(1)), N = as_int(rows(x));
-  s();
-  matmul_->gemm({false, true, N, V, C, C, C, V, false, false}, x.f32(), wte.f32(), logits.f32(), nullptr);
+  gemm({false, true, N, V, C, C, C, V, false, false}, x, wte, logits.f32(), nullptr);
 }
 
 void CudaKernels::do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const {
   const int V = as_int(wte.dim(0)), C = as_int(wte.dim(1)), N = as_int(rows(dlogits));
-  s();
-  matmul_->gemm({false, false, N, C, V, V, C, C, false, false}, dlogits.f32(), wte.f32(), dx.f32(), nullptr);
+  gemm({false, false, N, C, V, V, C, C, false, false}, dlogits, wte, dx.f32(), nullptr);
 }
 
 void CudaKernels::do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const {
   const int V = as_int(dwte.dim(0)), C = as_int(dwte.dim(1)), N = as_int(rows(x));
-  s();
-  matmul_->gemm({true, false, V, C, N, V, C, C, false, true}, dlogits.f32(), x.f32(), dwte.f32(), nullptr);
+  gemm({true, false, V, C, N, V, C, C, false, true}, dlogits, x, dwte.f32(), nullptr);
 }
 
 void CudaKernels::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,

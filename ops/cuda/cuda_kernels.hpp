@@ -1,19 +1,23 @@
 // The CUDA backend's kernel table: each op's kernel (ops/cuda/*.cu) or
 // cuBLASLt GEMM, enqueued on one CUDA stream. Tested against CpuKernels.
+// In bf16 precision the GEMMs (linear layers, the tied head) round their
+// inputs to bf16 and accumulate in fp32 on the tensor cores; everything else
+// (activations, LayerNorm, attention, softmax, the optimizer) stays fp32.
 #pragma once
 
 #include <memory>
 
 #include "backends/cuda/cuda_device.hpp"
 #include "ops/cuda/matmul.hpp"
+#include "ops/exec_context.hpp"
 #include "ops/kernels.hpp"
 
 namespace troupe {
 
 class CudaKernels final : public Kernels {
  public:
-  /// Kernels on `stream` of `device` (both outlive the table).
-  static Expected<std::unique_ptr<CudaKernels>> create(CudaDevice& device, CudaStream& stream);
+  /// Kernels on `stream` of `device` (both outlive the table), GEMMs in `precision`.
+  static Expected<std::unique_ptr<CudaKernels>> create(CudaDevice& device, CudaStream& stream, Precision precision);
   std::string name() const override { return device_.name(); }
 
  protected:
@@ -54,11 +58,15 @@ class CudaKernels final : public Kernels {
   void do_lamb_apply(Tensor& param, const Tensor& direction, float lr, float trust_ratio) const override;
 
  private:
-  CudaKernels(CudaDevice& device, CudaStream& stream) : device_(device), stream_(stream) {}
+  CudaKernels(CudaDevice& device, CudaStream& stream, Precision precision)
+      : device_(device), stream_(stream), precision_(precision) {}
   cudaStream_t s() const;  // the stream, with this GPU made current
+  // C = op(A) op(B) (+ bias) with A and B in the table's precision.
+  void gemm(const cuda::GemmShape& shape, const Tensor& A, const Tensor& B, float* C, const float* bias) const;
 
   CudaDevice& device_;
   CudaStream& stream_;
+  Precision precision_;
   std::unique_ptr<cuda::Matmul> matmul_;
 };
 

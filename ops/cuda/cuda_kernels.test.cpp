@@ -22,8 +22,9 @@ struct Pair {
 };
 
 struct Both {
+  explicit Both(Precision precision = Precision::fp32) : gpu(testing::gpu_or_skip(precision)) {}
   testing::CpuContext cpu{2};
-  std::unique_ptr<ComputeDevice> gpu = testing::gpu_or_skip();
+  std::unique_ptr<ComputeDevice> gpu;
   std::mt19937 rng{7};
   const ExecContext& g() const { return gpu->context(); }
 
@@ -127,6 +128,95 @@ TEST_CASE("CUDA tied LM head equals the CPU's", "[cuda][kernels]") {
   b.cpu.kernels.tied_head_backward_weight(dwte.cpu, dlogits.cpu, x.cpu);
   b.g().kernels.tied_head_backward_weight(dwte.gpu, dlogits.gpu, x.gpu);
   b.agree(dwte);
+}
+
+namespace {
+
+// The CPU's copy of p with every value's magnitude: products over it give
+// sum_k |a_k| |b_k| per element, the scale of a GEMM's rounding error.
+Tensor magnitudes(const Both& b, const Pair& p) {
+  auto t = *Tensor::empty(b.cpu.device, p.cpu.shape());
+  for (std::int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = std::abs(p.cpu.f32()[i]);
+  return t;
+}
+
+// A bf16 GEMM's result against the CPU's fp32 one. Each input rounded to bf16
+// (8 significant bits, round to nearest: a relative error of at most 2^-8)
+// makes each product's relative error at most 2^-7 + 2^-16; fp32 accumulation
+// over K terms adds at most K 2^-24 on either side. So per element
+// |gpu - cpu| <= (2^-7 + 2^-16 + 2 K 2^-24) sum_k |a_k b_k| (`bound`), plus
+// the fp32 rounding of an accumulated or added value (2^-23 |cpu|).
+void within_bf16_rounding(const Both& b, const Pair& got, const Tensor& bound, std::int64_t K) {
+  const auto gpu = b.host_gpu(got.gpu), cpu = b.host(got.cpu), scale = b.host(bound);
+  const double per_product = std::ldexp(1.0, -7) + std::ldexp(1.0, -16) + 2.0 * K * std::ldexp(1.0, -24);
+  double worst = 0;
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    const double limit = per_product * scale[i] + std::ldexp(1.0, -23) * std::abs(cpu[i]) + 1e-30;
+    INFO("element " << i << ": gpu " << gpu[i] << ", cpu " << cpu[i] << ", bound " << limit);
+    REQUIRE(std::abs(static_cast<double>(gpu[i]) - cpu[i]) <= limit);
+    worst = std::max(worst, std::abs(static_cast<double>(gpu[i]) - cpu[i]) / std::max(limit, 1e-30));
+  }
+  // And not fp32 by mistake: rounded inputs move some results by more than fp32 would.
+  CHECK(worst > 1e-3);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA bf16 GEMMs (linear, tied head) are within bf16 rounding of the CPU's fp32", "[cuda][kernels][bf16]") {
+  Both b(Precision::bf16);
+  const int N = 70, C = 96, OC = 136, V = 57;
+  auto x = b.random({N, C}), w = b.random({C, OC}), bias = b.random({OC});
+  const auto ax = magnitudes(b, x), aw = magnitudes(b, w);
+  auto bound = [&](const Shape& shape) { return *Tensor::zeros(b.cpu.device, shape); };
+
+  auto y = b.random({N, OC});
+  b.cpu.kernels.linear_forward(y.cpu, x.cpu, w.cpu, bias.cpu);
+  b.g().kernels.linear_forward(y.gpu, x.gpu, w.gpu, bias.gpu);
+  auto y_bound = bound({N, OC});
+  b.cpu.kernels.linear_forward(y_bound, ax, aw, Tensor{});
+  within_bf16_rounding(b, y, y_bound, C);
+
+  auto dy = b.random({N, OC}), dx = b.random({N, C});
+  const auto ady = magnitudes(b, dy);
+  b.cpu.kernels.linear_backward_input(dx.cpu, dy.cpu, w.cpu, true);
+  b.g().kernels.linear_backward_input(dx.gpu, dy.gpu, w.gpu, true);
+  auto dx_bound = bound({N, C});
+  b.cpu.kernels.linear_backward_input(dx_bound, ady, aw, false);
+  within_bf16_rounding(b, dx, dx_bound, OC);
+
+  auto dw = b.random({C, OC}), db = b.random({OC});
+  b.cpu.kernels.linear_backward_weight(dw.cpu, db.cpu, dy.cpu, x.cpu);
+  b.g().kernels.linear_backward_weight(dw.gpu, db.gpu, dy.gpu, x.gpu);
+  auto dw_bound = bound({C, OC}), unused_db = bound({OC});
+  b.cpu.kernels.linear_backward_weight(dw_bound, unused_db, ady, ax);
+  within_bf16_rounding(b, dw, dw_bound, N);
+  b.agree(db);  // the bias gradient is a sum in fp32, not a GEMM
+
+  auto wte = b.random({V, C}), logits = b.random({N, V});
+  const auto awte = magnitudes(b, wte);
+  b.cpu.kernels.tied_head_forward(logits.cpu, x.cpu, wte.cpu);
+  b.g().kernels.tied_head_forward(logits.gpu, x.gpu, wte.gpu);
+  auto logits_bound = bound({N, V});
+  b.cpu.kernels.tied_head_forward(logits_bound, ax, awte);
+  within_bf16_rounding(b, logits, logits_bound, C);
+
+  auto dlogits = b.random({N, V}), hx = b.random({N, C}), dwte = b.random({V, C});
+  const auto adl = magnitudes(b, dlogits);
+  b.cpu.kernels.tied_head_backward_input(hx.cpu, dlogits.cpu, wte.cpu);
+  b.g().kernels.tied_head_backward_input(hx.gpu, dlogits.gpu, wte.gpu);
+  auto hx_bound = bound({N, C});
+  b.cpu.kernels.tied_head_backward_input(hx_bound, adl, awte);
+  within_bf16_rounding(b, hx, hx_bound, V);
+  b.cpu.kernels.tied_head_backward_weight(dwte.cpu, dlogits.cpu, x.cpu);
+  b.g().kernels.tied_head_backward_weight(dwte.gpu, dlogits.gpu, x.gpu);
+  auto dwte_bound = bound({V, C});
+  b.cpu.kernels.tied_head_backward_weight(dwte_bound, adl, ax);
+  within_bf16_rounding(b, dwte, dwte_bound, N);
+
+  // A replayed bf16 GEMM gives the same bits.
+  const auto first = b.host_gpu(y.gpu);
+  b.g().kernels.linear_forward(y.gpu, x.gpu, w.gpu, bias.gpu);
+  CHECK(b.host_gpu(y.gpu) == first);
 }
 
 TEST_CASE("CUDA GELU and residual additions equal the CPU's", "[cuda][kernels]") {

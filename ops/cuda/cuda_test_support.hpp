@@ -16,10 +16,10 @@
 namespace troupe::testing {
 
 /// GPU 0's compute device, or the test ends Skipped with the driver's reason.
-inline std::unique_ptr<ComputeDevice> gpu_or_skip() {
+inline std::unique_ptr<ComputeDevice> gpu_or_skip(Precision precision = Precision::fp32) {
   auto n = CudaDevice::count();
   if (!n) skip("no GPU here (" + n.error().message + ")");
-  auto d = open_cuda_compute_device(DeviceChoice{DeviceKind::cuda, 1, 0, Precision::fp32});
+  auto d = open_cuda_compute_device(DeviceChoice{DeviceKind::cuda, 1, 0, precision});
   REQUIRE(d.ok());
   return std::move(*d);
 }

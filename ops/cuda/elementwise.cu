@@ -1,5 +1,8 @@
 // Elementwise kernels: GELU (tanh approximation) forward and backward, the
-// residual additions, and the broadcast of a bias over rows.
+// residual additions, the broadcast of a bias over rows, and fp32 rounded to
+// bf16 (the bf16 GEMMs' inputs).
+#include <cuda_bf16.h>
+
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/launch.hpp"
 
@@ -51,7 +54,28 @@ __global__ void broadcast_rows_kernel(float* out, const float* bias, std::int64_
     out[i] = bias[i % cols];
 }
 
+// out, in: (n), round to nearest even. Four elements per thread where both
+// are aligned for it (n4 = n / 4 groups), the rest one by one.
+__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::int64_t n, bool vectors) {
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  const std::int64_t first = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t n4 = vectors ? n / 4 : 0;
+  for (std::int64_t i = first; i < n4; i += stride) {
+    const float4 x = reinterpret_cast<const float4*>(in)[i];
+    reinterpret_cast<__nv_bfloat162*>(out)[2 * i] = __floats2bfloat162_rn(x.x, x.y);
+    reinterpret_cast<__nv_bfloat162*>(out)[2 * i + 1] = __floats2bfloat162_rn(x.z, x.w);
+  }
+  for (std::int64_t i = 4 * n4 + first; i < n; i += stride) out[i] = __float2bfloat16_rn(in[i]);
+}
+
 }  // namespace
+
+void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  const bool vectors = reinterpret_cast<std::uintptr_t>(in) % 16 == 0 && reinterpret_cast<std::uintptr_t>(out) % 8 == 0;
+  to_bf16_kernel<<<grid_for(vectors ? (n + 3) / 4 : n, kThreads), kThreads, 0, s>>>(out, in, n, vectors);
+  check_launch("to_bf16_kernel");
+}
 
 void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;

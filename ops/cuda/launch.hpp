@@ -7,6 +7,7 @@
 // qkv (B,T,3C) with NH heads of hs = C/NH channels.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -19,6 +20,8 @@ void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s);
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s);
 void residual3_forward(float* out, const float* a, const float* b, const float* c, std::int64_t n, cudaStream_t s);
+/// out = in rounded to bf16 (to nearest, ties to even).
+void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t s);
 /// out[r, c] = bias[c] for every row (a linear layer's output before its GEMM accumulates).
 void broadcast_rows(float* out, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 

@@ -86,10 +86,9 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
          "EPILOGUE");
   }
   // Stored (column-major) dimensions before the op: Lt A is (N x K) or (K x N), Lt B (K x M) or (M x K).
-  must(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, s.trans_b ? s.K : s.N, s.trans_b ? s.N : s.K, s.ldb),
-       "layout A");
-  must(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, s.trans_a ? s.M : s.K, s.trans_a ? s.K : s.M, s.lda),
-       "layout B");
+  const cudaDataType_t in = s.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  must(cublasLtMatrixLayoutCreate(&p->a, in, s.trans_b ? s.K : s.N, s.trans_b ? s.N : s.K, s.ldb), "layout A");
+  must(cublasLtMatrixLayoutCreate(&p->b, in, s.trans_a ? s.M : s.K, s.trans_a ? s.K : s.M, s.lda), "layout B");
   must(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, s.N, s.M, s.ldc), "layout C");
   cublasLtMatmulPreference_t pref = nullptr;
   must(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -119,6 +118,17 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
 }
 
 void Matmul::gemm(GemmShape s, const float* A, const float* B, float* C, const float* bias, float alpha) {
+  s.bf16 = false;
+  run(s, A, B, C, bias, alpha);
+}
+
+void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias,
+                  float alpha) {
+  s.bf16 = true;
+  run(s, A, B, C, bias, alpha);
+}
+
+void Matmul::run(GemmShape s, const void* A, const void* B, float* C, const float* bias, float alpha) {
   if (s.M == 0 || s.N == 0) return;
   s.align_a = alignment(A);
   s.align_b = alignment(B);

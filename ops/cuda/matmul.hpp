@@ -1,10 +1,12 @@
 // Row-major GEMMs on cuBLASLt: C = alpha op(A) op(B) + beta C (+ a bias per
-// column of C, fused as cuBLASLt's bias epilogue). One handle and one
+// column of C, fused as cuBLASLt's bias epilogue), A and B in fp32 or bf16,
+// C, the bias and the accumulation always fp32. One handle and one
 // workspace per stream; the algorithm of each shape is chosen once and kept,
 // so a shape always runs the same kernel (a replayed step gives the same bits).
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <map>
@@ -24,12 +26,14 @@ struct GemmShape {
   int lda = 0, ldb = 0, ldc = 0;  ///< row strides in elements
   bool bias = false;
   bool accumulate = false;   ///< beta = 1 (else 0)
+  bool bf16 = false;         ///< A and B in bf16 (set by the gemm overload)
   /// Alignment in bytes (a power of two, at most 256) of A, B, C and the bias:
   /// set by gemm from the pointers, so the algorithm chosen suits them
   /// (parameters are views at any element offset of one flat buffer).
   int align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
   auto key() const {
-    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate, align_a, align_b, align_c, align_bias);
+    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate, bf16, align_a, align_b, align_c,
+                    align_bias);
   }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
 };
@@ -46,11 +50,15 @@ class Matmul {
   /// CPU's). `bias` (N) is added to every row of C when shape.bias; it must
   /// be aligned to kBiasAlignment bytes (the epilogue's requirement).
   void gemm(GemmShape shape, const float* A, const float* B, float* C, const float* bias, float alpha = 1.0f);
+  /// bf16 in (on the tensor cores), fp32 accumulate and out.
+  void gemm(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias,
+            float alpha = 1.0f);
 
  private:
   struct Plan;
   Matmul(int device, cudaStream_t stream);
   const Plan& plan(const GemmShape& shape);
+  void run(GemmShape shape, const void* A, const void* B, float* C, const float* bias, float alpha);
 
   int device_;
   cudaStream_t stream_;

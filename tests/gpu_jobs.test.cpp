@@ -1,0 +1,128 @@
+// GPU jobs through the CLI, Skipped where no GPU answers: stage actors sharing
+// one GPU train as one actor with the whole batch does, for every schedule; a
+// checkpoint moves between the GPU and the CPU; bf16 ends where fp32 does.
+#include <catch2/catch.hpp>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "tests/test_support.hpp"
+
+namespace troupe::testing {
+namespace {
+
+// A job over a prepared synthetic corpus, run on the GPU unless told otherwise.
+struct GpuJob {
+  ScratchDir dir;
+  std::string cfg = dir / "job.toml";
+  std::string last_err;
+
+  GpuJob(const std::string& tag, std::size_t chars, const std::string& toml) : dir(tag) {
+    write_file(dir / "corpus.txt", synthetic_text(chars));
+    REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string())
+                .exit_code == 0);
+    write_file(cfg, toml + "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") + "\"\n");
+  }
+
+  // Ends the test Skipped, with troupe's own reason, where the GPU is unusable.
+  void skip_without_gpu() {
+    auto r = run("timeout 120 " + troupe_bin() + " train " + cfg + " --set train.device=cuda --set train.steps=1");
+    if (r.exit_code != 0 && r.err.find("train.device = \"cuda\"") != std::string::npos)
+      skip("no GPU here: " + r.err.substr(0, r.err.find('\n')));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+
+  // `command` (train | launch --nodes N) with `args`: step -> loss, and
+  // step -> validation loss into `val` where asked.
+  std::map<int, double> losses(const std::string& command, const std::string& args,
+                               std::map<int, double>* val = nullptr) {
+    const std::string metrics = dir / "metrics.jsonl";
+    std::filesystem::remove(metrics);
+    auto r = run("timeout 300 " + troupe_bin() + " " + command + " " + cfg + " " + args + " --metrics " + metrics);
+    INFO(command << " " << args << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    last_err = r.err;
+    std::map<int, double> out;
+    std::istringstream lines(slurp(metrics));
+    for (std::string line; std::getline(lines, line);) {
+      auto j = nlohmann::json::parse(line);
+      out[j["step"].get<int>()] = j["loss"].get<double>();
+      if (val && j.contains("val_loss")) (*val)[j["step"].get<int>()] = j["val_loss"].get<double>();
+    }
+    return out;
+  }
+};
+
+void require_close(const std::map<int, double>& got, const std::map<int, double>& want, double rel) {
+  REQUIRE(got.size() == want.size());
+  for (const auto& [step, loss] : want) {
+    INFO("step " << step);
+    REQUIRE(got.count(step) == 1);
+    CHECK(got.at(step) == Approx(loss).epsilon(rel));
+  }
+}
+
+const char* kSmall =
+    "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 4\nlog_every = 1\n"
+    "eval_every = 0\nlr = 3e-3\nwarmup_steps = 1\ndevice = \"cuda\"\n[parallel]\nmicrobatches = 4\n";
+
+}  // namespace
+
+TEST_CASE("on one GPU, pp 2 x dp 2 stage actors train as one with the whole batch, every schedule", "[gpu][pipeline]") {
+  GpuJob job("gpu_pipeline", 60000, kSmall);
+  job.skip_without_gpu();
+  const auto want = job.losses("train", "--set train.batch=4");
+  REQUIRE(want.size() == 4);
+  for (const char* kind : {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1"}) {
+    INFO(kind);
+    std::string layout = std::string("--set parallel.pp=2 --set parallel.dp=2 --set parallel.schedule=") + kind;
+    if (std::string(kind) == "interleaved-1f1b") layout += " --set parallel.chunks=2";
+    require_close(job.losses("train", layout), want, 1e-5);
+  }
+  // Across two node processes, each actor on the machine's one GPU.
+  require_close(job.losses("launch --nodes 2", "--set parallel.pp=2 --set parallel.dp=2 "
+                                               "--set parallel.stage_actor=troupe.gpt_stage"),
+                want, 1e-5);
+}
+
+TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the other way round", "[gpu][checkpoint]") {
+  GpuJob job("gpu_checkpoint", 60000, kSmall);
+  job.skip_without_gpu();
+  const std::string on_cpu = " --set train.device=cpu", on_gpu = " --set train.device=cuda";
+  const auto cpu_full = job.losses("train", "--set train.batch=4" + on_cpu);
+  const auto gpu_full = job.losses("train", "--set train.batch=4" + on_gpu);
+  require_close(gpu_full, cpu_full, 1e-4);  // the devices agree to fp32 rounding
+  for (const auto& [writer, reader, reference] :
+       {std::tuple{on_gpu, on_cpu, &cpu_full}, std::tuple{on_cpu, on_gpu, &gpu_full}}) {
+    INFO("written with" << writer << ", resumed with" << reader);
+    const std::string ckpt = job.dir / ("ckpt" + writer.substr(writer.find('=') + 1));
+    const std::string every = " --set train.batch=4 --set checkpoint.every=2 --set checkpoint.dir=" + ckpt;
+    job.losses("train", every + writer);
+    const auto resumed = job.losses("train", every + reader + " --resume " + ckpt + "/step-00000002");
+    CHECK(job.last_err.find("resumed from " + ckpt + "/step-00000002 at step 2") != std::string::npos);
+    require_close(resumed, {reference->lower_bound(2), reference->end()}, 1e-4);
+  }
+}
+
+TEST_CASE("tiny.toml in bf16 on the GPU ends within 1% of fp32's train and validation loss", "[gpu][bf16]") {
+  const std::string tiny = slurp(source_dir() + "/examples/configs/tiny.toml");
+  REQUIRE(tiny.find("[data]") != std::string::npos);
+  GpuJob job("gpu_bf16", 400000, tiny.substr(0, tiny.find("[data]")));  // its model and training, our corpus
+  job.skip_without_gpu();
+  std::map<int, double> val32, val16;
+  const auto fp32 = job.losses("train", "--set train.device=cuda --set train.precision=fp32", &val32);
+  const auto bf16 = job.losses("train", "--set train.device=cuda --set train.precision=bf16", &val16);
+  REQUIRE(fp32.size() == 300);
+  REQUIRE(bf16.size() == fp32.size());
+  REQUIRE_FALSE(val32.empty());
+  const double train32 = fp32.rbegin()->second, train16 = bf16.rbegin()->second;
+  const double v32 = val32.rbegin()->second, v16 = val16.rbegin()->second;
+  INFO("train loss fp32 " << train32 << ", bf16 " << train16 << "; validation fp32 " << v32 << ", bf16 " << v16);
+  CHECK(std::abs(train16 - train32) <= 0.01 * train32);
+  CHECK(std::abs(v16 - v32) <= 0.01 * v32);
+  CHECK(fp32 != bf16);  // bf16 really ran
+  CHECK(train32 < 0.5 * fp32.begin()->second);  // and both learned
+}
+
+}  // namespace troupe::testing
