@@ -42,7 +42,7 @@ run() {
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$B/gpu.txt" 2>&1
 run cuda_test 120 "$OUT/cuda_test.log" "$B/bin/cuda_test" --durations yes
-run gpu_jobs 240 "$B/gpu_jobs.log" env TROUPE_BIN="$T" "$B/bin/gpu_jobs_test" --durations yes
+run gpu_jobs 240 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" "$B/bin/gpu_jobs_test" --durations yes
 [ -f "$B/gpu_jobs.log" ] && cat "$B/gpu_jobs.log" >> "$OUT/cuda_test.log"
 run memcheck 120 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/bin/cuda_test" "[kernels]"
 run racecheck 90 "$B/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 "$B/bin/cuda_test" "[attention_small]"
