@@ -7,8 +7,9 @@
 # GPU. Writes report.json (every step's exit status, time and JSON) and the
 # logs into $OUT (at most 8 files). Each step is bounded; the whole check
 # takes under 8 minutes. `scripts/gpu_check.sh STEP...` runs only the named
-# steps (cuda_test gpu_jobs memcheck racecheck bench_ops bench_small bench_gpt2
-# bench_gpt2_bf16 train_tiny), for a second try within the budget.
+# steps (cuda_test gpu_jobs memcheck racecheck bench_ops bench_ops_bf16
+# bench_small bench_gpt2 bench_gpt2_bf16 train_tiny), for a second try within
+# the budget.
 set -uo pipefail
 ONLY=" $* "
 cd "$(dirname "$0")/.."
@@ -48,6 +49,7 @@ run memcheck 120 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-
 run racecheck 90 "$B/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 "$B/bin/cuda_test" "[attention_small]"
 [ -f "$B/racecheck.log" ] && cat "$B/racecheck.log" >> "$OUT/sanitizer.log"
 run bench_ops 90 "$OUT/bench_ops.json" "$T" bench ops --device cuda --pytorch
+run bench_ops_bf16 90 "$B/bench_ops_bf16.json" "$T" bench ops --device cuda --precision bf16 --pytorch
 run bench_small 120 "$OUT/bench_small.json" "$T" bench step examples/configs/small.toml --device cuda --pytorch \
   --pytorch-modes eager,compile,cudagraphs --steps 20 --warmup 3
 run bench_gpt2 150 "$OUT/bench_gpt2.json" "$T" bench step examples/configs/gpt2_124m.toml --device cuda --pytorch \
@@ -66,7 +68,7 @@ for line in open(os.path.join(b, "status.txt")):
     n, r, s = line.split()
     report["steps"][n] = {"exit": int(r), "seconds": int(s)}
     rcs.append(r)
-for n in ("bench_ops", "bench_small", "bench_gpt2", "bench_gpt2_bf16"):
+for n in ("bench_ops", "bench_ops_bf16", "bench_small", "bench_gpt2", "bench_gpt2_bf16"):
     try:
         path = os.path.join(out, n + ".json")
         report[n] = json.load(open(path if os.path.exists(path) else os.path.join(b, n + ".json")))

@@ -1,8 +1,10 @@
 // Causal attention with an optional sliding window, flash-style: the T x T
 // scores are never stored. The forward keeps one log-sum-exp per query row;
-// the backward recomputes each probability from it. Head sizes up to 128 run
-// the tiled kernels (attention_tiled.cu); larger ones, or a GPU whose shared
-// memory cannot hold the tiles, run the kernels here: a warp owns a row (a
+// the backward recomputes each probability from it. In bf16 precision head
+// sizes up to 64 run on the tensor cores (attention_mma.cu); otherwise head
+// sizes up to 128 run the tiled fp32 kernels (attention_tiled.cu); larger
+// ones, or a GPU whose shared memory cannot hold the tiles, run the kernels
+// here: a warp owns a row (a
 // query for the forward and dQ, a key for dK and dV) and walks the keys (or
 // queries) it sees in order with an online softmax. Either way every sum has
 // one fixed order and no two threads write one element: deterministic, no
@@ -192,9 +194,10 @@ void with_per(int hs, F&& f) {
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
-                       cudaStream_t s) {
+                       bool bf16, cudaStream_t s) {
   const Geometry g{B, T, C, NH, C / NH, window};
   if (static_cast<std::int64_t>(B) * NH * T == 0) return;
+  if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
   if (attention_forward_tiled(out, lse, qkv, g, s)) return;
   with_per(g.hs, [&]<int PER>() {
     attention_forward_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(out, lse, qkv, g);
@@ -203,7 +206,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH, int window, cudaStream_t s) {
+                        int T, int C, int NH, int window, bool bf16, cudaStream_t s) {
   const Geometry g{B, T, C, NH, C / NH, window};
   const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
   if (rows == 0) return;
@@ -211,6 +214,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   with_per(g.hs, [&]<int PER>() {
     attention_delta_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(delta.as<float>(), dout, out, g);
     check_launch("attention_delta_kernel");
+    if (bf16 && attention_backward_mma(dqkv, dout, qkv, lse, delta.as<float>(), g, s)) return;
     if (attention_backward_tiled(dqkv, dout, qkv, lse, delta.as<float>(), g, s)) return;
     attention_dq_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta.as<float>(), g);
     check_launch("attention_dq_kernel");

@@ -1,8 +1,9 @@
 // What the two attention implementations share: the geometry of qkv (B,T,3C)
 // with NH heads of hs = C/NH channels, which keys a query sees (causal, with
-// an optional sliding window), where a head's row lives, and the tiled
-// kernels' entry points (attention_tiled.cu), which the launchers in
-// attention.cu try before the warp-per-row kernels.
+// an optional sliding window), where a head's row lives, and the entry points
+// of the tensor-core kernels (attention_mma.cu, bf16) and the tiled fp32
+// kernels (attention_tiled.cu), which the launchers in attention.cu try in
+// that order before the warp-per-row kernels.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,7 +36,13 @@ __device__ inline F* btc_head(F* btc, const AttentionGeometry& g, int b, int t, 
   return btc + (static_cast<std::int64_t>(b) * g.T + t) * g.C + h * g.hs;
 }
 
-/// The tiled kernels (head sizes up to 128, where the GPU's shared memory
+/// The tensor-core kernels for bf16 precision (attention_mma.cu; head sizes
+/// up to 64): false, with nothing enqueued, where they do not apply.
+bool attention_forward_mma(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s);
+bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+                            const AttentionGeometry& g, cudaStream_t s);
+
+/// The tiled fp32 kernels (head sizes up to 128, where the GPU's shared memory
 /// holds their tiles): false, with nothing enqueued, where they do not apply.
 bool attention_forward_tiled(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s);
 /// dQ, dK and dV into dqkv from delta = rowsum(dout * out) per (b, h, t).

@@ -134,13 +134,13 @@ void CudaKernels::do_attention_forward(Tensor& out, Tensor& saved, const Tensor&
     std::abort();
   }
   cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), as_int(qkv.dim(0)), as_int(qkv.dim(1)), C, NH, window,
-                          s());
+                          precision_ == Precision::bf16, s());
 }
 
 void CudaKernels::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                         const Tensor& saved, int NH, int window) const {
   cuda::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), saved.f32(), as_int(qkv.dim(0)),
-                           as_int(qkv.dim(1)), as_int(qkv.dim(2) / 3), NH, window, s());
+                           as_int(qkv.dim(1)), as_int(qkv.dim(2) / 3), NH, window, precision_ == Precision::bf16, s());
 }
 
 void CudaKernels::do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,

@@ -1,8 +1,9 @@
 // The CUDA backend's kernel table: each op's kernel (ops/cuda/*.cu) or
 // cuBLASLt GEMM, enqueued on one CUDA stream. Tested against CpuKernels.
-// In bf16 precision the GEMMs (linear layers, the tied head) round their
-// inputs to bf16 and accumulate in fp32 on the tensor cores; everything else
-// (activations, LayerNorm, attention, softmax, the optimizer) stays fp32.
+// In bf16 precision the GEMMs (linear layers, the tied head) and attention's
+// products round their inputs to bf16 and accumulate in fp32 on the tensor
+// cores; everything else (activations in memory, LayerNorm, softmax
+// statistics, the loss, the optimizer) stays fp32.
 #pragma once
 
 #include <memory>

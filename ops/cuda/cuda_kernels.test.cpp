@@ -7,6 +7,7 @@
 // 0.42, 2.5e-7 on an attention gradient element of 8e-3, RMS 0.08).
 // Backward kernels run twice on the GPU and must give the same bits.
 #include <cmath>
+#include <cstring>
 
 #include "ops/cuda/cuda_test_support.hpp"
 
@@ -303,6 +304,73 @@ TEST_CASE("CUDA flash attention, causal and sliding-window, forward and backward
     for (int window : {0, 5, 64, 100}) check_attention(b, {B, T, C, NH, window});
 }
 
+namespace {
+
+// x rounded to bf16 as the GPU rounds (to nearest, ties to even).
+float round_to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, sizeof u);
+  return x;
+}
+
+// Uniform values already representable in bf16: the GPU's rounding of them
+// is exact, so the CPU's fp32 attention on the same values is the reference
+// and what remains is the rounding of P and dS before their products.
+Pair bf16_values(Both& b, const Shape& shape) {
+  auto v = uniform(static_cast<std::size_t>(shape_numel(shape)), b.rng);
+  for (auto& x : v) x = round_to_bf16(x);
+  return b.of(shape, v);
+}
+
+double largest_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+  return worst;
+}
+
+// Forward and backward on the tensor cores against the CPU's fp32 on the same
+// bf16 values. Forward: out = sum_j p_j v_j / l with each p_j rounded to bf16
+// (relative error <= 2^-8) while l sums the unrounded p_j, so |error| <=
+// 2 * 2^-8 * max |v| = 2^-7 (|v| <= 1). Backward: each term of dV = P^T dO,
+// dQ = dS K and dK = dS^T Q carries one such rounding (2^-8 relative, 2^-9 on
+// average, of random sign): within 2^-5 of max(|value|, the tensor's RMS).
+void check_attention_bf16(Both& b, const AttentionCase& a) {
+  const auto [B, T, C, NH, window] = a;
+  INFO("B " << B << " T " << T << " C " << C << " NH " << NH << " window " << window);
+  auto qkv = bf16_values(b, {B, T, 3 * C});
+  auto y = b.random({B, T, C});
+  auto att_cpu = *Tensor::empty(b.cpu.device, b.cpu.kernels.attention_saved_shape(B, NH, T));
+  auto att_gpu = *Tensor::empty(b.g().device, b.g().kernels.attention_saved_shape(B, NH, T));
+  b.cpu.kernels.attention_forward(y.cpu, att_cpu, qkv.cpu, NH, window);
+  b.g().kernels.attention_forward(y.gpu, att_gpu, qkv.gpu, NH, window);
+  const auto y_gpu = b.host_gpu(y.gpu), y_cpu = b.host(y.cpu);
+  const double forward_error = largest_difference(y_gpu, y_cpu);
+  CHECK(forward_error <= std::ldexp(1.0, -7));
+  CHECK(forward_error > 1e-6);  // P really was rounded: the tensor cores ran, not fp32
+  auto dy = bf16_values(b, {B, T, C}), dqkv = b.random({B, T, 3 * C});
+  b.cpu.kernels.attention_backward(dqkv.cpu, dy.cpu, qkv.cpu, y.cpu, att_cpu, NH, window);
+  b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
+  b.agree(dqkv, std::ldexp(1.0, -5));
+  const auto first = b.host_gpu(dqkv.gpu);
+  b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
+  CHECK(b.host_gpu(dqkv.gpu) == first);
+}
+
+}  // namespace
+
+TEST_CASE("CUDA bf16 attention on the tensor cores is within bf16 rounding of the CPU's", "[cuda][kernels][bf16]") {
+  Both b(Precision::bf16);
+  struct Shape4 {
+    int B, T, C, NH;
+  };
+  // Head sizes 4, 32 and 64 (the tensor-core kernels' limit); 64-row tiles.
+  for (auto [B, T, C, NH] : {Shape4{2, 70, 12, 3}, Shape4{2, 33, 64, 2}, Shape4{1, 130, 128, 2}, Shape4{1, 300, 64, 1}})
+    for (int window : {0, 5, 64, 100}) check_attention_bf16(b, {B, T, C, NH, window});
+}
+
 // A few shapes of each kernel family, small enough for compute-sanitizer's
 // racecheck (the shared-memory tiles) within the GPU check's time.
 TEST_CASE("CUDA attention on small shapes, tiled and by rows", "[cuda][attention_small]") {
@@ -310,6 +378,9 @@ TEST_CASE("CUDA attention on small shapes, tiled and by rows", "[cuda][attention
   for (const auto& a : {AttentionCase{1, 130, 128, 2, 0}, AttentionCase{1, 70, 128, 1, 5},
                         AttentionCase{1, 40, 160, 1, 0}})
     check_attention(b, a);
+  Both tensor_cores(Precision::bf16);
+  for (const auto& a : {AttentionCase{1, 130, 128, 2, 0}, AttentionCase{1, 70, 64, 1, 5}})
+    check_attention_bf16(tensor_cores, a);
 }
 
 TEST_CASE("CUDA fused cross-entropy and its gradient equal the CPU's", "[cuda][kernels]") {

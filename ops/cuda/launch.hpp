@@ -51,11 +51,13 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
 void cross_entropy_forward_backward(float* losses, float* logits, const std::int32_t* targets, float dlogits_scale,
                                     std::int64_t N, std::int64_t V, cudaStream_t s);
 
-// attention.cu. lse: (B,NH,T) log-sum-exp of each query row's scores.
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
+// attention.cu. lse: (B,NH,T) log-sum-exp of each query row's scores. bf16:
+// the products on the tensor cores from bf16-rounded inputs (head sizes up to
+// 64; larger ones in fp32), the forward's and the backward's choice alike.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, bool bf16,
                        cudaStream_t s);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH, int window, cudaStream_t s);
+                        int T, int C, int NH, int window, bool bf16, cudaStream_t s);
 /// The largest head size the attention kernels take.
 constexpr int kMaxHeadSize = 256;
 

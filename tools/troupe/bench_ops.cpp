@@ -128,8 +128,9 @@ std::string shape_key(const nlohmann::json& result) {
 }
 
 // PyTorch's causal SDPA on each shape's attention, beside ours in its row.
-Status add_pytorch_attention(nlohmann::json& results, int reps) {
-  std::string cmd = peer_python() + " " + peer_script("torch_sdpa.py") + " " + std::to_string(reps);
+Status add_pytorch_attention(nlohmann::json& results, int reps, Precision precision) {
+  std::string cmd = peer_python() + " " + peer_script("torch_sdpa.py") + " " + std::to_string(reps) + " " +
+                    std::string(precision_name(precision));
   for (const auto& r : results) {
     cmd += ' ';
     cmd += shape_key(r);
@@ -160,13 +161,15 @@ Expected<nlohmann::json> bench_ops(const DeviceChoice& choice, int reps, bool py
   const ExecContext& ctx = (*compute)->context();
   const double peak = (*compute)->measure_peak_flops(1) / 1e9;
   const double copy = copy_gbps(ctx, reps);
+  // The GEMM peak is the precision's (bf16: the tensor cores' rate).
   nlohmann::json out = {{"bench", "ops"}, {"threads", choice.threads}, {"sgemm_peak_gflops", peak},
+                        {"precision", std::string(precision_name(choice.precision))},
                         {"device_copy_gbps", copy}, {"device", (*compute)->describe()}};
   out["results"] = {bench_shapes(ctx, {"tiny", 16, 256, 128, 4, 256}, reps, copy),
                     bench_shapes(ctx, {"small", 8, 512, 512, 8, 256}, reps, copy)};
   if (choice.kind == DeviceKind::cuda)  // the GPU benchmark model's shapes
     out["results"].push_back(bench_shapes(ctx, {"gpt2_124m", 16, 1024, 768, 12, 50304}, reps, copy));
-  if (pytorch) TROUPE_TRY(add_pytorch_attention(out["results"], reps));
+  if (pytorch) TROUPE_TRY(add_pytorch_attention(out["results"], reps, choice.precision));
   return out;
 }
 
