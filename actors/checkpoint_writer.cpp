@@ -43,6 +43,7 @@ void start_next(Self* self) {
   st.ready.pop_front();
   auto shards = st.cfg.pool->start_persist(step);
   st.persisting_step = step;
+  spdlog::info("node {}: persisting the checkpoint of step {}", st.cfg.node, step);
   const Manifest base = manifest_base(*st.cfg.plan, step);
   st.persisting = std::thread([cfg = st.cfg, base, shards = std::move(shards), cancel = st.cancel,
                                me = caf::actor_cast<caf::actor>(self)] {
@@ -119,7 +120,7 @@ caf::actor spawn_checkpoint_writer(caf::actor_system& sys, CheckpointWriterConfi
 }
 
 Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const JobConfig& job, int node, int nodes,
-                                                  int per_node, const std::string& save_path) {
+                                                  int per_node, const std::string& save_path, bool job_starts) {
   if (job.checkpoint.every <= 0 && save_path.empty()) return NodeCheckpoints{};
   auto plan = make_stage_plan(job, nodes * per_node);
   if (!plan) return plan.error();
@@ -127,6 +128,7 @@ Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const 
   for (int i = 0; i < per_node; ++i) ranks.push_back(node * per_node + i);
   CheckpointWriterConfig cfg;
   cfg.root = checkpoint_root_for(job, save_path);
+  if (job_starts) remove_partials(cfg.root);  // C-3: what a dead run left
   cfg.keep = job.checkpoint.keep;
   cfg.node = node;
   cfg.nodes = nodes;

@@ -37,7 +37,10 @@ struct NodeCheckpoints {
 /// Starts node `node`'s writer for its `per_node` stage actors (ranks
 /// node * per_node ...) if `job` takes checkpoints ([checkpoint] every > 0)
 /// or saves its final weights (`save_path`, written through a checkpoint).
+/// `job_starts`: the job starts afresh here (one process, or node 0 before the
+/// rendezvous, when no node can write yet): partial directories a dead run
+/// left under the checkpoint root go first (C-3).
 Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const JobConfig& job, int node, int nodes,
-                                                  int per_node, const std::string& save_path);
+                                                  int per_node, const std::string& save_path, bool job_starts);
 
 }  // namespace troupe

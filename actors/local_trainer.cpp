@@ -58,7 +58,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     caf::scoped_actor self{sys};
     std::vector<caf::actor_addr> work;
     caf::actor loader = spec && spec->consumers > 0 ? spawn_data_loader(sys, ring, *spec) : caf::actor{};
-    auto checkpoints = start_checkpoint_writer(sys, *job, 0, 1, actors, files.save);
+    auto checkpoints = start_checkpoint_writer(sys, *job, 0, 1, actors, files.save, true);
     if (!checkpoints) return checkpoints.error();
     // The writer goes with this scope whichever way it is left (its last persist completes first).
     std::shared_ptr<void> stop_writer(nullptr, [w = checkpoints->writer](void*) {

@@ -271,7 +271,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       init.loader = spawn_data_loader(sys, ring, *loader_spec);
       init.ring_name = ring->name();
     }
-    auto checkpoints = start_checkpoint_writer(sys, *job, o.rank, o.world, k, files.save);
+    auto checkpoints = start_checkpoint_writer(sys, *job, o.rank, o.world, k, files.save, o.rank == 0 && !o.rejoin);
     if (!checkpoints) {
       if (init.loader) caf::anon_send_exit(init.loader, caf::exit_reason::kill);
       return fail(checkpoints.error());

@@ -4,7 +4,8 @@
 // into another layout; a corrupted newest checkpoint is skipped by --resume
 // latest and refused by --resume DIR; a full disk while persisting is
 // reported and training goes on; SIGKILL while persisting never yields a
-// checkpoint that is chosen; only the newest `keep` remain.
+// checkpoint that is chosen, and a launch killed mid-persist resumes with
+// every later checkpoint completing (C-3); only the newest `keep` remain.
 #include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -205,6 +206,84 @@ TEST_CASE("SIGKILL while persisting never yields a checkpoint that is chosen", "
 }  // namespace troupe::testing
 
 namespace troupe::testing {
+
+namespace {
+
+// A busy loop on each of `n` cores while it lives (a machine that is not idle).
+struct CpuHog {
+  std::vector<pid_t> pids;
+  explicit CpuHog(int n) {
+    for (int i = 0; i < n; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        ::alarm(300);  // bounded even if the test dies without its destructor
+        for (volatile unsigned x = 0;; x = x + 1) {
+        }
+      }
+      if (pid > 0) pids.push_back(pid);
+    }
+  }
+  ~CpuHog() {
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+  }
+};
+
+}  // namespace
+
+// C-3 end to end (the issue's crash): the launcher's whole process group
+// killed while a checkpoint persists (the writer's log line, not a sleep),
+// with a stale part of a later step left besides (what a dead run leaves at
+// worst: before C-3 the resumed run failed every checkpoint of that step with
+// "File exists" on one node and "No such file or directory" on the other);
+// resumed with --resume latest, beside a CPU hog on both cores: every later
+// checkpoint commits, and the losses and final weights are the uninterrupted
+// run's, bit for bit.
+TEST_CASE("a launch killed mid-persist resumes: every later checkpoint commits, bit for bit",
+          "[checkpoint][resume][faults]") {
+  CheckpointJob job("ckpt_crash", kPipeline);
+  const std::string every = " --set checkpoint.every=2";
+  const auto full = job.losses("launch --nodes 2", every + " --save " + (job.dir / "full.safetensors"));
+  REQUIRE(full.size() == 12);
+  CpuHog hog(2);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    INFO("attempt " << attempt);
+    fs::remove_all(job.ckpt);
+    const std::string log = job.dir / "killed.txt";
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::setsid();  // its own process group: the launcher, its nodes and its redis-server
+      const std::string cmd = troupe_bin() + " launch --nodes 2 " + job.cfg + every + " 2> " + log;
+      ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Node 0, the committer, persists one step at a time: steps 2 and 4 are committed by then.
+    const bool in_flight = wait_for_text(log, "node 0: persisting the checkpoint of step 6", std::chrono::seconds(90));
+    ::kill(-pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    REQUIRE(in_flight);
+    // The dead run's worst leftover: node 1's part of step 8 and a stale shard in its partial directory.
+    fs::create_directories(job.ckpt + "/.partial-step-00000008");
+    write_file(job.ckpt + "/.partial-step-00000008/node-1.part.json", "{\"stale\": true}");
+    write_file(job.ckpt + "/.partial-step-00000008/shard-a00003.safetensors", "stale");
+    const auto resumed =
+        job.losses("launch --nodes 2", every + " --resume latest --save " + (job.dir / "resumed.safetensors"));
+    const std::string err = job.last_err;
+    const auto at = err.find("resumed from " + job.ckpt + "/step-");
+    REQUIRE(at != std::string::npos);
+    const int from = std::stoi(err.substr(err.find(" at step ", at) + 9));
+    INFO("resumed at step " << from << "\n" << err);
+    CHECK(resumed == from_step(full, from));
+    CHECK(slurp(job.dir / "resumed.safetensors") == slurp(job.dir / "full.safetensors"));
+    CHECK(err.find("earlier checkpoints are intact") == std::string::npos);  // no checkpoint failed
+    for (int step = from + 2; step <= 12; step += 2)
+      CHECK(err.find("checkpoint of step " + std::to_string(step) + ": ") != std::string::npos);
+    CHECK(fs::exists(job.ckpt + "/step-00000012/manifest.json"));
+    for (auto& e : fs::directory_iterator(job.ckpt))  // nothing of the dead run is left
+      CHECK(e.path().filename().string().rfind(".partial", 0) != 0);
+  }
+}
 
 TEST_CASE("troupe checkpoint inspect verifies and export writes what eval and PyTorch read", "[checkpoint][export]") {
   CheckpointJob job("ckpt_export", kPipeline);

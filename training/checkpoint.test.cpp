@@ -220,6 +220,43 @@ TEST_CASE("C-1, C-2: only committed checkpoints exist, and the newest K are kept
   CHECK_FALSE(fs::exists(checkpoint_dir(root, 2)));
 }
 
+TEST_CASE("C-3: a failed part leaves a marker, never removes what another node writes, and a fresh job sweeps",
+          "[checkpoint]") {
+  ScratchDir dir("ckpt_abandon");
+  const std::string root = dir.path();
+  const Truth t = random_truth(4);
+  auto l = layouts(1, 3);
+  REQUIRE(begin_partial(root, 6).ok());
+  for (int rank : {0, 1, 2})
+    REQUIRE(write_shard(partial_dir(root, 6), shard_name(rank), l[static_cast<std::size_t>(rank)],
+                        snapshot_of(l[static_cast<std::size_t>(rank)], t, 6))
+                .ok());
+  // Node 1 of three fails after its shard: the shard goes, its marker stays, nothing else moves.
+  abandon_partial(root, 6, 1, 3, {shard_name(1)}, "No space left on device");
+  CHECK_FALSE(fs::exists(partial_dir(root, 6) + "/" + shard_name(1)));
+  CHECK(fs::exists(partial_dir(root, 6) + "/" + shard_name(2)));
+  PartsState parts = parts_state(root, 6, 3);
+  CHECK(parts.failures == std::vector<std::string>{"node 1: No space left on device"});
+  CHECK_FALSE(parts.complete());
+  CHECK_FALSE(parts.finished());  // node 2 still writes
+  // The committer gives up while node 2 writes: only its own shard goes.
+  abandon_partial(root, 6, 0, 3, {shard_name(0)}, "abandoned");
+  CHECK(fs::exists(partial_dir(root, 6) + "/" + shard_name(2)));
+  CHECK_FALSE(fs::exists(partial_dir(root, 6) + "/" + shard_name(0)));
+  // Once node 2 has written its part, every node is done with the directory: the committer removes it.
+  REQUIRE(write_part(root, 6, 2, {}).ok());
+  CHECK(parts_state(root, 6, 3).finished());
+  abandon_partial(root, 6, 0, 3, {}, "abandoned");
+  CHECK_FALSE(fs::exists(partial_dir(root, 6)));
+  // What a dead run left (a stale part included) goes when a job starts afresh; complete checkpoints stay.
+  save(root, t, 2, 1, 2, 2);
+  REQUIRE(begin_partial(root, 4).ok());
+  REQUIRE(write_part(root, 4, 1, {}).ok());
+  remove_partials(root);
+  CHECK_FALSE(fs::exists(partial_dir(root, 4)));
+  CHECK(complete_steps(root) == std::vector<int>{2});
+}
+
 TEST_CASE("M-3: a manifest with a gap, an overlap or a piece outside its file is refused", "[checkpoint]") {
   ScratchDir dir("ckpt_manifest");
   save(dir.path(), random_truth(5), 1, 1, 2);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include "common/atomic_file.hpp"
@@ -23,6 +24,10 @@ std::string step_text(int step) {
 
 std::string part_path(const std::string& root, int step, int node) {
   return partial_dir(root, step) + "/node-" + std::to_string(node) + ".part.json";
+}
+
+std::string failure_path(const std::string& root, int step, int node) {
+  return partial_dir(root, step) + "/node-" + std::to_string(node) + ".failed";
 }
 
 // The step of a directory named PREFIX + 8 digits, or -1.
@@ -65,12 +70,36 @@ Status write_part(const std::string& root, int step, int node, const std::vector
   return write_file_atomically(part_path(root, step, node), [&](std::ostream& out) { out << text; });
 }
 
-bool parts_complete(const std::string& root, int step, int nodes) {
+Status mark_part_failed(const std::string& root, int step, int node, const std::string& reason) {
+  return write_file_atomically(failure_path(root, step, node), [&](std::ostream& out) { out << reason << "\n"; });
+}
+
+PartsState parts_state(const std::string& root, int step, int nodes) {
+  PartsState state;
+  state.others = std::max(0, nodes - 1);
   for (int n = 1; n < nodes; ++n) {
     std::error_code ec;
-    if (!fs::exists(part_path(root, step, n), ec)) return false;
+    if (fs::exists(part_path(root, step, n), ec)) {
+      ++state.written;
+    } else if (fs::exists(failure_path(root, step, n), ec)) {
+      std::ifstream in(failure_path(root, step, n));
+      std::string reason;
+      std::getline(in, reason);
+      state.failures.push_back("node " + std::to_string(n) + ": " + reason);
+    }
   }
-  return true;
+  return state;
+}
+
+bool parts_complete(const std::string& root, int step, int nodes) { return parts_state(root, step, nodes).complete(); }
+
+void abandon_partial(const std::string& root, int step, int node, int nodes, const std::vector<std::string>& files,
+                     const std::string& reason) {
+  const std::string partial = partial_dir(root, step);
+  if (node == 0 && parts_state(root, step, nodes).finished()) return remove_tree(partial);  // no one writes in it
+  std::error_code ec;
+  for (const std::string& f : files) fs::remove(partial + "/" + f, ec);
+  if (node != 0 && fs::exists(partial, ec)) (void)mark_part_failed(root, step, node, reason);
 }
 
 Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, int nodes,

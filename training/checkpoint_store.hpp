@@ -12,6 +12,13 @@
 //       .partial directory, never chosen by a resume and removed by the next commit;
 //  C-2  older checkpoints are deleted only after a newer one is complete, and
 //       the newest `keep` complete ones always stay.
+//  C-3  no node removes a directory another node may be writing into: a node
+//       whose part fails removes only the files it wrote and leaves a marker
+//       (node-N.failed, the reason) that the committer stops on; a partial
+//       directory goes whole only when every node has finished with it (its
+//       part or its marker in place), at the next commit (C-2), at a rollback,
+//       or when a job starts afresh, before any node can write (so a run
+//       resumed after a crash never meets the dead run's files).
 #pragma once
 
 #include <functional>
@@ -36,8 +43,28 @@ Status begin_partial(const std::string& root, int step);
 /// fsynced). Node 0, the committer, keeps its own in memory.
 Status write_part(const std::string& root, int step, int node, const std::vector<ShardRecord>& shards);
 
+/// Node `node` could not write its part of `step`: its marker, with the reason (C-3).
+Status mark_part_failed(const std::string& root, int step, int node, const std::string& reason);
+
+/// Where nodes 1 ... nodes-1 stand with their parts of `step`.
+struct PartsState {
+  int written = 0;                    ///< parts in place
+  std::vector<std::string> failures;  ///< "node N: reason" for each marker
+  int others = 0;                     ///< nodes - 1
+  bool complete() const { return written == others; }
+  bool finished() const { return written + static_cast<int>(failures.size()) == others; }
+};
+PartsState parts_state(const std::string& root, int step, int nodes);
+
 /// Whether the parts of nodes 1 ... nodes-1 for `step` are written.
 bool parts_complete(const std::string& root, int step, int nodes);
+
+/// A persist of `step` failed on node `node`, which wrote `files` (names in
+/// the partial directory): they go, and the node's marker is left (a node
+/// other than the committer), or the whole directory goes where no other
+/// node still writes into it (the committer, C-3).
+void abandon_partial(const std::string& root, int step, int node, int nodes, const std::vector<std::string>& files,
+                     const std::string& reason);
 
 /// Merges node 0's `shards` and the other nodes' parts into `base` (step,
 /// model, layout, versions already set), checks that every tensor is tiled
@@ -50,9 +77,10 @@ Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest base
 /// and removes partial directories of steps up to `step` (C-2).
 void retain_checkpoints(const std::string& root, int keep, int step);
 
-/// A recovery rolled the job back: every partial directory under ROOT (a
-/// persist cancelled, or cut by a process that died) goes, so that the steps
-/// redone write theirs afresh. Complete checkpoints are untouched.
+/// A recovery rolled the job back, or a job starts afresh: every partial
+/// directory under ROOT (a persist cancelled, or cut by a process that died)
+/// goes, so that the steps done again write theirs afresh (C-3). Complete
+/// checkpoints are untouched.
 void remove_partials(const std::string& root);
 
 /// Steps of the complete checkpoints under ROOT, oldest first.

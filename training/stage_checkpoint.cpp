@@ -87,23 +87,24 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
                                              const std::atomic<bool>* cancel) {
   const auto start = Clock::now();
   PersistFigures figures;
+  std::vector<std::string> written;  // this node's files in the partial directory (C-3)
   auto attempt = [&]() -> Status {
     TROUPE_TRY(begin_partial(root, base.step));
     std::vector<ShardRecord> records;
     for (const ShardToWrite& s : shards) {
-      auto r = write_shard(partial_dir(root, base.step), shard_name(s.rank), *s.layout, *s.snapshot);
+      written.push_back(shard_name(s.rank));
+      auto r = write_shard(partial_dir(root, base.step), written.back(), *s.layout, *s.snapshot);
       if (!r) return r.error();
       figures.bytes += r->file.size;
       records.push_back(std::move(*r));
     }
     if (node != 0) return write_part(root, base.step, node, records);
-    // The committer waits for the other nodes' parts (the partial directory
-    // goes if any node fails, and then so does this checkpoint).
+    // The committer waits for the other nodes' parts; a node that failed
+    // left its marker, and then this checkpoint fails too (C-3).
     const auto deadline = start + std::chrono::milliseconds(wait_ms);
-    while (!parts_complete(root, base.step, nodes)) {
-      std::error_code ec;
-      if (!std::filesystem::exists(partial_dir(root, base.step), ec))
-        return make_error(partial_dir(root, base.step), ": abandoned by another node");
+    for (PartsState parts; !(parts = parts_state(root, base.step, nodes)).complete();) {
+      if (!parts.failures.empty())
+        return make_error(partial_dir(root, base.step), ": abandoned: ", parts.failures.front());
       if (cancel && cancel->load())
         return make_error(partial_dir(root, base.step), ": the node stopped before every node wrote its part");
       if (Clock::now() > deadline)
@@ -117,8 +118,7 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
     return Status::success();
   };
   if (Status st = attempt(); !st) {
-    std::error_code ec;
-    std::filesystem::remove_all(partial_dir(root, base.step), ec);  // no temporary is left behind
+    abandon_partial(root, base.step, node, nodes, written, st.error().message);  // C-3
     return make_error("checkpoint of step ", std::to_string(base.step), ": ", st.error().message);
   }
   figures.seconds = seconds_since(start);  // durable and committed
