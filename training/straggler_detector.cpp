@@ -89,11 +89,24 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
   for (int d = 0; d < dp; ++d) replica[static_cast<std::size_t>(d)] = replica_time(d, -1, 1);
   const double step = *std::max_element(replica.begin(), replica.end());
 
+  // G-2: each actor's slowdown against the median of the others' this step
+  // (a machine slowed, evenly or not, slows them all).
+  const int world = dims_.world();
+  std::vector<double> own(static_cast<std::size_t>(world));
+  for (int rank = 0; rank < world; ++rank) own[static_cast<std::size_t>(rank)] = slowdown(rank, t);
+  auto relative = [&](int rank) {
+    if (world == 1) return own[0];
+    std::vector<double> others;
+    for (int o = 0; o < world; ++o)
+      if (o != rank) others.push_back(own[static_cast<std::size_t>(o)]);
+    return own[static_cast<std::size_t>(rank)] / std::max(1.0, median_of(std::move(others)));
+  };
+
   std::vector<Straggler> out;
-  for (int rank = 0; rank < dims_.world(); ++rank) {
+  for (int rank = 0; rank < world; ++rank) {
     const auto r = static_cast<std::size_t>(rank);
     const Coord me = coord_of(dims_, rank);
-    const double slow = slowdown(rank, t);
+    const double slow = relative(rank);
     double cost = 0;
     if (slow > 1 && step > 0) {
       double without = replica_time(me.dp, rank, slow);

@@ -6,7 +6,7 @@
 // measured) and is robust to an odd instruction: the median, over its compute
 // instructions, of each one's time over its normal — the instruction's own
 // recent median, or its data-parallel peers' time for it this step,
-// whichever is lower. What it costs the step is replayed in the same paced
+// whichever is lower — over the median of the other actors' (G-2). What it costs the step is replayed in the same paced
 // time (G-4). The step's time is the slowest replica's (the replicas' gradient sum waits for it). An
 // actor whose return to normal would shorten the step by more than
 // `threshold` for `steps` consecutive steps is a straggler.
@@ -14,8 +14,10 @@
 //  G-1  Only compute time counts (the runner leaves waits out of it): an actor
 //       that waited on a straggler (before or after it in the pipeline, or
 //       its data-parallel peers) is not slow itself and is never named.
-//  G-2  A slowdown shared by every actor (a busy machine) is nobody's: putting
-//       one actor back to normal does not shorten the step by much.
+//  G-2  A slowdown shared by the machine is nobody's: an actor's slowdown is
+//       judged against the median of the other actors' in the same step (so a
+//       busy machine, even one that slows its actors unevenly, names nobody),
+//       and putting one actor back to normal does not shorten the step by much.
 //  G-3  An actor's baseline does not absorb its own slowness: steps in which
 //       it costs the step more than the threshold are left out of its history.
 //  G-4  The cost is replayed in each actor's paced time, as if each had its
@@ -41,7 +43,7 @@ struct StragglerLimits {
 /// One straggler in one step.
 struct Straggler {
   int stage = 0, replica = 0, rank = 0, node = 0;
-  double compute_slowdown = 1;  ///< its compute over its normal (the median over its instructions)
+  double compute_slowdown = 1;  ///< its compute over its normal (the median over its instructions), over the others' (G-2)
   double step_cost_ms = 0;      ///< how much shorter the step would be without it
   double step_share = 0;        ///< step_cost over the step
   int consecutive = 0;          ///< steps in a row it has been one

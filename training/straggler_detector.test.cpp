@@ -113,6 +113,26 @@ TEST_CASE("G-2: a slowdown every actor shares names nobody", "[straggler]") {
   for (int i = 0; i < 10; ++i) CHECK(detector.observe(job.step({1.4, 1.4, 1.4, 1.4})).empty());
 }
 
+TEST_CASE("G-2: a machine-wide slowdown that slows actors unevenly names nobody, and a straggler on it still is",
+          "[straggler]") {
+  // The machine slows every actor 1.4-1.65x, the last stage the most (as a
+  // busy core shared unevenly does). Judged against its own normal, the last
+  // stage would cost the step 12.5% (named, before G-2 compared actors with
+  // each other); against the others' slowdown this step (1.65 / 1.5), 7%.
+  Job job(4);
+  StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) detector.observe(job.step({1, 1, 1, 1}));
+  for (int i = 0; i < 10; ++i) CHECK(detector.observe(job.step({1.5, 1.4, 1.5, 1.65})).empty());
+  // On a machine slowed 1.5x, an actor twice as slow as the others is named, and only it.
+  StragglerDetector fresh(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) fresh.observe(job.step({1, 1, 1, 1}));
+  std::vector<Straggler> named;
+  for (int i = 0; i < 3; ++i) named = fresh.observe(job.step({1.5, 3.0, 1.5, 1.5}));
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].rank == 1);
+  CHECK(named[0].compute_slowdown == Approx(2.0).epsilon(1e-4));
+}
+
 TEST_CASE("below the threshold nobody is named, and noise of a few percent names nobody", "[straggler]") {
   Job job(4);
   StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});

@@ -7,6 +7,8 @@
 #include <string>
 #include <thread>
 
+#include <immintrin.h>
+
 #include "backends/cpu/cpu_device.hpp"
 #include "backends/cpu/gemm.hpp"
 #include "common/cpu_time.hpp"
@@ -40,15 +42,17 @@ class CpuComputeDevice final : public ComputeDevice {
     return [&pool] { return pool.cpu_us(); };
   }
 
-  // Each compute thread burns its share, in its own CPU time.
+  // Each compute thread burns its share, in its own CPU time, mostly in
+  // pause instructions: a stalled core, which leaves a hyperthread sibling
+  // (another actor's) most of the core instead of slowing it too.
   std::function<void(double)> compute_burner() override {
     ThreadPool& pool = device_.cpu_stream().pool();
     return [&pool](double cpu_us) {
       const auto share_ns = static_cast<std::int64_t>(cpu_us * 1000 / pool.size());
       pool.run(pool.size(), [&](int) {
         const std::int64_t until = thread_cpu_ns() + share_ns;
-        while (thread_cpu_ns() < until) {
-        }
+        while (thread_cpu_ns() < until)
+          for (int i = 0; i < 16; ++i) _mm_pause();
       });
     };
   }
