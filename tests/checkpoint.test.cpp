@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <sys/wait.h>
 
 #include "tests/test_support.hpp"
@@ -249,7 +250,7 @@ TEST_CASE("a launch killed mid-persist resumes: every later checkpoint commits, 
   for (int attempt = 0; attempt < 3; ++attempt) {
     INFO("attempt " << attempt);
     fs::remove_all(job.ckpt);
-    const std::string log = job.dir / "killed.txt";
+    const std::string log = job.dir / ("killed-" + std::to_string(attempt) + ".txt");  // never an earlier attempt's
     const pid_t pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -259,9 +260,18 @@ TEST_CASE("a launch killed mid-persist resumes: every later checkpoint commits, 
       ::_exit(127);
     }
     // Node 0, the committer, persists one step at a time: steps 2 and 4 are committed by then.
-    const bool in_flight = wait_for_text(log, "node 0: persisting the checkpoint of step 6", std::chrono::seconds(90));
-    ::kill(-pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
+    bool in_flight = false, exited = false;
+    for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+         !in_flight && !exited && std::chrono::steady_clock::now() < end;) {
+      in_flight = slurp(log).find("node 0: persisting the checkpoint of step 6") != std::string::npos;
+      exited = !in_flight && ::waitpid(pid, nullptr, WNOHANG) == pid;  // the launch ended on its own
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!exited) {
+      ::kill(-pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+    INFO("the killed launch's log:\n" << slurp(log));
     REQUIRE(in_flight);
     // The dead run's worst leftover: node 1's part of step 8 and a stale shard in its partial directory.
     fs::create_directories(job.ckpt + "/.partial-step-00000008");
