@@ -11,6 +11,7 @@
 #include <caf/all.hpp>
 #include <algorithm>
 #include <deque>
+#include <mutex>
 #include <thread>
 
 #include "actors/protocol.hpp"
@@ -18,12 +19,49 @@
 namespace troupe {
 namespace {
 
+// The persist thread as training sees it: raised from background priority
+// to the normal policy, once per persist, when a stage actor waits for a
+// buffer it holds (B-1: a starved persist would stall the step).
+struct PersistPriority {
+  std::mutex mu;
+  bool running = false, raised = false, pending = false;  // pending: asked before the persist began
+  pthread_t thread{};
+  int node = 0, step = -1;
+
+  void started(int persist_step) {
+    std::lock_guard<std::mutex> lock(mu);
+    thread = ::pthread_self();
+    running = true;
+    raised = false;
+    step = persist_step;
+    if (std::exchange(pending, false)) raise_locked();
+  }
+  void ended() {
+    std::lock_guard<std::mutex> lock(mu);
+    running = false;
+  }
+  void raise() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!running) pending = true;
+    else if (!raised) raise_locked();
+  }
+
+ private:
+  void raise_locked() {
+    raise_background_work(thread);
+    raised = true;
+    spdlog::info("node {}: training waits on the checkpoint of step {}: its persist runs at normal priority", node,
+                 step);
+  }
+};
+
 struct WriterState {
   CheckpointWriterConfig cfg;
   std::deque<int> ready;     ///< steps every local actor has filled, waiting for the persist thread
   std::thread persisting;    ///< at most one persist at a time
   int persisting_step = -1;
   std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<PersistPriority> priority = std::make_shared<PersistPriority>();
   std::uint64_t foreign = 0;
   static inline const char* name = "troupe.checkpoint_writer";
 
@@ -46,9 +84,11 @@ void start_next(Self* self) {
   spdlog::info("node {}: persisting the checkpoint of step {}", st.cfg.node, step);
   const Manifest base = manifest_base(*st.cfg.plan, step);
   st.persisting = std::thread([cfg = st.cfg, base, shards = std::move(shards), cancel = st.cancel,
-                               me = caf::actor_cast<caf::actor>(self)] {
+                               priority = st.priority, me = caf::actor_cast<caf::actor>(self)] {
     run_as_background_work();
+    priority->started(base.step);
     auto r = persist_node_shards(cfg.root, base, cfg.node, cfg.nodes, cfg.keep, shards, cfg.wait_ms, cancel.get());
+    priority->ended();
     // The buffers are free again even if the writer is already gone.
     cfg.pool->persisted(r ? PersistOutcome{base.step, "", r->bytes, r->seconds}
                           : PersistOutcome{base.step, r.error().message, 0, 0});
@@ -61,6 +101,8 @@ void start_next(Self* self) {
 
 caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
   self->state.cfg = std::move(cfg);
+  self->state.priority->node = self->state.cfg.node;
+  self->state.cfg.pool->on_starved([priority = self->state.priority] { priority->raise(); });
   return {
       [self](const msg::SnapshotTaken& m) {
         auto& st = self->state;
@@ -83,8 +125,7 @@ caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
         if (st.persisting.joinable()) {
           // A background persist (SCHED_IDLE) may not run at all while the cores are
           // busy: back to the normal policy (best effort) so that it ends now.
-          sched_param normal{};
-          ::pthread_setschedparam(st.persisting.native_handle(), SCHED_OTHER, &normal);
+          raise_background_work(st.persisting.native_handle());
           st.persisting.join();  // the cancelled persist frees its buffers
         }
         st.cancel = std::make_shared<std::atomic<bool>>(false);

@@ -34,6 +34,7 @@ Expected<StageSnapshot*> SnapshotPool::acquire(int local, int step, const ShardL
       if (b.use == Use::free) return free = &b, true;
     return false;
   };
+  if (!find_free() && starved_) starved_();  // B-1: training waits on the persist from here
   if (!changed_.wait_for(lock, limit, find_free))
     return make_error("checkpoint of step ", std::to_string(step), ": no snapshot buffer was freed within ",
                       std::to_string(limit.count()), " ms (health.wait_timeout_ms); the writer is stuck");
@@ -41,6 +42,11 @@ Expected<StageSnapshot*> SnapshotPool::acquire(int local, int step, const ShardL
   free->step = step;
   a.layout = layout;
   return &free->snapshot;
+}
+
+void SnapshotPool::on_starved(std::function<void()> starved) {
+  std::lock_guard<std::mutex> lock(mu_);
+  starved_ = std::move(starved);
 }
 
 std::optional<PersistOutcome> SnapshotPool::new_outcome(int local) {

@@ -41,6 +41,9 @@ class SnapshotPool {
   Status prepare(int local, const std::function<Status(StageSnapshot&)>& fill);
   /// A free buffer of actor `local` for `step` (B-1), waiting at most `limit`.
   Expected<StageSnapshot*> acquire(int local, int step, const ShardLayout& layout, std::chrono::milliseconds limit);
+  /// `starved` is called when an acquire has to wait (training waits on the
+  /// persist, which should then not run at background priority).
+  void on_starved(std::function<void()> starved);
   /// The last persist that ended since actor `local` last asked, if one did.
   std::optional<PersistOutcome> new_outcome(int local);
   /// Actor `local`'s buffer of `step` is filled; true for the one call that
@@ -75,6 +78,7 @@ class SnapshotPool {
     ShardLayout layout;
     std::optional<PersistOutcome> unreported;  ///< for this actor's next metrics line
   };
+  std::function<void()> starved_;
   bool busy() const;
   bool complete_locked(int step) const;
 

@@ -56,6 +56,27 @@ TEST_CASE("B-1: acquire waits while both buffers persist, and fails bounded", "[
   REQUIRE(got.ok());
 }
 
+TEST_CASE("B-1: an acquire that has to wait tells the starved hook (the persist's priority is raised), one that "
+          "does not never",
+          "[snapshot_pool]") {
+  SnapshotPool pool({0});
+  int starved = 0;
+  pool.on_starved([&] { ++starved; });
+  for (int step : {1, 2}) {
+    REQUIRE(pool.acquire(0, step, kLayout, milliseconds(100)).ok());  // a free buffer each time
+    REQUIRE(pool.filled(0, step));
+    REQUIRE(pool.start_persist(step).size() == 1);
+  }
+  CHECK(starved == 0);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    pool.persisted(PersistOutcome{1, "", 16, 0.01});
+  });
+  REQUIRE(pool.acquire(0, 3, kLayout, milliseconds(5000)).ok());
+  writer.join();
+  CHECK(starved == 1);
+}
+
 TEST_CASE("B-3: drain waits for persists, not for a step some actor never filled", "[snapshot_pool]") {
   SnapshotPool pool({0, 1});
   REQUIRE(pool.acquire(0, 4, kLayout, milliseconds(100)).ok());

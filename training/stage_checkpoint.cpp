@@ -51,6 +51,11 @@ void run_as_background_work() {
             (kIoprioClassBestEffort << kIoprioClassShift) | kLowest);
 }
 
+void raise_background_work(pthread_t thread) {
+  sched_param normal{};
+  ::pthread_setschedparam(thread, SCHED_OTHER, &normal);  // allowed unprivileged from SCHED_IDLE (nice within RLIMIT_NICE)
+}
+
 std::string resume_hash(const JobConfig& job) {
   const auto& t = job.train;
   std::string text = t.optimizer + "|" + std::to_string(t.lr) + "|" + std::to_string(t.min_lr) + "|" +

@@ -4,6 +4,8 @@
 // stage from a checkpoint of any layout with one reader per data-parallel group.
 #pragma once
 
+#include <pthread.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -71,6 +73,10 @@ struct ShardToWrite {
 /// starts inherit both.
 void run_as_background_work();
 
+/// Puts thread `thread` (one that ran run_as_background_work) back on the
+/// normal CPU policy, best effort: training now waits on it (B-1).
+void raise_background_work(pthread_t thread);
+
 struct PersistFigures {
   std::uint64_t bytes = 0;  ///< written by this node
   double seconds = 0;       ///< until durable (on node 0: committed); deleting older ones follows
@@ -81,7 +87,7 @@ struct PersistFigures {
 /// Phase 2 on one node: writes its shards and its part into ROOT's partial
 /// directory of `base.step`; node 0 then waits (at most `wait_ms`, and not
 /// once `cancel` is set) for every node's part and commits, keeping `keep`.
-/// On failure the partial directory is removed (training goes on; earlier
+/// On failure this node's files go (C-3; training goes on, earlier
 /// checkpoints are untouched).
 Expected<PersistFigures> persist_node_shards(const std::string& root, const Manifest& base, int node, int nodes,
                                              int keep, const std::vector<ShardToWrite>& shards, int wait_ms,
