@@ -316,6 +316,12 @@ class Trainer {
     f.checkpoint_stall_us = **stall;
     if (trace_) trace_->span(links_.trace_track, "checkpoint", "checkpoint", trace_->now_us() - f.checkpoint_stall_us,
                              f.checkpoint_stall_us, {{"step", done - 1}});
+    // The run's last checkpoint: no later step line would carry its outcome,
+    // so the root waits for it (committed) and reports it in this one.
+    if (root_ && done == job_.train.steps && (!f.persisted || f.persisted->failure.empty())) {
+      (void)checkpoints_.persisted(done);  // a failure is the outcome reported
+      if (auto last = checkpoints_.new_outcome()) f.persisted = last;
+    }
     return Status::success();
   }
 
