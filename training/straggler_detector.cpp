@@ -20,6 +20,16 @@ double pace_us(const StepTable& t, int rank, std::size_t pc) {
   return cpu > 0 ? cpu : t.actor_instruction_us(rank, pc);
 }
 
+// The median of `sorted` (ascending) with one element equal to `value` left
+// out; 0 when nothing is left. O(log n): one lookup, no copy.
+double median_without(const std::vector<double>& sorted, double value) {
+  const std::size_t n = sorted.size() - 1;
+  if (n == 0) return 0;
+  const auto p = static_cast<std::size_t>(std::lower_bound(sorted.begin(), sorted.end(), value) - sorted.begin());
+  auto at = [&](std::size_t i) { return sorted[i < p ? i : i + 1]; };
+  return n % 2 ? at(n / 2) : 0.5 * (at(n / 2 - 1) + at(n / 2));
+}
+
 bool is_compute(schedules::Op op) {
   using schedules::Op;
   return op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight;
@@ -94,12 +104,11 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
   const int world = dims_.world();
   std::vector<double> own(static_cast<std::size_t>(world));
   for (int rank = 0; rank < world; ++rank) own[static_cast<std::size_t>(rank)] = slowdown(rank, t);
+  std::vector<double> sorted = own;
+  std::sort(sorted.begin(), sorted.end());
   auto relative = [&](int rank) {
-    if (world == 1) return own[0];
-    std::vector<double> others;
-    for (int o = 0; o < world; ++o)
-      if (o != rank) others.push_back(own[static_cast<std::size_t>(o)]);
-    return own[static_cast<std::size_t>(rank)] / std::max(1.0, median_of(std::move(others)));
+    const double mine = own[static_cast<std::size_t>(rank)];
+    return mine / std::max(1.0, median_without(sorted, mine));  // alone: its own slowdown
   };
 
   std::vector<Straggler> out;
