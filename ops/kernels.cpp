@@ -94,6 +94,23 @@ void Kernels::linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tenso
   do_linear_backward_weight(dweight, dbias, dout, inp);
 }
 
+void Kernels::linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                              const Tensor& weight, bool accumulate) const {
+  Checker c{"linear_backward"};
+  c.rank(weight, 2, "weight");
+  c.rank(dweight, 2, "dweight");
+  c.that(weight.shape() == dweight.shape(), "weight and dweight must have the same shape");
+  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
+  c.last_dim(dout, OC, "dout");
+  c.last_dim(inp, C, "inp");
+  c.that(rows(dout) == rows(inp), "dout and inp must have the same rows");
+  c.numel(dinp, rows(dout) * C, "dinp");
+  if (dbias.defined()) c.numel(dbias, OC, "dbias");
+  c.f32(dweight, "dweight");
+  c.floating({&dinp, &dout, &inp, &weight});
+  do_linear_backward(dinp, dweight, dbias, dout, inp, weight, accumulate);
+}
+
 void Kernels::tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const {
   Checker c{"tied_head_forward"};
   c.rank(wte, 2, "wte");
@@ -242,6 +259,7 @@ void Kernels::cross_entropy_forward_backward(Tensor& losses, Tensor& logits, con
   c.numel(targets, N, "targets");
   c.ids(targets);
   c.f32(losses, "losses");
+  c.floating({&logits});
   do_cross_entropy_forward_backward(losses, logits, targets, dlogits_scale);
 }
 

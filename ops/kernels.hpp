@@ -32,6 +32,10 @@ class Kernels {
   void linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight, bool accumulate) const;
   /// dweight: (C,OC) += inp^T @ dout; dbias: (OC) += column sums of dout (skipped if undefined).
   void linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp) const;
+  /// Both halves, input then weight, as the two calls above would; a backend
+  /// may share their work (in bf16, one rounded copy of dout for both GEMMs).
+  void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                       const Tensor& weight, bool accumulate) const;
 
   // The LM head tied to the token embedding wte: (V,C).
   /// logits: (N,V) = x: (N,C) @ wte^T.
@@ -77,7 +81,8 @@ class Kernels {
 
   /// losses: (N) = logsumexp(logits[n]) - logits[n, targets[n]]; logits: (N,V), targets: (N) i32.
   /// logits is overwritten with its gradient (softmax - onehot) * dlogits_scale
-  /// when dlogits_scale != 0, else with scratch.
+  /// when dlogits_scale != 0, else with scratch. logits may be bf16 where
+  /// the backend computes in bf16 (the loss and its sums stay f32).
   void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
                                       float dlogits_scale) const;
 
@@ -112,6 +117,11 @@ class Kernels {
                                         bool accumulate) const = 0;
   virtual void do_linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                          const Tensor& inp) const = 0;
+  virtual void do_linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                                  const Tensor& weight, bool accumulate) const {
+    do_linear_backward_input(dinp, dout, weight, accumulate);
+    do_linear_backward_weight(dweight, dbias, dout, inp);
+  }
   virtual void do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const = 0;
   virtual void do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const = 0;
   virtual void do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const = 0;

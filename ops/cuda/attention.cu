@@ -210,11 +210,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   const Geometry g{B, T, C, NH, C / NH, window};
   const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
   if (rows == 0) return;
+  if (bf16 && attention_backward_mma(dqkv, dout, qkv, out, lse, g, s)) return;
   Scratch delta(static_cast<std::size_t>(rows) * sizeof(float), s);
   with_per(g.hs, [&]<int PER>() {
     attention_delta_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(delta.as<float>(), dout, out, g);
     check_launch("attention_delta_kernel");
-    if (bf16 && attention_backward_mma(dqkv, dout, qkv, lse, delta.as<float>(), g, s)) return;
     if (attention_backward_tiled(dqkv, dout, qkv, lse, delta.as<float>(), g, s)) return;
     attention_dq_kernel<PER><<<row_blocks(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta.as<float>(), g);
     check_launch("attention_dq_kernel");

@@ -37,9 +37,10 @@ __device__ inline F* btc_head(F* btc, const AttentionGeometry& g, int b, int t, 
 }
 
 /// The tensor-core kernels for bf16 precision (attention_mma.cu; head sizes
-/// up to 64): false, with nothing enqueued, where they do not apply.
+/// up to 64): false, with nothing enqueued, where they do not apply. The
+/// backward computes its own delta = rowsum(dout * out) as it packs dout.
 bool attention_forward_mma(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s);
-bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                             const AttentionGeometry& g, cudaStream_t s);
 
 /// The tiled fp32 kernels (head sizes up to 128, where the GPU's shared memory

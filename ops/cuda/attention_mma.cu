@@ -1,9 +1,16 @@
 // Causal flash attention on the tensor cores, for bf16 precision and head
-// sizes up to 64 (FlashAttention-2's loop order, no atomics). q, k, v and
-// dout are fp32 in memory and rounded to bf16 as they are loaded; scores,
-// softmax statistics, accumulators and outputs stay fp32. The scale 1/sqrt(hs)
-// is applied to the fp32 scores (and to dQ, dK at the end), so the only
-// roundings are the inputs' and those of P and dS before their products.
+// sizes up to 64 (FlashAttention-2's loop order, no atomics). Scores, softmax
+// statistics, accumulators and outputs stay fp32; the only roundings are the
+// inputs' (q, k, v, dout to bf16) and those of P and dS before their
+// products. The scale 1/sqrt(hs) (times log2 e: exponentials are exp2) is
+// applied to the fp32 scores, and to dQ and dK at the end.
+//
+// First a packing kernel rounds q, k and v (and, for the backward, dout) to
+// bf16 once, head by head, as [head][Tpad][64] with rows past T and channels
+// past hs zero (Tpad: T rounded up to the 64-row tile): every tile is then 64
+// whole rows of 128 bytes that 16-byte asynchronous copies (cp.async) bring
+// into shared memory, two stages deep, while the tile before is computed;
+// nothing inside a tile is bounds-checked, and the zeros contribute nothing.
 //
 // A block of 4 warps owns 64 rows (queries for the forward and dQ, keys for
 // dK and dV) of one (batch, head); each warp owns 16 of them and computes
@@ -13,9 +20,11 @@
 // owners are adjacent lanes, so its max and sum are two shuffles. A score
 // tile's accumulators are, register for register, the A operand of the next
 // product (P V, dS K, P^T dO, dS^T Q), so P and dS never leave registers.
-// The other side's tiles go through shared memory, as [row][channel] for
-// products with their rows as columns and as [channel][row] for products that
-// sum over their rows.
+// The other side's tiles sit in shared memory as [row][channel] (rows padded
+// by 16 bytes: ldmatrix's eight row addresses fall in distinct banks);
+// ldmatrix reads them as B operands for products over channels, and
+// ldmatrix.trans for products that sum over their rows. Only tiles that
+// straddle the diagonal or the window's edge are masked.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -32,10 +41,81 @@ using bf16 = __nv_bfloat16;
 constexpr int kRows = 64;         // a block's rows, and the rows of each tile it walks
 constexpr int kThreads = 128;     // 4 warps x 16 rows
 constexpr int kHs = 64;           // channels, zero-padded from hs
-constexpr int kLd = kHs + 8;      // [row][channel] tile stride (elements): conflict-free fragment loads
-constexpr int kLdT = kRows + 8;   // [channel][row] tile stride
+constexpr int kLd = kHs + 8;      // tile row stride (elements): 144 bytes, conflict-free ldmatrix
 constexpr int kChannelTiles = kHs / 8;  // 16 x 8 accumulator tiles across the channels
 constexpr int kRowTiles = kRows / 8;    // ... across a tile's 64 rows
+constexpr int kChunksPerRow = kHs / 8;  // 16-byte pieces of a packed row
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- Packing ----------------------------------------------------------------
+
+struct Packed {
+  int Tpad;
+  __host__ __device__ std::int64_t head() const { return static_cast<std::int64_t>(Tpad) * kHs; }  // elements of one head
+};
+
+// dst[p][b*NH + h][t][c] = bf16(qkv part p, head h, token t, channel c), zero
+// past T and hs. One thread per 8 channels of a row.
+__global__ void pack_qkv_kernel(bf16* dst, const float* qkv, AttentionGeometry g, int Tpad) {
+  const std::int64_t heads = static_cast<std::int64_t>(g.B) * g.NH;
+  const std::int64_t chunks = 3 * heads * Tpad * kChunksPerRow;
+  for (std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; c < chunks;
+       c += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const int ch0 = static_cast<int>(c % kChunksPerRow) * 8;
+    std::int64_t r = c / kChunksPerRow;
+    const int t = static_cast<int>(r % Tpad);
+    r /= Tpad;
+    const int bh = static_cast<int>(r % heads), p = static_cast<int>(r / heads);
+    float v[8];
+    if (t < g.T) {
+      const float* src = qkv_head(qkv, g, bh / g.NH, t, bh % g.NH, p) + ch0;
+      if (ch0 + 8 <= g.hs && g.hs % 4 == 0) {  // rows and heads start on 16 bytes
+        const float4 lo = reinterpret_cast<const float4*>(src)[0], hi = reinterpret_cast<const float4*>(src)[1];
+        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = ch0 + k < g.hs ? src[k] : 0.0f;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = 0.0f;
+    }
+    __align__(16) __nv_bfloat162 out[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) out[k] = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
+    *reinterpret_cast<uint4*>(dst + c * 8) = *reinterpret_cast<const uint4*>(out);
+  }
+}
+
+// For the backward, warp per row (head, t < Tpad): dout's row packed as
+// above, delta = rowsum(dout * out) in fp32 and the forward's log-sum-exp in
+// base 2, both zero past T. Lane l holds channels 2l and 2l + 1.
+__global__ void prepare_backward_kernel(bf16* doutp, float* lse2, float* delta, const float* dout, const float* out,
+                                        const float* lse, AttentionGeometry g, int Tpad) {
+  const std::int64_t rows = static_cast<std::int64_t>(g.B) * g.NH * Tpad;
+  const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = static_cast<int>(threadIdx.x % 32), t = static_cast<int>(row % Tpad);
+  const int bh = static_cast<int>(row / Tpad), b = bh / g.NH, h = bh % g.NH, c = 2 * lane;
+  float dy[2] = {0.0f, 0.0f}, y[2] = {0.0f, 0.0f};
+  if (t < g.T) {
+    const float* dy_row = btc_head(dout, g, b, t, h);
+    const float* y_row = btc_head(out, g, b, t, h);
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+      if (c + k < g.hs) dy[k] = dy_row[c + k], y[k] = y_row[c + k];
+  }
+  reinterpret_cast<__nv_bfloat162*>(doutp + row * kHs)[lane] = __floats2bfloat162_rn(dy[0], dy[1]);
+  const float d = warp_sum(dy[0] * y[0] + dy[1] * y[1]);
+  if (lane == 0) {
+    const bool real = t < g.T;
+    delta[row] = real ? d : 0.0f;
+    lse2[row] = real ? lse[static_cast<std::int64_t>(bh) * g.T + t] * kLog2e : 0.0f;
+  }
+}
+
+// ---- Warp-level pieces ----------------------------------------------------------
 
 struct Lane {
   int g, t;  // group (row within an 8-row half) and thread in group (column pair)
@@ -49,8 +129,36 @@ __device__ inline std::uint32_t pack(float lo, float hi) {
   return u;
 }
 
-// Two adjacent bf16 at an even element offset.
-__device__ inline std::uint32_t pair_at(const bf16* p) { return *reinterpret_cast<const std::uint32_t*>(p); }
+__device__ inline std::uint32_t shared_address(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void copy_async_16(void* shared, const void* global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(shared)), "l"(global) : "memory");
+}
+__device__ inline void commit_copies() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/// Waits until at most `kPending` of this thread's committed copy groups are in flight.
+template <int kPending>
+__device__ inline void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Four 8 x 8 bf16 matrices from shared memory: lanes 8i .. 8i+7 give the row
+// addresses of matrix i; r[i] is this lane's fragment of matrix i (row g,
+// columns 2t, 2t + 1), or with Trans its transpose's (rows 2t, 2t + 1, column g).
+template <bool kTrans>
+__device__ inline void load_matrices(std::uint32_t (&r)[4], const bf16* row) {
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row))
+                 : "memory");
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(row))
+                 : "memory");
+}
 
 // d += a (16 x 16, row-major fragment) b (16 x 8, column fragment).
 __device__ inline void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
@@ -60,63 +168,63 @@ __device__ inline void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The A fragments of 16 rows r0 .. r0+15 of one head (src: its row 0, rows
-// `stride` floats apart), zero past T and hs: frag[kk] covers channels
-// 16kk .. 16kk+15.
-__device__ void load_a(std::uint32_t (&frag)[kHs / 16][4], const float* src, std::int64_t stride, int r0, int T,
-                       int hs) {
+// The A fragments of 16 packed rows starting at `rows` (global memory):
+// frag[kk] covers channels 16kk .. 16kk+15.
+__device__ void load_a(std::uint32_t (&frag)[kHs / 16][4], const bf16* rows) {
   const Lane L = lane();
-  auto at = [&](int row, int ch) { return row < T && ch < hs ? src[static_cast<std::int64_t>(row) * stride + ch] : 0.0f; };
-  const int ra = r0 + L.g, rb = ra + 8;
+  auto pair = [&](int row, int ch) { return *reinterpret_cast<const std::uint32_t*>(rows + row * kHs + ch); };
 #pragma unroll
   for (int kk = 0; kk < kHs / 16; ++kk) {
     const int c = 16 * kk + 2 * L.t;
-    frag[kk][0] = pack(at(ra, c), at(ra, c + 1));
-    frag[kk][1] = pack(at(rb, c), at(rb, c + 1));
-    frag[kk][2] = pack(at(ra, c + 8), at(ra, c + 9));
-    frag[kk][3] = pack(at(rb, c + 8), at(rb, c + 9));
+    frag[kk][0] = pair(L.g, c);
+    frag[kk][1] = pair(L.g + 8, c);
+    frag[kk][2] = pair(L.g, c + 8);
+    frag[kk][3] = pair(L.g + 8, c + 8);
   }
 }
 
-// Rows t0 .. t0+63 of one head into shared memory as bf16, zero past T and
-// hs: as rows[row][channel] and/or cols[channel][row] (either may be null).
-__device__ void load_tile(bf16* rows, bf16* cols, const float* src, std::int64_t stride, int t0, int T, int hs) {
-  for (int e = threadIdx.x; e < kRows * kHs; e += kThreads) {
-    const int row = e / kHs, ch = e % kHs, t = t0 + row;
-    const bf16 x = __float2bfloat16_rn(t < T && ch < hs ? src[static_cast<std::int64_t>(t) * stride + ch] : 0.0f);
-    if (rows) rows[row * kLd + ch] = x;
-    if (cols) cols[ch * kLdT + row] = x;
+// Packed rows t0 .. t0+63 of one head into a [64][kLd] tile, asynchronously
+// (the caller commits and waits).
+__device__ inline void load_tile(bf16* tile, const bf16* head, int t0) {
+  const bf16* src = head + static_cast<std::int64_t>(t0) * kHs;
+  for (int c = static_cast<int>(threadIdx.x); c < kRows * kChunksPerRow; c += kThreads) {
+    const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    copy_async_16(tile + row * kLd + col, src + row * kHs + col);
   }
 }
 
-// acc[n] (16 x 8 each, n < 8: 64 columns) = A (16 x kHs) times tile^T, where
-// tile is [64 rows][kHs channels]: the warp's rows against the tile's rows.
+// acc[n] (16 x 8 each, n < 8: 64 columns) = A (16 x kHs) times tile^T: the
+// warp's rows against the tile's rows, summed over channels.
 __device__ void product_with_rows(float (&acc)[kRowTiles][4], const std::uint32_t (&a)[kHs / 16][4], const bf16* tile) {
-  const Lane L = lane();
+  const int l = static_cast<int>(threadIdx.x % 32), r = l % 8, m = l / 8;
 #pragma unroll
-  for (int n = 0; n < kRowTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  for (int n = 0; n < kRowTiles; ++n) {
+    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
-  for (int kk = 0; kk < kHs / 16; ++kk)
-#pragma unroll
-    for (int n = 0; n < kRowTiles; ++n) {
-      const bf16* p = tile + (8 * n + L.g) * kLd + 16 * kk + 2 * L.t;
-      mma(acc[n], a[kk], pair_at(p), pair_at(p + 8));
+    for (int kp = 0; kp < kHs / 32; ++kp) {  // channels 32kp .. 32kp+31: matrices of 8 channels each
+      std::uint32_t b[4];
+      load_matrices<false>(b, tile + (8 * n + r) * kLd + 32 * kp + 8 * m);
+      mma(acc[n], a[2 * kp], b[0], b[1]);
+      mma(acc[n], a[2 * kp + 1], b[2], b[3]);
     }
+  }
 }
 
 // acc[n] (16 x 8, n < kChannelTiles) += S (16 x 64, as accumulator tiles,
-// rounded to bf16) times the tile's 64 rows, given as cols[channel][row].
-__device__ void accumulate_over_rows(float (&acc)[kChannelTiles][4], const float (&s)[kRowTiles][4], const bf16* cols) {
-  const Lane L = lane();
+// rounded to bf16) times the tile's 64 rows: a sum over the tile's rows.
+__device__ void accumulate_over_rows(float (&acc)[kChannelTiles][4], const float (&s)[kRowTiles][4], const bf16* tile) {
+  const int l = static_cast<int>(threadIdx.x % 32), r = l % 8, m = l / 8;
 #pragma unroll
   for (int kk = 0; kk < kRows / 16; ++kk) {
     // S's columns 16kk .. 16kk+15 as an A fragment: accumulator tiles 2kk and 2kk+1.
     const std::uint32_t a[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
                                 pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
-    for (int n = 0; n < kChannelTiles; ++n) {
-      const bf16* p = cols + (8 * n + L.g) * kLdT + 16 * kk + 2 * L.t;
-      mma(acc[n], a, pair_at(p), pair_at(p + 8));
+    for (int np = 0; np < kChannelTiles / 2; ++np) {  // channel tiles 2np and 2np+1
+      std::uint32_t b[4];
+      load_matrices<true>(b, tile + (16 * kk + 8 * (m & 1) + r) * kLd + 16 * np + 8 * (m >> 1));
+      mma(acc[2 * np], a, b[0], b[1]);
+      mma(acc[2 * np + 1], a, b[2], b[3]);
     }
   }
 }
@@ -141,36 +249,56 @@ __device__ inline void zero(float (&acc)[kChannelTiles][4]) {
 // Column of element e (0..3) of accumulator tile n, within its 64.
 __device__ inline int column_of(int n, int e) { return 8 * n + 2 * lane().t + (e & 1); }
 
+// Some (query, key) of query tile q0 and key tile k0 is not visible: the
+// tile straddles the diagonal or the window's edge (tiles wholly outside are
+// never visited).
+__device__ inline bool needs_mask(const AttentionGeometry& g, int q0, int k0) {
+  return k0 + kRows - 1 > q0 || (g.window > 0 && k0 < g.first_key(q0 + kRows - 1));
+}
+
 // The query tile of this block, heaviest (latest) first; blockIdx.x is (b, h).
 __device__ inline int query_tile_start(int T) {
   const int tiles = (T + kRows - 1) / kRows;
   return (tiles - 1 - static_cast<int>(blockIdx.y)) * kRows;
 }
 
-// out (B,T,C), lse (B,NH,T). Grid (B*NH, query tiles).
-__global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(float* out, float* lse, const float* qkv,
-                                                                          AttentionGeometry g) {
-  __shared__ __align__(16) bf16 Ks[kRows * kLd];
-  __shared__ __align__(16) bf16 Vt[kHs * kLdT];
+// ---- Kernels ------------------------------------------------------------------------
+
+// out (B,T,C), lse (B,NH,T) from packed q, k, v. Grid (B*NH, query tiles).
+__global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(float* out, float* lse, const bf16* qkvp,
+                                                                          AttentionGeometry g, Packed pk) {
+  __shared__ __align__(16) bf16 Ks[2][kRows * kLd];
+  __shared__ __align__(16) bf16 Vs[2][kRows * kLd];
   const int bh = static_cast<int>(blockIdx.x), b = bh / g.NH, h = bh % g.NH;
   const int q0 = query_tile_start(g.T), r0 = q0 + 16 * static_cast<int>(threadIdx.x / 32);
   const Lane L = lane();
   const int rows[2] = {r0 + L.g, r0 + L.g + 8};
-  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
-  const std::int64_t stride = 3 * static_cast<std::int64_t>(g.C);
-  const float* q = qkv_head(qkv, g, b, 0, h, 0);
+  const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
+  const std::int64_t parts = static_cast<std::int64_t>(g.B) * g.NH * pk.head();
+  const bf16* qh = qkvp + bh * pk.head();
+  const bf16 *kh = qh + parts, *vh = qh + 2 * parts;
   std::uint32_t qa[kHs / 16][4];
-  load_a(qa, q, stride, r0, g.T, g.hs);
+  load_a(qa, qh + static_cast<std::int64_t>(r0) * kHs);
   float o[kChannelTiles][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   zero(o);
-  const int q_last = min(q0 + kRows - 1, g.T - 1);
-  for (int k0 = g.first_key(q0) / kRows * kRows; k0 <= q_last; k0 += kRows) {
-    __syncthreads();  // the previous tile is read
-    load_tile(Ks, nullptr, q + g.C, stride, k0, g.T, g.hs);
-    load_tile(nullptr, Vt, q + 2 * g.C, stride, k0, g.T, g.hs);
-    __syncthreads();
+  const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
+  const int tiles = (q_last - first) / kRows + 1;
+  load_tile(Ks[0], kh, first);
+  load_tile(Vs[0], vh, first);
+  commit_copies();
+  for (int i = 0; i < tiles; ++i) {
+    const int k0 = first + i * kRows, buf = i & 1;
+    __syncthreads();  // every warp is done with the other buffer
+    if (i + 1 < tiles) {
+      load_tile(Ks[buf ^ 1], kh, k0 + kRows);
+      load_tile(Vs[buf ^ 1], vh, k0 + kRows);
+    }
+    commit_copies();
+    wait_copies<1>();  // this thread's copies of tile i have landed ...
+    __syncthreads();   // ... and everyone's
     float s[kRowTiles][4];
-    product_with_rows(s, qa, Ks);
+    product_with_rows(s, qa, Ks[buf]);
+    const bool masked = needs_mask(g, q0, k0);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       float tile_max = -INFINITY;
@@ -178,20 +306,20 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(float* 
       for (int n = 0; n < kRowTiles; ++n)
 #pragma unroll
         for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          s[n][e] = g.visible(rows[half], k0 + column_of(n, e)) ? s[n][e] * scale : -INFINITY;
+          s[n][e] = masked && !g.visible(rows[half], k0 + column_of(n, e)) ? -INFINITY : s[n][e] * c;
           tile_max = fmaxf(tile_max, s[n][e]);
         }
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float m_new = fmaxf(m[half], tile_max);
       const float shift = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at 0
-      const float corr = expf(m[half] - shift);
+      const float corr = exp2f(m[half] - shift);
       float sum = 0.0f;
 #pragma unroll
       for (int n = 0; n < kRowTiles; ++n)
 #pragma unroll
         for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          s[n][e] = expf(s[n][e] - shift);
+          s[n][e] = exp2f(s[n][e] - shift);
           sum += s[n][e];
         }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -201,62 +329,81 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(float* 
 #pragma unroll
       for (int n = 0; n < kChannelTiles; ++n) o[n][2 * half] *= corr, o[n][2 * half + 1] *= corr;
     }
-    accumulate_over_rows(o, s, Vt);
+    accumulate_over_rows(o, s, Vs[buf]);
   }
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = rows[half];
     if (i >= g.T) continue;  // l > 0 below: query i always sees key i
     store_half(btc_head(out, g, b, i, h), o, half, 1.0f / l[half], g.hs);
-    if (L.t == 0) lse[static_cast<std::int64_t>(bh) * g.T + i] = m[half] + logf(l[half]);
+    if (L.t == 0) lse[static_cast<std::int64_t>(bh) * g.T + i] = (m[half] + log2f(l[half])) * kLn2;
   }
 }
 
+// The backward's packed inputs: q, k, v as the forward's, dout likewise, and
+// per (head, t < Tpad) the log-sum-exp in base 2 and delta.
+struct BackwardInputs {
+  const bf16* qkvp;
+  const bf16* doutp;
+  const float* lse2;
+  const float* delta;
+};
+
 // dQ into dqkv's q part. Grid (B*NH, query tiles).
-__global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(float* dqkv, const float* dout, const float* qkv,
-                                                                     const float* lse, const float* delta,
-                                                                     AttentionGeometry g) {
-  __shared__ __align__(16) bf16 Ks[kRows * kLd];
-  __shared__ __align__(16) bf16 Kt[kHs * kLdT];
-  __shared__ __align__(16) bf16 Vs[kRows * kLd];
+__global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(float* dqkv, BackwardInputs in,
+                                                                     AttentionGeometry g, Packed pk) {
+  __shared__ __align__(16) bf16 Ks[2][kRows * kLd];
+  __shared__ __align__(16) bf16 Vs[2][kRows * kLd];
   const int bh = static_cast<int>(blockIdx.x), b = bh / g.NH, h = bh % g.NH;
   const int q0 = query_tile_start(g.T), r0 = q0 + 16 * static_cast<int>(threadIdx.x / 32);
   const Lane L = lane();
   const int rows[2] = {r0 + L.g, r0 + L.g + 8};
-  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
-  const std::int64_t stride = 3 * static_cast<std::int64_t>(g.C);
-  const float* q = qkv_head(qkv, g, b, 0, h, 0);
+  const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
+  const std::int64_t parts = static_cast<std::int64_t>(g.B) * g.NH * pk.head();
+  const bf16* qh = in.qkvp + bh * pk.head();
+  const bf16 *kh = qh + parts, *vh = qh + 2 * parts;
   std::uint32_t qa[kHs / 16][4], da[kHs / 16][4];
-  load_a(qa, q, stride, r0, g.T, g.hs);
-  load_a(da, btc_head(dout, g, b, 0, h), g.C, r0, g.T, g.hs);
+  load_a(qa, qh + static_cast<std::int64_t>(r0) * kHs);
+  load_a(da, in.doutp + bh * pk.head() + static_cast<std::int64_t>(r0) * kHs);
   float row_lse[2], row_delta[2], dq[kChannelTiles][4];
   zero(dq);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const bool real = rows[half] < g.T;
-    row_lse[half] = real ? lse[static_cast<std::int64_t>(bh) * g.T + rows[half]] : 0.0f;
-    row_delta[half] = real ? delta[static_cast<std::int64_t>(bh) * g.T + rows[half]] : 0.0f;
+    row_lse[half] = in.lse2[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
+    row_delta[half] = in.delta[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
   }
-  const int q_last = min(q0 + kRows - 1, g.T - 1);
-  for (int k0 = g.first_key(q0) / kRows * kRows; k0 <= q_last; k0 += kRows) {
-    __syncthreads();  // the previous tile is read
-    load_tile(Ks, Kt, q + g.C, stride, k0, g.T, g.hs);
-    load_tile(Vs, nullptr, q + 2 * g.C, stride, k0, g.T, g.hs);
+  const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
+  const int tiles = (q_last - first) / kRows + 1;
+  load_tile(Ks[0], kh, first);
+  load_tile(Vs[0], vh, first);
+  commit_copies();
+  for (int i = 0; i < tiles; ++i) {
+    const int k0 = first + i * kRows, buf = i & 1;
+    __syncthreads();  // every warp is done with the other buffer
+    if (i + 1 < tiles) {
+      load_tile(Ks[buf ^ 1], kh, k0 + kRows);
+      load_tile(Vs[buf ^ 1], vh, k0 + kRows);
+    }
+    commit_copies();
+    wait_copies<1>();
     __syncthreads();
     float s[kRowTiles][4], dp[kRowTiles][4];
-    product_with_rows(s, qa, Ks);
-    product_with_rows(dp, da, Vs);
+    product_with_rows(s, qa, Ks[buf]);
+    product_with_rows(dp, da, Vs[buf]);
+    const bool masked = needs_mask(g, q0, k0);
 #pragma unroll
     for (int n = 0; n < kRowTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int half = e / 2;
-        const float p =
-            g.visible(rows[half], k0 + column_of(n, e)) ? expf(s[n][e] * scale - row_lse[half]) : 0.0f;
+        const float p = masked && !g.visible(rows[half], k0 + column_of(n, e))
+                            ? 0.0f
+                            : exp2f(s[n][e] * c - row_lse[half]);
         s[n][e] = p * (dp[n][e] - row_delta[half]);  // dS
       }
-    accumulate_over_rows(dq, s, Kt);
+    accumulate_over_rows(dq, s, Ks[buf]);
   }
+  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
 #pragma unroll
   for (int half = 0; half < 2; ++half)
     if (rows[half] < g.T) store_half(qkv_head(dqkv, g, b, rows[half], h, 0), dq, half, scale, g.hs);
@@ -264,54 +411,63 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(float* dqkv,
 
 // dK and dV into dqkv's k and v parts. Grid (B*NH, key tiles), the first key
 // tile (seen by the most queries) first.
-__global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(float* dqkv, const float* dout, const float* qkv,
-                                                                      const float* lse, const float* delta,
-                                                                      AttentionGeometry g) {
-  __shared__ __align__(16) bf16 Qs[kRows * kLd];
-  __shared__ __align__(16) bf16 Qt[kHs * kLdT];
-  __shared__ __align__(16) bf16 dOs[kRows * kLd];
-  __shared__ __align__(16) bf16 dOt[kHs * kLdT];
-  __shared__ float lse_s[kRows], delta_s[kRows];
+__global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(float* dqkv, BackwardInputs in,
+                                                                      AttentionGeometry g, Packed pk) {
+  __shared__ __align__(16) bf16 Qs[2][kRows * kLd];
+  __shared__ __align__(16) bf16 dOs[2][kRows * kLd];
+  __shared__ __align__(16) float lse_s[2][kRows];
+  __shared__ __align__(16) float delta_s[2][kRows];
   const int bh = static_cast<int>(blockIdx.x), b = bh / g.NH, h = bh % g.NH;
   const int k0 = static_cast<int>(blockIdx.y) * kRows, j0 = k0 + 16 * static_cast<int>(threadIdx.x / 32);
   const Lane L = lane();
   const int keys[2] = {j0 + L.g, j0 + L.g + 8};
-  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
-  const std::int64_t stride = 3 * static_cast<std::int64_t>(g.C);
-  const float* q = qkv_head(qkv, g, b, 0, h, 0);
-  const float* dy = btc_head(dout, g, b, 0, h);
+  const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
+  const std::int64_t parts = static_cast<std::int64_t>(g.B) * g.NH * pk.head();
+  const bf16* qh = in.qkvp + bh * pk.head();
+  const bf16* dyh = in.doutp + bh * pk.head();
+  const float* lse_h = in.lse2 + static_cast<std::int64_t>(bh) * pk.Tpad;
+  const float* delta_h = in.delta + static_cast<std::int64_t>(bh) * pk.Tpad;
   std::uint32_t ka[kHs / 16][4], va[kHs / 16][4];
-  load_a(ka, q + g.C, stride, j0, g.T, g.hs);
-  load_a(va, q + 2 * g.C, stride, j0, g.T, g.hs);
+  load_a(ka, qh + parts + static_cast<std::int64_t>(j0) * kHs);
+  load_a(va, qh + 2 * parts + static_cast<std::int64_t>(j0) * kHs);
   float dk[kChannelTiles][4], dv[kChannelTiles][4];
   zero(dk);
   zero(dv);
-  const int q_end = g.last_query(min(k0 + kRows - 1, g.T - 1));
-  for (int q0 = k0; q0 <= q_end; q0 += kRows) {  // no query before k0 sees these keys
-    __syncthreads();  // the previous tile is read
-    load_tile(Qs, Qt, q, stride, q0, g.T, g.hs);
-    load_tile(dOs, dOt, dy, g.C, q0, g.T, g.hs);
-    for (int e = threadIdx.x; e < kRows; e += kThreads) {
-      const int i = q0 + e;
-      lse_s[e] = i < g.T ? lse[static_cast<std::int64_t>(bh) * g.T + i] : 0.0f;
-      delta_s[e] = i < g.T ? delta[static_cast<std::int64_t>(bh) * g.T + i] : 0.0f;
-    }
+  // Query tiles from k0 (no earlier query sees these keys) to the last that sees one.
+  const int tiles = (g.last_query(min(k0 + kRows - 1, g.T - 1)) - k0) / kRows + 1;
+  auto load = [&](int buf, int q0) {
+    load_tile(Qs[buf], qh, q0);
+    load_tile(dOs[buf], dyh, q0);
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < kRows / 4) copy_async_16(&lse_s[buf][4 * t], lse_h + q0 + 4 * t);
+    else if (t < kRows / 2) copy_async_16(&delta_s[buf][4 * t - kRows], delta_h + q0 + 4 * t - kRows);
+  };
+  load(0, k0);
+  commit_copies();
+  for (int i = 0; i < tiles; ++i) {
+    const int q0 = k0 + i * kRows, buf = i & 1;
+    __syncthreads();  // every warp is done with the other buffer
+    if (i + 1 < tiles) load(buf ^ 1, q0 + kRows);
+    commit_copies();
+    wait_copies<1>();
     __syncthreads();
     float pt[kRowTiles][4], dst[kRowTiles][4];  // [key][query]: P^T, then dS^T
-    product_with_rows(pt, ka, Qs);
-    product_with_rows(dst, va, dOs);
+    product_with_rows(pt, ka, Qs[buf]);
+    product_with_rows(dst, va, dOs[buf]);
+    const bool masked = needs_mask(g, q0, k0);
 #pragma unroll
     for (int n = 0; n < kRowTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = column_of(n, e);
-        const float p = g.visible(q0 + col, keys[e / 2]) ? expf(pt[n][e] * scale - lse_s[col]) : 0.0f;
+        const float p = masked && !g.visible(q0 + col, keys[e / 2]) ? 0.0f : exp2f(pt[n][e] * c - lse_s[buf][col]);
         pt[n][e] = p;
-        dst[n][e] = p * (dst[n][e] - delta_s[col]);
+        dst[n][e] = p * (dst[n][e] - delta_s[buf][col]);
       }
-    accumulate_over_rows(dv, pt, dOt);  // dV = P^T dO
-    accumulate_over_rows(dk, dst, Qt);  // dK = dS^T Q (scaled below)
+    accumulate_over_rows(dv, pt, dOs[buf]);  // dV = P^T dO
+    accumulate_over_rows(dk, dst, Qs[buf]);  // dK = dS^T Q (scaled below)
   }
+  const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int j = keys[half];
@@ -325,21 +481,48 @@ dim3 grid_of(const AttentionGeometry& g) {
   return dim3(static_cast<unsigned>(g.B * g.NH), static_cast<unsigned>((g.T + kRows - 1) / kRows));
 }
 
+Packed packed_of(const AttentionGeometry& g) { return {(g.T + kRows - 1) / kRows * kRows}; }
+
+// q, k and v of every head packed into scratch (3 heads' worth per (b, h)).
+void pack_qkv(const Scratch& qkvp, const float* qkv, const AttentionGeometry& g, const Packed& pk, cudaStream_t s) {
+  const std::int64_t chunks = 3 * static_cast<std::int64_t>(g.B) * g.NH * pk.Tpad * kChunksPerRow;
+  pack_qkv_kernel<<<grid_for(chunks, 256), 256, 0, s>>>(qkvp.as<bf16>(), qkv, g, pk.Tpad);
+  check_launch("pack_qkv_kernel");
+}
+
+std::size_t packed_bytes(const AttentionGeometry& g, const Packed& pk, int parts) {
+  return static_cast<std::size_t>(parts) * static_cast<std::size_t>(g.B) * g.NH * pk.head() * sizeof(bf16);
+}
+
 }  // namespace
 
 bool attention_forward_mma(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
-  attention_forward_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(out, lse, qkv, g);
+  const Packed pk = packed_of(g);
+  const Scratch qkvp(packed_bytes(g, pk, 3), s);
+  pack_qkv(qkvp, qkv, g, pk, s);
+  attention_forward_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(out, lse, qkvp.as<bf16>(), g, pk);
   check_launch("attention_forward_mma_kernel");
   return true;
 }
 
-bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* lse, const float* delta,
+bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                             const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
-  attention_dq_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta, g);
+  const Packed pk = packed_of(g);
+  const std::int64_t rows = static_cast<std::int64_t>(g.B) * g.NH * pk.Tpad;
+  const Scratch qkvp(packed_bytes(g, pk, 3), s), doutp(packed_bytes(g, pk, 1), s);
+  const Scratch lse2(static_cast<std::size_t>(rows) * sizeof(float), s), delta(static_cast<std::size_t>(rows) * sizeof(float), s);
+  pack_qkv(qkvp, qkv, g, pk, s);
+  constexpr int kPrepareThreads = 256;
+  prepare_backward_kernel<<<static_cast<unsigned>((rows + kPrepareThreads / 32 - 1) / (kPrepareThreads / 32)),
+                            kPrepareThreads, 0, s>>>(doutp.as<bf16>(), lse2.as<float>(), delta.as<float>(), dout, out,
+                                                     lse, g, pk.Tpad);
+  check_launch("prepare_backward_kernel");
+  const BackwardInputs in{qkvp.as<bf16>(), doutp.as<bf16>(), lse2.as<float>(), delta.as<float>()};
+  attention_dq_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(dqkv, in, g, pk);
   check_launch("attention_dq_mma_kernel");
-  attention_dkv_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(dqkv, dout, qkv, lse, delta, g);
+  attention_dkv_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(dqkv, in, g, pk);
   check_launch("attention_dkv_mma_kernel");
   return true;
 }

@@ -1,7 +1,14 @@
 // The fused classifier's loss half: softmax cross-entropy over the vocabulary
 // and its gradient, written over the logits in place (no probabilities
-// stored). A block per row; the max and the sum are block reductions in a
-// fixed order.
+// stored), for fp32 or bf16 logits (the loss and every sum in fp32). A block
+// per row reads the row twice: once for its max and sum together (an online
+// softmax: each thread keeps a running max and a sum scaled to it), once to
+// write the gradient; a row (at most a few hundred KB) is still in L2 for the
+// second read. The block's max and sum are reductions in a fixed order.
+#include <cuda_bf16.h>
+
+#include <cstring>
+
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/launch.hpp"
 
@@ -10,36 +17,112 @@ namespace {
 
 constexpr int kThreads = 512;
 
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class L>
+__device__ inline L from_float(float x);
+template <>
+__device__ inline float from_float<float>(float x) { return x; }
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// 16 bytes of logits: 4 fp32 or 8 bf16.
+template <class L>
+constexpr int kVector = 16 / sizeof(L);
+
+template <class L>
+__device__ inline void load_vector(float (&x)[kVector<L>], const L* p) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  L v[kVector<L>];
+  std::memcpy(v, &u, sizeof u);
+#pragma unroll
+  for (int k = 0; k < kVector<L>; ++k) x[k] = to_float(v[k]);
+}
+
+template <class L>
+__device__ inline void store_vector(L* p, const float (&x)[kVector<L>]) {
+  L v[kVector<L>];
+#pragma unroll
+  for (int k = 0; k < kVector<L>; ++k) v[k] = from_float<L>(x[k]);
+  uint4 u;
+  std::memcpy(&u, v, sizeof u);
+  *reinterpret_cast<uint4*>(p) = u;
+}
+
+// Calls f(first element's index, values) over the row: 16-byte vectors when
+// every row starts on 16 bytes (V a multiple of the vector), else one by one.
+template <class L, class F>
+__device__ inline void for_row(const L* z, std::int64_t V, bool vectors, F&& f) {
+  if (vectors) {
+    for (std::int64_t v = kVector<L> * static_cast<std::int64_t>(threadIdx.x); v < V; v += kVector<L> * blockDim.x) {
+      float x[kVector<L>];
+      load_vector(x, z + v);
+      f(v, x);
+    }
+    return;
+  }
+  for (std::int64_t v = threadIdx.x; v < V; v += blockDim.x) {
+    float x[1] = {to_float(z[v])};
+    f(v, x);
+  }
+}
+
 // losses: (N); logits: (N,V), overwritten with (softmax - onehot) * scale when
 // scale != 0; targets: (N). A target outside [0, V) gives a NaN loss and no gradient.
-__global__ void cross_entropy_kernel(float* losses, float* logits, const std::int32_t* targets, float scale,
-                                     std::int64_t V) {
+template <class L>
+__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, L* logits,
+                                                                  const std::int32_t* targets, float scale,
+                                                                  std::int64_t V, bool vectors) {
   const std::int64_t row = blockIdx.x;
-  float* z = logits + row * V;
+  L* z = logits + row * V;
   const std::int32_t target = targets[row];
   const bool valid = target >= 0 && target < V;
-  float mx = -INFINITY;
-  for (std::int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, z[v]);
-  mx = block_max(mx);
-  float sum = 0.0f;
-  for (std::int64_t v = threadIdx.x; v < V; v += blockDim.x) sum += expf(z[v] - mx);
-  sum = block_sum(sum);
-  const float target_logit = valid ? z[target] : NAN;
+  float mx = -INFINITY, sum = 0.0f;  // sum of exp(x - mx) over this thread's elements
+  for_row(z, V, vectors, [&](std::int64_t, const auto& x) {
+    for (float xi : x) {
+      if (xi > mx) {
+        sum = sum * expf(mx - xi) + 1.0f;
+        mx = xi;
+      } else if (mx != -INFINITY) {  // (else xi is -inf too: it adds nothing)
+        sum += expf(xi - mx);
+      }
+    }
+  });
+  const float row_max = block_max(mx);
+  sum = block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - row_max));
+  const float target_logit = valid ? to_float(z[target]) : NAN;
   __syncthreads();  // every thread has read z[target] before anyone overwrites it
-  if (threadIdx.x == 0) losses[row] = valid ? mx + logf(sum) - target_logit : NAN;
+  if (threadIdx.x == 0) losses[row] = valid ? row_max + logf(sum) - target_logit : NAN;
   if (scale == 0.0f || !valid) return;
   const float inv = scale / sum;
-  for (std::int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    z[v] = expf(z[v] - mx) * inv - (v == target ? scale : 0.0f);
+  for_row(z, V, vectors, [&](std::int64_t v, auto& x) {
+    constexpr int n = sizeof(x) / sizeof(float);
+#pragma unroll
+    for (int k = 0; k < n; ++k) x[k] = expf(x[k] - row_max) * inv - (v + k == target ? scale : 0.0f);
+    if constexpr (n == 1) z[v] = from_float<L>(x[0]);
+    else store_vector(z + v, x);
+  });
+}
+
+template <class L>
+void launch(float* losses, L* logits, const std::int32_t* targets, float scale, std::int64_t N, std::int64_t V,
+            cudaStream_t s) {
+  if (N == 0) return;
+  const bool vectors = V % kVector<L> == 0 && reinterpret_cast<std::uintptr_t>(logits) % 16 == 0;
+  cross_entropy_kernel<L><<<static_cast<unsigned>(N), kThreads, 0, s>>>(losses, logits, targets, scale, V, vectors);
+  check_launch("cross_entropy_kernel");
 }
 
 }  // namespace
 
 void cross_entropy_forward_backward(float* losses, float* logits, const std::int32_t* targets, float dlogits_scale,
                                     std::int64_t N, std::int64_t V, cudaStream_t s) {
-  if (N == 0) return;
-  cross_entropy_kernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(losses, logits, targets, dlogits_scale, V);
-  check_launch("cross_entropy_kernel");
+  launch(losses, logits, targets, dlogits_scale, N, V, s);
+}
+
+void cross_entropy_forward_backward(float* losses, __nv_bfloat16* logits, const std::int32_t* targets,
+                                    float dlogits_scale, std::int64_t N, std::int64_t V, cudaStream_t s) {
+  launch(losses, logits, targets, dlogits_scale, N, V, s);
 }
 
 }  // namespace troupe::cuda

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "ops/cuda/launch.hpp"
 #include "ops/cuda/scratch.hpp"
@@ -15,6 +16,7 @@ namespace {
 
 int as_int(std::int64_t x) { return static_cast<int>(x); }
 std::int64_t rows(const Tensor& t) { return t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
+__nv_bfloat16* bf16_data(const Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data<BFloat16>()); }
 
 }  // namespace
 
@@ -33,16 +35,23 @@ cudaStream_t CudaKernels::s() const {
   return stream_.handle();
 }
 
-void CudaKernels::gemm(const cuda::GemmShape& shape, const Tensor& A, const Tensor& B, float* C,
+void CudaKernels::gemm(const cuda::GemmShape& shape, const Tensor& A, const Tensor& B, const Tensor& C,
                        const float* bias) const {
   const cudaStream_t st = s();
-  if (precision_ == Precision::fp32) return matmul_->gemm(shape, A.f32(), B.f32(), C, bias);
-  // Rounded copies in scratch: the fp32 values (master weights included) stay as they are.
-  const cuda::Scratch a(static_cast<std::size_t>(A.numel()) * sizeof(__nv_bfloat16), st);
-  const cuda::Scratch b(static_cast<std::size_t>(B.numel()) * sizeof(__nv_bfloat16), st);
-  cuda::to_bf16(a.as<__nv_bfloat16>(), A.f32(), A.numel(), st);
-  cuda::to_bf16(b.as<__nv_bfloat16>(), B.f32(), B.numel(), st);
-  matmul_->gemm(shape, a.as<__nv_bfloat16>(), b.as<__nv_bfloat16>(), C, bias);
+  if (precision_ == Precision::fp32) return matmul_->gemm(shape, A.f32(), B.f32(), C.f32(), bias);
+  // fp32 operands as rounded copies in scratch (the fp32 values, master
+  // weights included, stay as they are); bf16 ones as they are.
+  std::optional<cuda::Scratch> copies[2];
+  auto operand = [&](const Tensor& t, std::optional<cuda::Scratch>& copy) -> const __nv_bfloat16* {
+    if (t.dtype() == DType::bf16) return bf16_data(t);
+    copy.emplace(static_cast<std::size_t>(t.numel()) * sizeof(__nv_bfloat16), st);
+    cuda::to_bf16(copy->as<__nv_bfloat16>(), t.f32(), t.numel(), st);
+    return copy->as<__nv_bfloat16>();
+  };
+  const __nv_bfloat16* a = operand(A, copies[0]);
+  const __nv_bfloat16* b = operand(B, copies[1]);
+  if (C.dtype() == DType::bf16) return matmul_->gemm(shape, a, b, bf16_data(C));
+  matmul_->gemm(shape, a, b, C.f32(), bias);
 }
 
 void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
@@ -52,36 +61,51 @@ void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor
   // and the product added onto it (the CPU's way).
   const bool epilogue = bias.defined() && reinterpret_cast<std::uintptr_t>(bias.raw()) % cuda::kBiasAlignment == 0;
   if (bias.defined() && !epilogue) cuda::broadcast_rows(out.f32(), bias.f32(), N, OC, st);
-  gemm({false, false, N, OC, C, C, OC, OC, epilogue, bias.defined() && !epilogue}, inp, weight, out.f32(),
+  gemm({false, false, N, OC, C, C, OC, OC, epilogue, bias.defined() && !epilogue}, inp, weight, out,
        epilogue ? bias.f32() : nullptr);
 }
 
 void CudaKernels::do_linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight,
                                            bool accumulate) const {
   const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
-  gemm({false, true, N, C, OC, OC, OC, C, false, accumulate}, dout, weight, dinp.f32(), nullptr);
+  gemm({false, true, N, C, OC, OC, OC, C, false, accumulate}, dout, weight, dinp, nullptr);
 }
 
 void CudaKernels::do_linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                             const Tensor& inp) const {
   const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
-  gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, dout, dweight.f32(), nullptr);
+  gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, dout, dweight, nullptr);
   if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, s());
+}
+
+void CudaKernels::do_linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                     const Tensor& inp, const Tensor& weight, bool accumulate) const {
+  if (precision_ != Precision::bf16 || dout.dtype() == DType::bf16)
+    return Kernels::do_linear_backward(dinp, dweight, dbias, dout, inp, weight, accumulate);
+  // dout rounded once for both GEMMs; the bias gradient sums the fp32 dout.
+  const cudaStream_t st = s();
+  const cuda::Scratch copy(static_cast<std::size_t>(dout.numel()) * sizeof(__nv_bfloat16), st);
+  cuda::to_bf16(copy.as<__nv_bfloat16>(), dout.f32(), dout.numel(), st);
+  const Tensor rounded = Tensor::borrow(device_, copy.as<void>(), dout.shape(), DType::bf16);
+  do_linear_backward_input(dinp, rounded, weight, accumulate);
+  const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
+  gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, rounded, dweight, nullptr);
+  if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, st);
 }
 
 void CudaKernels::do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const {
   const int V = as_int(wte.dim(0)), C = as_int(wte.dim(1)), N = as_int(rows(x));
-  gemm({false, true, N, V, C, C, C, V, false, false}, x, wte, logits.f32(), nullptr);
+  gemm({false, true, N, V, C, C, C, V, false, false}, x, wte, logits, nullptr);
 }
 
 void CudaKernels::do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const {
   const int V = as_int(wte.dim(0)), C = as_int(wte.dim(1)), N = as_int(rows(dlogits));
-  gemm({false, false, N, C, V, V, C, C, false, false}, dlogits, wte, dx.f32(), nullptr);
+  gemm({false, false, N, C, V, V, C, C, false, false}, dlogits, wte, dx, nullptr);
 }
 
 void CudaKernels::do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const {
   const int V = as_int(dwte.dim(0)), C = as_int(dwte.dim(1)), N = as_int(rows(x));
-  gemm({true, false, V, C, N, V, C, C, false, true}, dlogits, x, dwte.f32(), nullptr);
+  gemm({true, false, V, C, N, V, C, C, false, true}, dlogits, x, dwte, nullptr);
 }
 
 void CudaKernels::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
@@ -145,6 +169,9 @@ void CudaKernels::do_attention_backward(Tensor& dqkv, const Tensor& dout, const 
 
 void CudaKernels::do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
                                                     float dlogits_scale) const {
+  if (logits.dtype() == DType::bf16)
+    return cuda::cross_entropy_forward_backward(losses.f32(), bf16_data(logits), targets.data<std::int32_t>(),
+                                                dlogits_scale, rows(logits), logits.dim(-1), s());
   cuda::cross_entropy_forward_backward(losses.f32(), logits.f32(), targets.data<std::int32_t>(), dlogits_scale,
                                        rows(logits), logits.dim(-1), s());
 }

@@ -27,6 +27,8 @@ class CudaKernels final : public Kernels {
                                 bool accumulate) const override;
   void do_linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                  const Tensor& inp) const override;
+  void do_linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                          const Tensor& weight, bool accumulate) const override;
   void do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const override;
   void do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const override;
   void do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const override;
@@ -62,8 +64,10 @@ class CudaKernels final : public Kernels {
   CudaKernels(CudaDevice& device, CudaStream& stream, Precision precision)
       : device_(device), stream_(stream), precision_(precision) {}
   cudaStream_t s() const;  // the stream, with this GPU made current
-  // C = op(A) op(B) (+ bias) with A and B in the table's precision.
-  void gemm(const cuda::GemmShape& shape, const Tensor& A, const Tensor& B, float* C, const float* bias) const;
+  // C = op(A) op(B) (+ bias) with A and B in the table's precision (in bf16,
+  // fp32 operands are rounded into scratch, bf16 ones used as they are); C in
+  // its own dtype (bf16 only from bf16 precision, without bias).
+  void gemm(const cuda::GemmShape& shape, const Tensor& A, const Tensor& B, const Tensor& C, const float* bias) const;
 
   CudaDevice& device_;
   CudaStream& stream_;

@@ -147,12 +147,16 @@ Tensor magnitudes(const Both& b, const Pair& p) {
 // over K terms adds at most K 2^-24 on either side. So per element
 // |gpu - cpu| <= (2^-7 + 2^-16 + 2 K 2^-24) sum_k |a_k b_k| (`bound`), plus
 // the fp32 rounding of an accumulated or added value (2^-23 |cpu|).
-void within_bf16_rounding(const Both& b, const Pair& got, const Tensor& bound, std::int64_t K) {
+// A result stored in bf16 (out_bf16) is rounded once more: 2^-9 of its value,
+// which is within the bound above of the CPU's.
+void within_bf16_rounding(const Both& b, const Pair& got, const Tensor& bound, std::int64_t K, bool out_bf16 = false) {
   const auto gpu = b.host_gpu(got.gpu), cpu = b.host(got.cpu), scale = b.host(bound);
   const double per_product = std::ldexp(1.0, -7) + std::ldexp(1.0, -16) + 2.0 * K * std::ldexp(1.0, -24);
+  const double out = out_bf16 ? std::ldexp(1.0, -9) : 0.0;
   double worst = 0;
   for (std::size_t i = 0; i < gpu.size(); ++i) {
-    const double limit = per_product * scale[i] + std::ldexp(1.0, -23) * std::abs(cpu[i]) + 1e-30;
+    const double limit =
+        (1 + out) * per_product * scale[i] + (out + std::ldexp(1.0, -23)) * std::abs(cpu[i]) + 1e-30;
     INFO("element " << i << ": gpu " << gpu[i] << ", cpu " << cpu[i] << ", bound " << limit);
     REQUIRE(std::abs(static_cast<double>(gpu[i]) - cpu[i]) <= limit);
     worst = std::max(worst, std::abs(static_cast<double>(gpu[i]) - cpu[i]) / std::max(limit, 1e-30));
@@ -193,6 +197,18 @@ TEST_CASE("CUDA bf16 GEMMs (linear, tied head) are within bf16 rounding of the C
   within_bf16_rounding(b, dw, dw_bound, N);
   b.agree(db);  // the bias gradient is a sum in fp32, not a GEMM
 
+  // Both halves in one call (one rounded copy of dy for both GEMMs) give the
+  // bits of the two calls.
+  auto zeros = [&](const Shape& shape) { return *Tensor::zeros(b.g().device, shape); };
+  Tensor dx1 = zeros({N, C}), dw1 = zeros({C, OC}), db1 = zeros({OC});
+  Tensor dx2 = zeros({N, C}), dw2 = zeros({C, OC}), db2 = zeros({OC});
+  b.g().kernels.linear_backward_input(dx1, dy.gpu, w.gpu, false);
+  b.g().kernels.linear_backward_weight(dw1, db1, dy.gpu, x.gpu);
+  b.g().kernels.linear_backward(dx2, dw2, db2, dy.gpu, x.gpu, w.gpu, false);
+  CHECK(b.host_gpu(dx1) == b.host_gpu(dx2));
+  CHECK(b.host_gpu(dw1) == b.host_gpu(dw2));
+  CHECK(b.host_gpu(db1) == b.host_gpu(db2));
+
   auto wte = b.random({V, C}), logits = b.random({N, V});
   const auto awte = magnitudes(b, wte);
   b.cpu.kernels.tied_head_forward(logits.cpu, x.cpu, wte.cpu);
@@ -218,6 +234,81 @@ TEST_CASE("CUDA bf16 GEMMs (linear, tied head) are within bf16 rounding of the C
   const auto first = b.host_gpu(y.gpu);
   b.g().kernels.linear_forward(y.gpu, x.gpu, w.gpu, bias.gpu);
   CHECK(b.host_gpu(y.gpu) == first);
+}
+
+// In bf16 the logits are bf16: the tied head rounds its fp32 sums into them,
+// the cross-entropy reads them and writes their gradient over them in bf16
+// (the loss and its sums in fp32), and the head's backward GEMMs read that
+// gradient as it is.
+TEST_CASE("CUDA bf16 logits: tied head, cross-entropy and the head's backward", "[cuda][kernels][bf16]") {
+  Both b(Precision::bf16);
+  const int N = 37, C = 64, V = 1000;  // V a multiple of 8 (16-byte rows) ...
+  auto x = b.random({N, C}), wte = b.random({V, C});
+  const auto ax = magnitudes(b, x), awte = magnitudes(b, wte);
+  Pair logits{*Tensor::empty(b.cpu.device, {N, V}), *Tensor::empty(b.g().device, {N, V}, DType::bf16)};
+  b.cpu.kernels.tied_head_forward(logits.cpu, x.cpu, wte.cpu);
+  b.g().kernels.tied_head_forward(logits.gpu, x.gpu, wte.gpu);
+  auto logits_bound = *Tensor::zeros(b.cpu.device, {N, V});
+  b.cpu.kernels.tied_head_forward(logits_bound, ax, awte);
+  within_bf16_rounding(b, logits, logits_bound, C, true);
+
+  std::vector<std::int32_t> tgt(N);
+  for (int i = 0; i < N; ++i) tgt[static_cast<std::size_t>(i)] = (i * 337) % V;
+  auto targets = b.ids({N}, tgt);
+  // The CPU's cross-entropy on the GPU's bf16 logits, exactly.
+  const auto rounded = b.host_gpu(logits.gpu);
+  std::copy(rounded.begin(), rounded.end(), logits.cpu.f32());
+  auto losses = b.random({N});
+  const float scale = 0.5f;
+  b.cpu.kernels.cross_entropy_forward_backward(losses.cpu, logits.cpu, targets.cpu, scale);
+  b.g().kernels.cross_entropy_forward_backward(losses.gpu, logits.gpu, targets.gpu, scale);
+  b.agree(losses);
+  // The gradient rounded to bf16 once (2^-9 of it) beside fp32's own differences.
+  const auto got = b.host_gpu(logits.gpu), want = b.host(logits.cpu);
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double limit = (std::ldexp(1.0, -9) + 1e-5) * std::abs(want[i]) + 1e-9;
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+    REQUIRE(std::abs(static_cast<double>(got[i]) - want[i]) <= limit);
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / limit);
+  }
+  CHECK(worst > 0.05);  // really rounded to bf16
+
+  // The head's backward from the bf16 gradient; the CPU's from the same values.
+  std::copy(got.begin(), got.end(), logits.cpu.f32());
+  const auto adl = magnitudes(b, logits);
+  auto hx = b.random({N, C}), dwte = b.random({V, C});
+  b.cpu.kernels.tied_head_backward_input(hx.cpu, logits.cpu, wte.cpu);
+  b.g().kernels.tied_head_backward_input(hx.gpu, logits.gpu, wte.gpu);
+  auto hx_bound = *Tensor::zeros(b.cpu.device, {N, C});
+  b.cpu.kernels.tied_head_backward_input(hx_bound, adl, awte);
+  within_bf16_rounding(b, hx, hx_bound, V);
+  b.cpu.kernels.tied_head_backward_weight(dwte.cpu, logits.cpu, x.cpu);
+  b.g().kernels.tied_head_backward_weight(dwte.gpu, logits.gpu, x.gpu);
+  auto dwte_bound = *Tensor::zeros(b.cpu.device, {V, C});
+  b.cpu.kernels.tied_head_backward_weight(dwte_bound, adl, ax);
+  within_bf16_rounding(b, dwte, dwte_bound, N);
+}
+
+// ... and a vocabulary that is not (element by element, the scalar path).
+TEST_CASE("CUDA bf16 cross-entropy on rows that are not 16-byte aligned", "[cuda][kernels][bf16]") {
+  Both b(Precision::bf16);
+  const int N = 5, V = 997;
+  std::vector<float> v(static_cast<std::size_t>(N) * V);
+  for (auto& z : v) z = from_bf16(to_bf16(std::uniform_real_distribution<float>(-4, 4)(b.rng)));
+  Pair logits{*Tensor::empty(b.cpu.device, {N, V}), testing::tensor_of(b.g(), {N, V}, v, DType::bf16)};
+  std::copy(v.begin(), v.end(), logits.cpu.f32());
+  std::vector<std::int32_t> tgt{0, 996, 500, 3, 77};
+  auto targets = b.ids({N}, tgt);
+  auto losses = b.random({N});
+  b.cpu.kernels.cross_entropy_forward_backward(losses.cpu, logits.cpu, targets.cpu, 1.0f);
+  b.g().kernels.cross_entropy_forward_backward(losses.gpu, logits.gpu, targets.gpu, 1.0f);
+  b.agree(losses);
+  const auto got = b.host_gpu(logits.gpu), want = b.host(logits.cpu);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+    REQUIRE(std::abs(static_cast<double>(got[i]) - want[i]) <= (std::ldexp(1.0, -9) + 1e-5) * std::abs(want[i]) + 1e-9);
+  }
 }
 
 TEST_CASE("CUDA GELU and residual additions equal the CPU's", "[cuda][kernels]") {

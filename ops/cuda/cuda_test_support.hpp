@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -24,11 +25,16 @@ inline std::unique_ptr<ComputeDevice> gpu_or_skip(Precision precision = Precisio
   return std::move(*d);
 }
 
-/// `values` as a tensor of `shape` on ctx's device (copied, waited for).
-inline Tensor tensor_of(const ExecContext& ctx, const Shape& shape, const std::vector<float>& values) {
-  auto host = *Tensor::pinned_host(ctx.device, shape);
-  std::copy(values.begin(), values.end(), host.f32());
-  auto t = *Tensor::empty(ctx.device, shape);
+/// `values` as a tensor of `shape` on ctx's device (copied, waited for); in
+/// bf16, each value rounded to nearest.
+inline Tensor tensor_of(const ExecContext& ctx, const Shape& shape, const std::vector<float>& values,
+                        DType dtype = DType::f32) {
+  auto host = *Tensor::pinned_host(ctx.device, shape, dtype);
+  if (dtype == DType::bf16)
+    std::transform(values.begin(), values.end(), host.data<BFloat16>(), [](float x) { return to_bf16(x); });
+  else
+    std::copy(values.begin(), values.end(), host.f32());
+  auto t = *Tensor::empty(ctx.device, shape, dtype);
   REQUIRE(ctx.copy(t, host).ok());
   ctx.stream.synchronize();
   return t;
@@ -43,9 +49,17 @@ inline Tensor ids_of(const ExecContext& ctx, const Shape& shape, const std::vect
   return t;
 }
 
-/// A tensor's values on the host (waits for ctx's stream).
+/// A tensor's values (f32 or bf16) on the host as floats (waits for ctx's stream).
 inline std::vector<float> values_of(const ExecContext& ctx, const Tensor& t) {
   std::vector<float> out(static_cast<std::size_t>(t.numel()));
+  if (t.dtype() == DType::bf16) {
+    std::vector<BFloat16> bits(out.size());
+    REQUIRE(ctx.device.copy(bits.data(), t.raw(), t.nbytes(), ctx.stream).ok());
+    ctx.stream.synchronize();
+    std::transform(bits.begin(), bits.end(), out.begin(), from_bf16);
+    return out;
+  }
+  REQUIRE(t.dtype() == DType::f32);
   REQUIRE(ctx.device.copy(out.data(), t.raw(), t.nbytes(), ctx.stream).ok());
   ctx.stream.synchronize();
   return out;

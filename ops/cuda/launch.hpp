@@ -50,6 +50,9 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::in
 // cross_entropy.cu
 void cross_entropy_forward_backward(float* losses, float* logits, const std::int32_t* targets, float dlogits_scale,
                                     std::int64_t N, std::int64_t V, cudaStream_t s);
+/// bf16 logits, and their gradient in bf16; the loss and the sums in fp32.
+void cross_entropy_forward_backward(float* losses, __nv_bfloat16* logits, const std::int32_t* targets,
+                                    float dlogits_scale, std::int64_t N, std::int64_t V, cudaStream_t s);
 
 // attention.cu. lse: (B,NH,T) log-sum-exp of each query row's scores. bf16:
 // the products on the tensor cores from bf16-rounded inputs (head sizes up to

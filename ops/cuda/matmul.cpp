@@ -89,7 +89,7 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
   const cudaDataType_t in = s.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   must(cublasLtMatrixLayoutCreate(&p->a, in, s.trans_b ? s.K : s.N, s.trans_b ? s.N : s.K, s.ldb), "layout A");
   must(cublasLtMatrixLayoutCreate(&p->b, in, s.trans_a ? s.M : s.K, s.trans_a ? s.K : s.M, s.lda), "layout B");
-  must(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, s.N, s.M, s.ldc), "layout C");
+  must(cublasLtMatrixLayoutCreate(&p->c, s.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, s.N, s.M, s.ldc), "layout C");
   cublasLtMatmulPreference_t pref = nullptr;
   must(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const std::size_t ws = kWorkspaceBytes;
@@ -119,16 +119,28 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
 
 void Matmul::gemm(GemmShape s, const float* A, const float* B, float* C, const float* bias, float alpha) {
   s.bf16 = false;
+  s.out_bf16 = false;
   run(s, A, B, C, bias, alpha);
 }
 
 void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias,
                   float alpha) {
   s.bf16 = true;
+  s.out_bf16 = false;
   run(s, A, B, C, bias, alpha);
 }
 
-void Matmul::run(GemmShape s, const void* A, const void* B, float* C, const float* bias, float alpha) {
+void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, float alpha) {
+  if (s.bias || s.accumulate) {
+    std::fprintf(stderr, "cublasLt: a bf16 output takes no bias and no accumulation\n");
+    std::abort();
+  }
+  s.bf16 = true;
+  s.out_bf16 = true;
+  run(s, A, B, C, nullptr, alpha);
+}
+
+void Matmul::run(GemmShape s, const void* A, const void* B, void* C, const float* bias, float alpha) {
   if (s.M == 0 || s.N == 0) return;
   s.align_a = alignment(A);
   s.align_b = alignment(B);

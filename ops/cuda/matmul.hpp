@@ -1,6 +1,7 @@
 // Row-major GEMMs on cuBLASLt: C = alpha op(A) op(B) + beta C (+ a bias per
 // column of C, fused as cuBLASLt's bias epilogue), A and B in fp32 or bf16,
-// C, the bias and the accumulation always fp32. One handle and one
+// C in fp32 or (from bf16 inputs, without bias or accumulation) bf16; the
+// bias and the accumulation always fp32. One handle and one
 // workspace per stream; the algorithm of each shape is chosen once and kept,
 // so a shape always runs the same kernel (a replayed step gives the same bits).
 #pragma once
@@ -27,13 +28,14 @@ struct GemmShape {
   bool bias = false;
   bool accumulate = false;   ///< beta = 1 (else 0)
   bool bf16 = false;         ///< A and B in bf16 (set by the gemm overload)
+  bool out_bf16 = false;     ///< C in bf16 (set by the gemm overload)
   /// Alignment in bytes (a power of two, at most 256) of A, B, C and the bias:
   /// set by gemm from the pointers, so the algorithm chosen suits them
   /// (parameters are views at any element offset of one flat buffer).
   int align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
   auto key() const {
-    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate, bf16, align_a, align_b, align_c,
-                    align_bias);
+    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate, bf16, out_bf16, align_a, align_b,
+                    align_c, align_bias);
   }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
 };
@@ -53,12 +55,14 @@ class Matmul {
   /// bf16 in (on the tensor cores), fp32 accumulate and out.
   void gemm(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias,
             float alpha = 1.0f);
+  /// bf16 in, fp32 accumulate, C rounded to bf16; no bias, no accumulation.
+  void gemm(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, float alpha = 1.0f);
 
  private:
   struct Plan;
   Matmul(int device, cudaStream_t stream);
   const Plan& plan(const GemmShape& shape);
-  void run(GemmShape shape, const void* A, const void* B, float* C, const float* bias, float alpha);
+  void run(GemmShape shape, const void* A, const void* B, void* C, const float* bias, float alpha);
 
   int device_;
   cudaStream_t stream_;

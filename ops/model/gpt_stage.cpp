@@ -48,7 +48,7 @@ struct GptStage::Slot {
   std::vector<Tensor> residual;  // layer_count()+1 tensors (B,T,C): residual[l] is block l's input
   std::vector<Layer> layers;
   Tensor lnf, lnf_mean, lnf_rstd;  // head stage: (B,T,C), (B,T), (B,T)
-  Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward
+  Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward (bf16 in bf16)
   Tensor losses;                   // head stage: (B*T)
   // Zero-bubble split only: output gradients of the linear layers, kept from B to W.
   struct Deferred {
@@ -121,8 +121,8 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
 
   const std::int64_t B = B_, T = T_, C = cfg_.dim, NH = cfg_.heads, V = cfg_.vocab;
   Status status;
-  auto make = [&](Shape shape) {
-    auto t = Tensor::empty(device, std::move(shape));
+  auto make = [&](Shape shape, DType dtype = DType::f32) {
+    auto t = Tensor::empty(device, std::move(shape), dtype);
     if (!t) {
       status = t.error();
       return Tensor{};
@@ -156,7 +156,10 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
       slot.lnf = make({B, T, C});
       slot.lnf_mean = make({B, T});
       slot.lnf_rstd = make({B, T});
-      slot.logits = make({B, T, V});
+      // In bf16 the logits are the tied head's bf16 output and hold their
+      // bf16 gradient: the largest activation at half the bytes, and the
+      // head's backward GEMMs read it as it is.
+      slot.logits = make({B, T, V}, ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32);
       slot.losses = make({B * T});
     }
     if (split_backward) {
@@ -261,11 +264,7 @@ void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x
   // output gradient kept (in `kept`, if it is not already where it was made).
   auto linear = [&](Tensor& dinp, Weight& weight, Weight& bias, const Tensor& dy, const Tensor& inp, bool accumulate,
                     Tensor* kept) {
-    if (!keep) {
-      ctx.kernels.linear_backward_input(dinp, dy, weight.w, accumulate);
-      ctx.kernels.linear_backward_weight(weight.g, bias.g, dy, inp);
-      return;
-    }
+    if (!keep) return ctx.kernels.linear_backward(dinp, weight.g, bias.g, dy, inp, weight.w, accumulate);
     if (kept) must(ctx.copy(*kept, dy));
     ctx.kernels.linear_backward_input(dinp, dy, weight.w, accumulate);
   };
