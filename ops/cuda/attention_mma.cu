@@ -193,6 +193,23 @@ __device__ inline void load_tile(bf16* tile, const bf16* head, int t0) {
   }
 }
 
+// The block's walk over `tiles` tiles, two stages deep: load(buf, i) starts
+// tile i's asynchronous copies into buffer buf, compute(buf, i) uses it, and
+// tile i + 1's copies are in flight while tile i is computed.
+template <class Load, class Compute>
+__device__ inline void pipelined(int tiles, Load&& load, Compute&& compute) {
+  load(0, 0);
+  commit_copies();
+  for (int i = 0; i < tiles; ++i) {
+    __syncthreads();  // every warp is done with the other buffer
+    if (i + 1 < tiles) load((i + 1) & 1, i + 1);
+    commit_copies();
+    wait_copies<1>();  // this thread's copies of tile i have landed ...
+    __syncthreads();   // ... and everyone's
+    compute(i & 1, i);
+  }
+}
+
 // acc[n] (16 x 8 each, n < 8: 64 columns) = A (16 x kHs) times tile^T: the
 // warp's rows against the tile's rows, summed over channels.
 __device__ void product_with_rows(float (&acc)[kRowTiles][4], const std::uint32_t (&a)[kHs / 16][4], const bf16* tile) {
@@ -283,19 +300,12 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(float* 
   zero(o);
   const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
   const int tiles = (q_last - first) / kRows + 1;
-  load_tile(Ks[0], kh, first);
-  load_tile(Vs[0], vh, first);
-  commit_copies();
-  for (int i = 0; i < tiles; ++i) {
-    const int k0 = first + i * kRows, buf = i & 1;
-    __syncthreads();  // every warp is done with the other buffer
-    if (i + 1 < tiles) {
-      load_tile(Ks[buf ^ 1], kh, k0 + kRows);
-      load_tile(Vs[buf ^ 1], vh, k0 + kRows);
-    }
-    commit_copies();
-    wait_copies<1>();  // this thread's copies of tile i have landed ...
-    __syncthreads();   // ... and everyone's
+  auto load = [&](int buf, int i) {
+    load_tile(Ks[buf], kh, first + i * kRows);
+    load_tile(Vs[buf], vh, first + i * kRows);
+  };
+  pipelined(tiles, load, [&](int buf, int i) {
+    const int k0 = first + i * kRows;
     float s[kRowTiles][4];
     product_with_rows(s, qa, Ks[buf]);
     const bool masked = needs_mask(g, q0, k0);
@@ -330,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(float* 
       for (int n = 0; n < kChannelTiles; ++n) o[n][2 * half] *= corr, o[n][2 * half + 1] *= corr;
     }
     accumulate_over_rows(o, s, Vs[buf]);
-  }
+  });
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int i = rows[half];
@@ -374,19 +384,12 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(float* dqkv,
   }
   const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
   const int tiles = (q_last - first) / kRows + 1;
-  load_tile(Ks[0], kh, first);
-  load_tile(Vs[0], vh, first);
-  commit_copies();
-  for (int i = 0; i < tiles; ++i) {
-    const int k0 = first + i * kRows, buf = i & 1;
-    __syncthreads();  // every warp is done with the other buffer
-    if (i + 1 < tiles) {
-      load_tile(Ks[buf ^ 1], kh, k0 + kRows);
-      load_tile(Vs[buf ^ 1], vh, k0 + kRows);
-    }
-    commit_copies();
-    wait_copies<1>();
-    __syncthreads();
+  auto load = [&](int buf, int i) {
+    load_tile(Ks[buf], kh, first + i * kRows);
+    load_tile(Vs[buf], vh, first + i * kRows);
+  };
+  pipelined(tiles, load, [&](int buf, int i) {
+    const int k0 = first + i * kRows;
     float s[kRowTiles][4], dp[kRowTiles][4];
     product_with_rows(s, qa, Ks[buf]);
     product_with_rows(dp, da, Vs[buf]);
@@ -402,7 +405,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(float* dqkv,
         s[n][e] = p * (dp[n][e] - row_delta[half]);  // dS
       }
     accumulate_over_rows(dq, s, Ks[buf]);
-  }
+  });
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
 #pragma unroll
   for (int half = 0; half < 2; ++half)
@@ -435,22 +438,16 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(float* dqkv
   zero(dv);
   // Query tiles from k0 (no earlier query sees these keys) to the last that sees one.
   const int tiles = (g.last_query(min(k0 + kRows - 1, g.T - 1)) - k0) / kRows + 1;
-  auto load = [&](int buf, int q0) {
+  auto load = [&](int buf, int i) {
+    const int q0 = k0 + i * kRows;
     load_tile(Qs[buf], qh, q0);
     load_tile(dOs[buf], dyh, q0);
     const int t = static_cast<int>(threadIdx.x);
     if (t < kRows / 4) copy_async_16(&lse_s[buf][4 * t], lse_h + q0 + 4 * t);
     else if (t < kRows / 2) copy_async_16(&delta_s[buf][4 * t - kRows], delta_h + q0 + 4 * t - kRows);
   };
-  load(0, k0);
-  commit_copies();
-  for (int i = 0; i < tiles; ++i) {
-    const int q0 = k0 + i * kRows, buf = i & 1;
-    __syncthreads();  // every warp is done with the other buffer
-    if (i + 1 < tiles) load(buf ^ 1, q0 + kRows);
-    commit_copies();
-    wait_copies<1>();
-    __syncthreads();
+  pipelined(tiles, load, [&](int buf, int i) {
+    const int q0 = k0 + i * kRows;
     float pt[kRowTiles][4], dst[kRowTiles][4];  // [key][query]: P^T, then dS^T
     product_with_rows(pt, ka, Qs[buf]);
     product_with_rows(dst, va, dOs[buf]);
@@ -466,7 +463,7 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(float* dqkv
       }
     accumulate_over_rows(dv, pt, dOs[buf]);  // dV = P^T dO
     accumulate_over_rows(dk, dst, Qs[buf]);  // dK = dS^T Q (scaled below)
-  }
+  });
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
