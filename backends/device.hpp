@@ -36,6 +36,18 @@ class Event {
   virtual double elapsed_us_since(const Event& start) const = 0;
 };
 
+class Stream;
+
+/// Work captured from a stream once and enqueued again as a whole (a CUDA
+/// graph): the same operations, on the same memory, with the same arguments,
+/// for one launch's cost.
+class Replay {
+ public:
+  virtual ~Replay() = default;
+  /// Enqueues the captured work on `s` (a stream of the device it was captured on).
+  virtual Status launch(Stream& s) = 0;
+};
+
 /// An in-order queue of work on one device.
 class Stream {
  public:
@@ -52,6 +64,15 @@ class Stream {
   /// `done` must not enqueue work itself: it hands the completion on (to an
   /// actor's mailbox), as every transport's completion does.
   virtual void then(std::function<void()> done) = 0;
+  /// The work `enqueue` puts on this stream, captured without running it, as
+  /// a Replay; null (and `enqueue` not called) where the stream does not
+  /// capture: its work runs as it is enqueued (the CPU). While capturing,
+  /// `enqueue` must not wait on the stream, nor record an event or a
+  /// completion that anything outside the captured work waits on.
+  virtual Expected<std::unique_ptr<Replay>> capture(const std::function<void()>& enqueue) {
+    (void)enqueue;
+    return std::unique_ptr<Replay>{};
+  }
 };
 
 /// Memory owned by a device; freed by the device's deleter.

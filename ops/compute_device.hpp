@@ -21,6 +21,9 @@ struct DeviceChoice {
   /// CUDA: the node's local rank; the GPU used is local_rank % (GPUs present).
   int local_rank = 0;
   Precision precision = Precision::fp32;
+  /// CUDA: each layer's forward and backward captured as a CUDA graph on its
+  /// first run and replayed after (train.cuda_graphs).
+  bool graphs = true;
 };
 
 /// "cpu" or "cuda".

@@ -24,6 +24,9 @@ struct ExecContext {
   Stream& stream;
   const Kernels& kernels;
   Precision precision = Precision::fp32;
+  /// Capture repeated work once and replay it where the stream can (CUDA
+  /// graphs; ReplayCache); off, everything is enqueued call by call.
+  bool replay = false;
 
   /// Enqueues dst = src (equal byte sizes, either on this device or host memory).
   Status copy(const Tensor& dst, const Tensor& src) const {

@@ -125,6 +125,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"train.threads", integer(t.threads, 0, 4096)},
       {"train.device", string(t.device)},
       {"train.precision", string(t.precision)},
+      {"train.cuda_graphs", boolean(t.cuda_graphs)},
       {"train.eval_every", integer(t.eval_every, 0, kMaxInt / 2)},
       {"train.eval_windows", integer(t.eval_windows, 0, 1 << 24)},
       {"train.log_every", integer(t.log_every, 0, kMaxInt / 2)},

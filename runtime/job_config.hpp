@@ -57,6 +57,7 @@ struct TrainSection {
   int log_every = 10;        ///< steps between progress lines on stderr
   std::string device = "cpu";       ///< cpu | cuda (the GPU: the node's local rank modulo the GPUs present)
   std::string precision = "fp32";   ///< fp32 | bf16 (bf16 GEMMs and activations, fp32 master weights and sums)
+  bool cuda_graphs = true;          ///< cuda: each layer's passes captured once as CUDA graphs and replayed
 };
 
 struct DataSection {

@@ -26,6 +26,7 @@ DeviceChoice device_choice(const JobConfig& job, int local_rank, int sharers) {
   d.threads = resolved_threads(job.train, sharers);
   d.local_rank = local_rank;
   d.precision = job.train.precision == "bf16" ? Precision::bf16 : Precision::fp32;
+  d.graphs = job.train.cuda_graphs;
   return d;
 }
 

@@ -91,6 +91,48 @@ void CudaStream::then(std::function<void()> done) {
   }
 }
 
+namespace {
+
+// An instantiated CUDA graph, launched on a stream of its device.
+class CudaReplay final : public Replay {
+ public:
+  CudaReplay(int device, cudaGraphExec_t exec) : device_(device), exec_(exec) {}
+  ~CudaReplay() override { cudaGraphExecDestroy(exec_); }
+  CudaReplay(const CudaReplay&) = delete;
+  CudaReplay& operator=(const CudaReplay&) = delete;
+  Status launch(Stream& s) override {
+    auto* cs = dynamic_cast<CudaStream*>(&s);
+    if (cs == nullptr) return make_error("a CUDA graph launched on a stream of another device");
+    TROUPE_CUDA_TRY(cudaSetDevice(device_), device_);
+    TROUPE_CUDA_TRY(cudaGraphLaunch(exec_, cs->handle()), device_);
+    return Status::success();
+  }
+
+ private:
+  int device_;
+  cudaGraphExec_t exec_;
+};
+
+struct GraphDeleter {
+  void operator()(cudaGraph_t g) const { cudaGraphDestroy(g); }
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Replay>> CudaStream::capture(const std::function<void()>& enqueue) {
+  const int index = device_.index();
+  device_.activate();
+  TROUPE_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), index);
+  enqueue();
+  cudaGraph_t raw = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &raw);
+  const std::unique_ptr<CUgraph_st, GraphDeleter> graph(raw);
+  TROUPE_CUDA_TRY(ended, index);
+  cudaGraphExec_t exec = nullptr;
+  TROUPE_CUDA_TRY(cudaGraphInstantiate(&exec, graph.get(), 0), index);
+  return std::unique_ptr<Replay>(std::make_unique<CudaReplay>(index, exec));
+}
+
 // ---- CudaDevice
 
 Expected<int> CudaDevice::count() {
@@ -125,9 +167,10 @@ Expected<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
 CudaDevice::~CudaDevice() { stream_.reset(); }
 
 std::int64_t CudaDevice::peak_pool_bytes() const {
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0, graphs = 0;
   if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemHigh, &bytes) != cudaSuccess) return -1;
-  return static_cast<std::int64_t>(bytes);
+  if (cudaDeviceGetGraphMemAttribute(index_, cudaGraphMemAttrUsedMemHigh, &graphs) != cudaSuccess) return -1;
+  return static_cast<std::int64_t>(bytes + graphs);
 }
 
 void CudaDevice::activate() const { TROUPE_CUDA_MUST(cudaSetDevice(index_), index_); }

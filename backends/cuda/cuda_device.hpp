@@ -50,6 +50,8 @@ class CudaStream final : public Stream {
   void wait(const Event& e) override;
   void synchronize() override;
   void then(std::function<void()> done) override;
+  /// A CUDA graph of the work (stream capture, this thread's calls only).
+  Expected<std::unique_ptr<Replay>> capture(const std::function<void()>& enqueue) override;
   cudaStream_t handle() const { return stream_; }
 
  private:
@@ -86,7 +88,9 @@ class CudaDevice final : public Device {
 
   int index() const { return index_; }
   const CudaDeviceInfo& info() const { return info_; }
-  /// The pool's high-water mark of memory in use, in bytes.
+  /// The high-water mark of memory in use, in bytes: the stream-ordered
+  /// pool's plus that of the graphs' allocations (a CUDA graph's scratch comes
+  /// from a pool of its own), an upper bound of their peak together.
   std::int64_t peak_pool_bytes() const;
   /// Makes this GPU the calling thread's current one (CUDA's current device
   /// is per thread, and actors move between threads).

@@ -14,10 +14,11 @@ namespace {
 
 class CudaComputeDevice final : public ComputeDevice {
  public:
-  CudaComputeDevice(std::unique_ptr<CudaDevice> device, std::unique_ptr<CudaKernels> kernels, Precision precision)
+  CudaComputeDevice(std::unique_ptr<CudaDevice> device, std::unique_ptr<CudaKernels> kernels, Precision precision,
+                    bool graphs)
       : device_(std::move(device)),
         kernels_(std::move(kernels)),
-        context_{*device_, device_->default_stream(), *kernels_, precision} {}
+        context_{*device_, device_->default_stream(), *kernels_, precision, graphs} {}
 
   const ExecContext& context() const override { return context_; }
 
@@ -87,7 +88,7 @@ Expected<std::unique_ptr<ComputeDevice>> open_cuda_compute_device(const DeviceCh
   auto kernels = CudaKernels::create(**device, (*device)->cuda_stream(), choice.precision);
   if (!kernels) return make_error("train.device = \"cuda\": ", kernels.error().message);
   return std::unique_ptr<ComputeDevice>(
-      new CudaComputeDevice(std::move(*device), std::move(*kernels), choice.precision));
+      new CudaComputeDevice(std::move(*device), std::move(*kernels), choice.precision, choice.graphs));
 }
 
 }  // namespace troupe

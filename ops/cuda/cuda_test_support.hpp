@@ -17,10 +17,11 @@
 namespace troupe::testing {
 
 /// GPU 0's compute device, or the test ends Skipped with the driver's reason.
-inline std::unique_ptr<ComputeDevice> gpu_or_skip(Precision precision = Precision::fp32) {
+/// `graphs`: layers captured as CUDA graphs and replayed (train.cuda_graphs).
+inline std::unique_ptr<ComputeDevice> gpu_or_skip(Precision precision = Precision::fp32, bool graphs = true) {
   auto n = CudaDevice::count();
   if (!n) skip("no GPU here (" + n.error().message + ")");
-  auto d = open_cuda_compute_device(DeviceChoice{DeviceKind::cuda, 1, 0, precision});
+  auto d = open_cuda_compute_device(DeviceChoice{DeviceKind::cuda, 1, 0, precision, graphs});
   REQUIRE(d.ok());
   return std::move(*d);
 }

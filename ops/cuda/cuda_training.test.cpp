@@ -91,6 +91,21 @@ TEST_CASE("a training step replayed on the GPU gives the same bits", "[cuda][tra
   CHECK(first.params() == second.params());
 }
 
+// RC-1: a layer's passes captured once as CUDA graphs and replayed give the
+// bits of the same passes enqueued call by call, in both precisions.
+TEST_CASE("layers replayed from CUDA graphs give the bits of layers enqueued call by call", "[cuda][training]") {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO("precision " << precision_name(precision));
+    auto with = testing::gpu_or_skip(precision, true), without = testing::gpu_or_skip(precision, false);
+    const GptConfig cfg = model(false, 0);
+    Trainee replayed(with->context(), cfg), direct(without->context(), cfg);
+    for (int s = 0; s < 4; ++s) CHECK(replayed.step(s) == direct.step(s));
+    CHECK(replayed.params() == direct.params());
+    CHECK(replayed.stage->replayed_passes() == 2 * static_cast<std::size_t>(cfg.layers));  // forward, backward
+    CHECK(direct.stage->replayed_passes() == 0);
+  }
+}
+
 TEST_CASE("weights saved on the GPU load on the CPU, and the other way round, unchanged", "[cuda][training]") {
   auto gpu = testing::gpu_or_skip();
   testing::CpuContext cpu(1);

@@ -21,6 +21,9 @@ void must(const Status& s) {
   std::abort();
 }
 
+// The passes a ReplayCache key names.
+enum : std::uintptr_t { kLayerForward, kLayerBackward, kLayerWeights };
+
 }  // namespace
 
 // A parameter's value and gradient views.
@@ -296,6 +299,10 @@ void GptStage::block_weight_backward(Block& w, Slot& a_slot, int layer, const Ex
   ctx.kernels.linear_backward_weight(w.qkv_w.g, w.qkv_b.g, k.dqkv, a.ln1);
 }
 
+void GptStage::replayed(const ExecContext& ctx, ReplayCache::Key key, const std::function<void()>& pass) {
+  must(replays_.run(ctx, std::move(key), pass));
+}
+
 void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, const ExecContext& ctx) {
   StageParam* lnf_w = find("ln_f.weight");
   StageParam* lnf_b = find("ln_f.bias");
@@ -340,8 +347,10 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
   }
   for (int l = 0; l < spec_.layer_count(); ++l) {
     if (needs) needs(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
-    block_forward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)],
-                  a.residual[static_cast<std::size_t>(l) + 1], ctx);
+    const Tensor& x = a.residual[static_cast<std::size_t>(l)];
+    Tensor& out = a.residual[static_cast<std::size_t>(l) + 1];
+    replayed(ctx, {kLayerForward, key_of(&a), static_cast<std::uintptr_t>(l), key_of(x.raw()), key_of(out.raw())},
+             [&] { block_forward(blocks_[static_cast<std::size_t>(l)], a, l, x, out, ctx); });
   }
   if (!spec_.head) return 0.0f;
   assert(targets != nullptr);
@@ -378,7 +387,9 @@ void GptStage::run_backward(int slot, const Tensor& dout, const ExecContext& ctx
     must(ctx.copy(scratch_->dres, dout));
   }
   for (int l = spec_.layer_count() - 1; l >= 0; --l) {
-    block_backward(blocks_[static_cast<std::size_t>(l)], a, l, a.residual[static_cast<std::size_t>(l)], ctx, input_only);
+    const Tensor& x = a.residual[static_cast<std::size_t>(l)];
+    replayed(ctx, {kLayerBackward, key_of(&a), static_cast<std::uintptr_t>(l), key_of(x.raw()), input_only},
+             [&] { block_backward(blocks_[static_cast<std::size_t>(l)], a, l, x, ctx, input_only); });
     if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second, *ctx.stream.record());
   }
   if (!spec_.embedding) return;
@@ -399,7 +410,8 @@ void GptStage::backward_weight(int slot, const ExecContext& ctx, const GradsRead
     if (ready) ready(blocks_end, grads_flat_.numel(), *ctx.stream.record());
   }
   for (int l = spec_.layer_count() - 1; l >= 0; --l) {
-    block_weight_backward(blocks_[static_cast<std::size_t>(l)], a, l, ctx);
+    replayed(ctx, {kLayerWeights, key_of(&a), static_cast<std::uintptr_t>(l)},
+             [&] { block_weight_backward(blocks_[static_cast<std::size_t>(l)], a, l, ctx); });
     if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second, *ctx.stream.record());
   }
   if (spec_.embedding) {

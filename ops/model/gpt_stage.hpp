@@ -18,6 +18,7 @@
 #include "common/expected.hpp"
 #include "ops/exec_context.hpp"
 #include "ops/model/gpt_config.hpp"
+#include "ops/replay_cache.hpp"
 
 namespace troupe {
 
@@ -113,6 +114,8 @@ class GptStage {
     std::size_t params = 0, grads = 0, activations = 0, scratch = 0;
   };
   MemoryUse memory_use() const;
+  /// Layer passes held as captured work (CUDA graphs) for replay.
+  std::size_t replayed_passes() const { return replays_.size(); }
 
  private:
   struct Block;
@@ -128,6 +131,9 @@ class GptStage {
   void head_backward(Slot& a, const ExecContext& ctx, bool input_only);
   void head_weight_backward(Slot& a, const ExecContext& ctx);
   void run_backward(int slot, const Tensor& dout, const ExecContext& ctx, bool input_only, const GradsReady& ready);
+  // A layer's pass, replayed where the device captures (RC-1: `key` names the
+  // pass, the slot, the layer and the buffers that are not the slot's own).
+  void replayed(const ExecContext& ctx, ReplayCache::Key key, const std::function<void()>& pass);
 
   GptConfig cfg_;
   StageSpec spec_;
@@ -138,6 +144,7 @@ class GptStage {
   std::vector<std::pair<std::int64_t, std::int64_t>> block_ranges_;  // flat range of each block's parameters
   std::vector<Slot> slots_;
   std::unique_ptr<Scratch> scratch_;
+  ReplayCache replays_;
 };
 
 }  // namespace troupe
