@@ -223,4 +223,28 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   });
 }
 
+// A bf16 out: written by the tensor-core kernels directly; by the others
+// through an fp32 copy in scratch.
+void attention_forward(__nv_bfloat16* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
+                       bool bf16, cudaStream_t s) {
+  const Geometry g{B, T, C, NH, C / NH, window};
+  if (static_cast<std::int64_t>(B) * NH * T == 0) return;
+  if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
+  const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
+  const Scratch wide(static_cast<std::size_t>(n) * sizeof(float), s);
+  attention_forward(wide.as<float>(), lse, qkv, B, T, C, NH, window, bf16, s);
+  to_bf16(out, wide.as<float>(), n, s);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const __nv_bfloat16* out, const float* lse,
+                        int B, int T, int C, int NH, int window, bool bf16, cudaStream_t s) {
+  const Geometry g{B, T, C, NH, C / NH, window};
+  if (static_cast<std::int64_t>(B) * NH * T == 0) return;
+  if (bf16 && attention_backward_mma(dqkv, dout, qkv, out, lse, g, s)) return;
+  const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
+  const Scratch wide(static_cast<std::size_t>(n) * sizeof(float), s);
+  to_f32(wide.as<float>(), out, n, s);
+  attention_backward(dqkv, dout, qkv, wide.as<float>(), lse, B, T, C, NH, window, bf16, s);
+}
+
 }  // namespace troupe::cuda

@@ -6,6 +6,7 @@
 // that order before the warp-per-row kernels.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,9 +40,14 @@ __device__ inline F* btc_head(F* btc, const AttentionGeometry& g, int b, int t, 
 /// The tensor-core kernels for bf16 precision (attention_mma.cu; head sizes
 /// up to 64): false, with nothing enqueued, where they do not apply. The
 /// backward computes its own delta = rowsum(dout * out) as it packs dout.
+/// out (the forward's output, the backward's input) in fp32 or bf16.
 bool attention_forward_mma(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s);
+bool attention_forward_mma(__nv_bfloat16* out, float* lse, const float* qkv, const AttentionGeometry& g,
+                           cudaStream_t s);
 bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                             const AttentionGeometry& g, cudaStream_t s);
+bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const __nv_bfloat16* out,
+                            const float* lse, const AttentionGeometry& g, cudaStream_t s);
 
 /// The tiled fp32 kernels (head sizes up to 128, where the GPU's shared memory
 /// holds their tiles): false, with nothing enqueued, where they do not apply.

@@ -91,7 +91,8 @@ __global__ void pack_qkv_kernel(bf16* dst, const float* qkv, AttentionGeometry g
 // For the backward, warp per row (head, t < Tpad): dout's row packed as
 // above, delta = rowsum(dout * out) in fp32 and the forward's log-sum-exp in
 // base 2, both zero past T. Lane l holds channels 2l and 2l + 1.
-__global__ void prepare_backward_kernel(bf16* doutp, float* lse2, float* delta, const float* dout, const float* out,
+template <class O>
+__global__ void prepare_backward_kernel(bf16* doutp, float* lse2, float* delta, const float* dout, const O* out,
                                         const float* lse, AttentionGeometry g, int Tpad) {
   const std::int64_t rows = static_cast<std::int64_t>(g.B) * g.NH * Tpad;
   const std::int64_t row = blockIdx.x * static_cast<std::int64_t>(blockDim.x / 32) + threadIdx.x / 32;
@@ -101,10 +102,10 @@ __global__ void prepare_backward_kernel(bf16* doutp, float* lse2, float* delta, 
   float dy[2] = {0.0f, 0.0f}, y[2] = {0.0f, 0.0f};
   if (t < g.T) {
     const float* dy_row = btc_head(dout, g, b, t, h);
-    const float* y_row = btc_head(out, g, b, t, h);
+    const O* y_row = btc_head(out, g, b, t, h);
 #pragma unroll
     for (int k = 0; k < 2; ++k)
-      if (c + k < g.hs) dy[k] = dy_row[c + k], y[k] = y_row[c + k];
+      if (c + k < g.hs) dy[k] = dy_row[c + k], y[k] = to_float(y_row[c + k]);
   }
   reinterpret_cast<__nv_bfloat162*>(doutp + row * kHs)[lane] = __floats2bfloat162_rn(dy[0], dy[1]);
   const float d = warp_sum(dy[0] * y[0] + dy[1] * y[1]);
@@ -248,13 +249,14 @@ __device__ void accumulate_over_rows(float (&acc)[kChannelTiles][4], const float
 
 // This lane's columns of row `row` (of a warp's 16 x kHs accumulators, half
 // 0 for row g, 1 for g + 8) times `scale` into dst (channels < hs).
-__device__ void store_half(float* dst, const float (&acc)[kChannelTiles][4], int half, float scale, int hs) {
+template <class O>
+__device__ void store_half(O* dst, const float (&acc)[kChannelTiles][4], int half, float scale, int hs) {
   const Lane L = lane();
 #pragma unroll
   for (int n = 0; n < kChannelTiles; ++n) {
     const int ch = 8 * n + 2 * L.t;
-    if (ch < hs) dst[ch] = acc[n][2 * half] * scale;
-    if (ch + 1 < hs) dst[ch + 1] = acc[n][2 * half + 1] * scale;
+    if (ch < hs) dst[ch] = from_float<O>(acc[n][2 * half] * scale);
+    if (ch + 1 < hs) dst[ch + 1] = from_float<O>(acc[n][2 * half + 1] * scale);
   }
 }
 
@@ -281,8 +283,9 @@ __device__ inline int query_tile_start(int T) {
 
 // ---- Kernels ------------------------------------------------------------------------
 
-// out (B,T,C), lse (B,NH,T) from packed q, k, v. Grid (B*NH, query tiles).
-__global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(float* out, float* lse, const bf16* qkvp,
+// out (B,T,C; fp32 or bf16), lse (B,NH,T) from packed q, k, v. Grid (B*NH, query tiles).
+template <class O>
+__global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out, float* lse, const bf16* qkvp,
                                                                           AttentionGeometry g, Packed pk) {
   __shared__ __align__(16) bf16 Ks[2][kRows * kLd];
   __shared__ __align__(16) bf16 Vs[2][kRows * kLd];
@@ -491,9 +494,8 @@ std::size_t packed_bytes(const AttentionGeometry& g, const Packed& pk, int parts
   return static_cast<std::size_t>(parts) * static_cast<std::size_t>(g.B) * g.NH * pk.head() * sizeof(bf16);
 }
 
-}  // namespace
-
-bool attention_forward_mma(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
+template <class O>
+bool forward(O* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
   const Scratch qkvp(packed_bytes(g, pk, 3), s);
@@ -503,8 +505,9 @@ bool attention_forward_mma(float* out, float* lse, const float* qkv, const Atten
   return true;
 }
 
-bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                            const AttentionGeometry& g, cudaStream_t s) {
+template <class O>
+bool backward(float* dqkv, const float* dout, const float* qkv, const O* out, const float* lse,
+              const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
   const std::int64_t rows = static_cast<std::int64_t>(g.B) * g.NH * pk.Tpad;
@@ -522,6 +525,27 @@ bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, co
   attention_dkv_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(dqkv, in, g, pk);
   check_launch("attention_dkv_mma_kernel");
   return true;
+}
+
+}  // namespace
+
+bool attention_forward_mma(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
+  return forward(out, lse, qkv, g, s);
+}
+
+bool attention_forward_mma(__nv_bfloat16* out, float* lse, const float* qkv, const AttentionGeometry& g,
+                           cudaStream_t s) {
+  return forward(out, lse, qkv, g, s);
+}
+
+bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                            const AttentionGeometry& g, cudaStream_t s) {
+  return backward(dqkv, dout, qkv, out, lse, g, s);
+}
+
+bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const __nv_bfloat16* out,
+                            const float* lse, const AttentionGeometry& g, cudaStream_t s) {
+  return backward(dqkv, dout, qkv, out, lse, g, s);
 }
 
 }  // namespace troupe::cuda

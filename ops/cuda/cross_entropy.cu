@@ -17,15 +17,6 @@ namespace {
 
 constexpr int kThreads = 512;
 
-__device__ inline float to_float(float x) { return x; }
-__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <class L>
-__device__ inline L from_float(float x);
-template <>
-__device__ inline float from_float<float>(float x) { return x; }
-template <>
-__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-
 // 16 bytes of logits: 4 fp32 or 8 bf16.
 template <class L>
 constexpr int kVector = 16 / sizeof(L);

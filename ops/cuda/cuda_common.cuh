@@ -4,6 +4,7 @@
 // memory from the stream-ordered pool (scratch.hpp).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -30,6 +31,18 @@ inline unsigned grid_for(std::int64_t n, int threads, unsigned cap = 4096) {
   const std::int64_t blocks = (n + threads - 1) / threads;
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
 }
+
+/// An element of an fp32 or bf16 tensor as fp32, and fp32 as such an element
+/// (bf16 rounded to nearest, ties to even): kernels templated on the dtype of
+/// an activation they read or write.
+__device__ inline float to_float(float x) { return x; }
+__device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <class E>
+__device__ inline E from_float(float x);
+template <>
+__device__ inline float from_float<float>(float x) { return x; }
+template <>
+__device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
 /// Sum over a warp by butterfly shuffles; every lane ends with the same value.
 template <class T>

@@ -110,6 +110,9 @@ void CudaKernels::do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogi
 
 void CudaKernels::do_layernorm_forward(Tensor& out, Tensor& mean, Tensor& rstd, const Tensor& inp,
                                        const Tensor& weight, const Tensor& bias) const {
+  if (out.dtype() == DType::bf16)
+    return cuda::layernorm_forward(bf16_data(out), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(),
+                                   rows(inp), inp.dim(-1), s());
   cuda::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(), bias.f32(), rows(inp),
                           inp.dim(-1), s());
 }
@@ -122,6 +125,7 @@ void CudaKernels::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& d
 }
 
 void CudaKernels::do_gelu_forward(Tensor& out, const Tensor& inp) const {
+  if (out.dtype() == DType::bf16) return cuda::gelu_forward(bf16_data(out), inp.f32(), inp.numel(), s());
   cuda::gelu_forward(out.f32(), inp.f32(), inp.numel(), s());
 }
 
@@ -157,14 +161,21 @@ void CudaKernels::do_attention_forward(Tensor& out, Tensor& saved, const Tensor&
     std::fprintf(stderr, "kernel attention_forward: head size %d exceeds %d\n", C / NH, cuda::kMaxHeadSize);
     std::abort();
   }
-  cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), as_int(qkv.dim(0)), as_int(qkv.dim(1)), C, NH, window,
-                          precision_ == Precision::bf16, s());
+  const int B = as_int(qkv.dim(0)), T = as_int(qkv.dim(1));
+  const bool bf16 = precision_ == Precision::bf16;
+  if (out.dtype() == DType::bf16)
+    return cuda::attention_forward(bf16_data(out), saved.f32(), qkv.f32(), B, T, C, NH, window, bf16, s());
+  cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), B, T, C, NH, window, bf16, s());
 }
 
 void CudaKernels::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                         const Tensor& saved, int NH, int window) const {
-  cuda::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), saved.f32(), as_int(qkv.dim(0)),
-                           as_int(qkv.dim(1)), as_int(qkv.dim(2) / 3), NH, window, precision_ == Precision::bf16, s());
+  const int B = as_int(qkv.dim(0)), T = as_int(qkv.dim(1)), C = as_int(qkv.dim(2) / 3);
+  const bool bf16 = precision_ == Precision::bf16;
+  if (out.dtype() == DType::bf16)
+    return cuda::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), bf16_data(out), saved.f32(), B, T, C, NH,
+                                    window, bf16, s());
+  cuda::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), saved.f32(), B, T, C, NH, window, bf16, s());
 }
 
 void CudaKernels::do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,

@@ -236,6 +236,46 @@ TEST_CASE("CUDA bf16 GEMMs (linear, tied head) are within bf16 rounding of the C
   CHECK(b.host_gpu(y.gpu) == first);
 }
 
+// A bf16 activation against the CPU's fp32 one: the GPU's fp32 value rounded
+// once (at most 2^-8 of it, 8 significant bits to nearest) beside fp32's own
+// differences (1e-5 of the tensor's RMS, as Both::agree allows). Returns the
+// largest error as a share of its bound.
+double rounded_once(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  double sq = 0;
+  for (float x : want) sq += static_cast<double>(x) * x;
+  const double rms = want.empty() ? 0 : std::sqrt(sq / static_cast<double>(want.size()));
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double limit = std::ldexp(1.0, -8) * (std::abs(want[i]) + 1e-5 * rms) + 1e-5 * rms + 1e-30;
+    INFO("element " << i << ": got " << got[i] << ", want " << want[i] << ", bound " << limit);
+    REQUIRE(std::abs(static_cast<double>(got[i]) - want[i]) <= limit);
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / limit);
+  }
+  return worst;
+}
+
+// In bf16 the GEMMs' inputs are stored in bf16 by the kernels that make them:
+// LayerNorm and GELU round their fp32 results once as they write them (the
+// statistics stay fp32).
+TEST_CASE("CUDA LayerNorm and GELU write bf16 activations rounded once", "[cuda][kernels][bf16]") {
+  Both b(Precision::bf16);
+  const int N = 37, C = 200;
+  auto x = b.random({N, C}, -2, 2), w = b.random({C}), bias = b.random({C});
+  Pair y{*Tensor::empty(b.cpu.device, {N, C}), *Tensor::empty(b.g().device, {N, C}, DType::bf16)};
+  auto mean = b.random({N}), rstd = b.random({N});
+  b.cpu.kernels.layernorm_forward(y.cpu, mean.cpu, rstd.cpu, x.cpu, w.cpu, bias.cpu);
+  b.g().kernels.layernorm_forward(y.gpu, mean.gpu, rstd.gpu, x.gpu, w.gpu, bias.gpu);
+  CHECK(rounded_once(b.host_gpu(y.gpu), b.host(y.cpu)) > 0.05);
+  b.agree(mean);
+  b.agree(rstd);
+  auto h = b.random({N, C}, -5, 5);
+  Pair g{*Tensor::empty(b.cpu.device, {N, C}), *Tensor::empty(b.g().device, {N, C}, DType::bf16)};
+  b.cpu.kernels.gelu_forward(g.cpu, h.cpu);
+  b.g().kernels.gelu_forward(g.gpu, h.gpu);
+  CHECK(rounded_once(b.host_gpu(g.gpu), b.host(g.cpu)) > 0.05);
+}
+
 // In bf16 the logits are bf16: the tied head rounds its fp32 sums into them,
 // the cross-entropy reads them and writes their gradient over them in bf16
 // (the loss and its sums in fp32), and the head's backward GEMMs read that
@@ -509,6 +549,24 @@ void check_attention_bf16(Both& b, const AttentionCase& a) {
   const auto first = b.host_gpu(dqkv.gpu);
   b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y.gpu, att_gpu, NH, window);
   CHECK(b.host_gpu(dqkv.gpu) == first);
+
+  // A bf16 output (bf16 activations): the fp32 one rounded once, within the
+  // forward's bound plus that rounding (2^-8 of |out| <= 1) ...
+  auto y16 = *Tensor::empty(b.g().device, {B, T, C}, DType::bf16);
+  b.g().kernels.attention_forward(y16, att_gpu, qkv.gpu, NH, window);
+  const auto y16_host = b.host_gpu(y16);
+  CHECK(largest_difference(y16_host, y_cpu) <= std::ldexp(1.0, -7) + std::ldexp(1.0, -8));
+  // ... and the backward from it equals the CPU's from the same values, within
+  // the same bounds (delta = rowsum(dout * out) sees the values the CPU sees).
+  std::copy(y16_host.begin(), y16_host.end(), y.cpu.f32());
+  b.cpu.kernels.attention_backward(dqkv.cpu, dy.cpu, qkv.cpu, y.cpu, att_cpu, NH, window);
+  b.g().kernels.attention_backward(dqkv.gpu, dy.gpu, qkv.gpu, y16, att_gpu, NH, window);
+  const auto got16 = b.host_gpu(dqkv.gpu), want16 = b.host(dqkv.cpu);
+  for (std::size_t i = 0; i < got16.size(); ++i) {
+    const double limit = bound[i] + 1e-5 * std::abs(want16[i]) + 1e-7;
+    INFO("bf16 out, element " << i << ": got " << got16[i] << ", want " << want16[i] << ", bound " << limit);
+    REQUIRE(std::abs(static_cast<double>(got16[i]) - want16[i]) <= limit);
+  }
 }
 
 }  // namespace

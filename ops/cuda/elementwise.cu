@@ -1,6 +1,6 @@
 // Elementwise kernels: GELU (tanh approximation) forward and backward, the
 // residual additions, the broadcast of a bias over rows, and fp32 rounded to
-// bf16 (the bf16 GEMMs' inputs).
+// bf16 (the bf16 GEMMs' inputs) and back. GELU writes fp32 or bf16.
 #include <cuda_bf16.h>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -12,12 +12,13 @@ namespace {
 constexpr int kThreads = 256;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 
-// out, inp: (n). Grid-stride over n.
-__global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n) {
+// out (fp32 or bf16), inp: (n). Grid-stride over n.
+template <class O>
+__global__ void gelu_forward_kernel(O* out, const float* inp, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+    out[i] = from_float<O>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
   }
 }
 
@@ -68,7 +69,20 @@ __global__ void to_bf16_kernel(__nv_bfloat16* out, const float* in, std::int64_t
   for (std::int64_t i = 4 * n4 + first; i < n; i += stride) out[i] = __float2bfloat16_rn(in[i]);
 }
 
+// out, in: (n), widened.
+__global__ void to_f32_kernel(float* out, const __nv_bfloat16* in, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = __bfloat162float(in[i]);
+}
+
 }  // namespace
+
+void to_f32(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, in, n);
+  check_launch("to_f32_kernel");
+}
 
 void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;
@@ -78,6 +92,12 @@ void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t s
 }
 
 void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
+  check_launch("gelu_forward_kernel");
+}
+
+void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
   check_launch("gelu_forward_kernel");

@@ -17,11 +17,15 @@ namespace troupe::cuda {
 
 // elementwise.cu
 void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s);
+/// The same, rounded to bf16 as it is written.
+void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStream_t s);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s);
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s);
 void residual3_forward(float* out, const float* a, const float* b, const float* c, std::int64_t n, cudaStream_t s);
 /// out = in rounded to bf16 (to nearest, ties to even).
 void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t s);
+/// out = in widened to fp32.
+void to_f32(float* out, const __nv_bfloat16* in, std::int64_t n, cudaStream_t s);
 /// out[r, c] = bias[c] for every row (a linear layer's output before its GEMM accumulates).
 void broadcast_rows(float* out, const float* bias, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 
@@ -37,6 +41,9 @@ void sum_into(double* total, const float* x, std::int64_t n, bool squares, cudaS
 // layernorm.cu
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        std::int64_t N, std::int64_t C, cudaStream_t s);
+/// The same with out rounded to bf16 as it is written (mean and rstd fp32).
+void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, std::int64_t N, std::int64_t C, cudaStream_t s);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
                         cudaStream_t s);
@@ -61,6 +68,11 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
                        cudaStream_t s);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
                         int T, int C, int NH, int window, bool bf16, cudaStream_t s);
+/// The same with the output in bf16 (bf16 activations).
+void attention_forward(__nv_bfloat16* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
+                       bool bf16, cudaStream_t s);
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const __nv_bfloat16* out, const float* lse,
+                        int B, int T, int C, int NH, int window, bool bf16, cudaStream_t s);
 /// The largest head size the attention kernels take.
 constexpr int kMaxHeadSize = 256;
 

@@ -11,8 +11,9 @@ constexpr float kEps = 1e-5f;
 constexpr int kThreads = 256;  // 8 warps: 8 rows per block
 constexpr int kRowsPerChunk = 64;
 
-// out, inp: (N,C); mean, rstd: (N). Warp per row; lanes stride over C.
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+// out (fp32 or bf16), inp: (N,C); mean, rstd: (N). Warp per row; lanes stride over C.
+template <class O>
+__global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const float* inp, const float* weight,
                                          const float* bias, std::int64_t N, std::int64_t C) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -27,8 +28,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
     v += d * d;
   }
   const float r = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(C) + kEps);
-  float* y = out + row * C;
-  for (std::int64_t c = lane; c < C; c += 32) y[c] = (x[c] - m) * r * weight[c] + bias[c];
+  O* y = out + row * C;
+  for (std::int64_t c = lane; c < C; c += 32) y[c] = from_float<O>((x[c] - m) * r * weight[c] + bias[c]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -96,11 +97,22 @@ unsigned row_blocks(std::int64_t N) { return static_cast<unsigned>((N + kThreads
 
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
-                       std::int64_t N, std::int64_t C, cudaStream_t s) {
+template <class O>
+void layernorm_forward_into(O* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, std::int64_t N, std::int64_t C, cudaStream_t s) {
   if (N == 0) return;
   layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
   check_launch("layernorm_forward_kernel");
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       std::int64_t N, std::int64_t C, cudaStream_t s) {
+  layernorm_forward_into(out, mean, rstd, inp, weight, bias, N, C, s);
+}
+
+void layernorm_forward(__nv_bfloat16* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, std::int64_t N, std::int64_t C, cudaStream_t s) {
+  layernorm_forward_into(out, mean, rstd, inp, weight, bias, N, C, s);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

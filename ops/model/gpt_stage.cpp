@@ -36,7 +36,8 @@ struct GptStage::Block {
   Weight ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b;
 };
 
-// Activations one microbatch keeps between forward and backward.
+// Activations one microbatch keeps between forward and backward (in bf16
+// precision ln1, atty, ln2, fcg, lnf and logits are bf16: see allocate).
 struct GptStage::Slot {
   struct Layer {
     Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
@@ -51,7 +52,7 @@ struct GptStage::Slot {
   std::vector<Tensor> residual;  // layer_count()+1 tensors (B,T,C): residual[l] is block l's input
   std::vector<Layer> layers;
   Tensor lnf, lnf_mean, lnf_rstd;  // head stage: (B,T,C), (B,T), (B,T)
-  Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward (bf16 in bf16)
+  Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward
   Tensor losses;                   // head stage: (B*T)
   // Zero-bubble split only: output gradients of the linear layers, kept from B to W.
   struct Deferred {
@@ -132,6 +133,13 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     }
     return *t;
   };
+  // In bf16 the GEMMs' inputs (the LayerNorms' outputs, attention's output,
+  // GELU's output) and the logits are stored in bf16, as their producers
+  // round them: the GEMMs read them as they are instead of rounding copies
+  // of fp32 ones at every use, and they take half the memory. The logits
+  // hold their bf16 gradient after the cross-entropy. The residual stream,
+  // qkv and the MLP's pre-activation stay fp32.
+  const DType gemm_input = ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   slots_.resize(static_cast<std::size_t>(slots));
   for (auto& slot : slots_) {
     // residual[0] of a non-embedding stage is the caller's input itself (set by forward).
@@ -139,30 +147,27 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
       slot.residual.push_back(l == 0 && !spec_.embedding ? Tensor{} : make({B, T, C}));
     for (int l = 0; l < spec_.layer_count(); ++l) {
       Slot::Layer a;
-      a.ln1 = make({B, T, C});
+      a.ln1 = make({B, T, C}, gemm_input);
       a.ln1_mean = make({B, T});
       a.ln1_rstd = make({B, T});
       a.qkv = make({B, T, 3 * C});
-      a.atty = make({B, T, C});
+      a.atty = make({B, T, C}, gemm_input);
       a.att = make(ctx.kernels.attention_saved_shape(B, NH, T));
       a.x2 = make({B, T, C});
       if (!cfg_.parallel_block) {
-        a.ln2 = make({B, T, C});
+        a.ln2 = make({B, T, C}, gemm_input);
         a.ln2_mean = make({B, T});
         a.ln2_rstd = make({B, T});
       }
       a.fch = make({B, T, 4 * C});
-      a.fcg = make({B, T, 4 * C});
+      a.fcg = make({B, T, 4 * C}, gemm_input);
       slot.layers.push_back(std::move(a));
     }
     if (spec_.head) {
-      slot.lnf = make({B, T, C});
+      slot.lnf = make({B, T, C}, gemm_input);
       slot.lnf_mean = make({B, T});
       slot.lnf_rstd = make({B, T});
-      // In bf16 the logits are the tied head's bf16 output and hold their
-      // bf16 gradient: the largest activation at half the bytes, and the
-      // head's backward GEMMs read it as it is.
-      slot.logits = make({B, T, V}, ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32);
+      slot.logits = make({B, T, V}, gemm_input);
       slot.losses = make({B * T});
     }
     if (split_backward) {
