@@ -79,18 +79,24 @@ __global__ void layernorm_param_partial_kernel(float* partial_w, float* partial_
   partial_b[static_cast<std::int64_t>(blockIdx.x) * C + c] = b;
 }
 
-// dweight[c] += sum of partial_w[:, c]; dbias likewise; chunks in order.
+// dweight[c] += sum of partial_w[:, c]; dbias likewise. Warp per column:
+// lane l sums chunks l, l + 32, ... in order, then the warp's fixed
+// butterfly order (as reduce.cu's column sums).
 __global__ void layernorm_param_finish_kernel(float* dweight, float* dbias, const float* partial_w,
                                               const float* partial_b, std::int64_t chunks, std::int64_t C) {
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= C) return;
   float w = 0.0f, b = 0.0f;
-  for (std::int64_t k = 0; k < chunks; ++k) {
+  for (std::int64_t k = threadIdx.x % 32; k < chunks; k += 32) {
     w += partial_w[k * C + c];
     b += partial_b[k * C + c];
   }
-  dweight[c] += w;
-  dbias[c] += b;
+  w = warp_sum(w);
+  b = warp_sum(b);
+  if (threadIdx.x % 32 == 0) {
+    dweight[c] += w;
+    dbias[c] += b;
+  }
 }
 
 unsigned row_blocks(std::int64_t N) { return static_cast<unsigned>((N + kThreads / 32 - 1) / (kThreads / 32)); }
@@ -128,8 +134,9 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((C + kThreads - 1) / kThreads));
   layernorm_param_partial_kernel<<<grid, kThreads, 0, s>>>(pw, pb, dout, inp, mean, rstd, N, C);
   check_launch("layernorm_param_partial_kernel");
-  layernorm_param_finish_kernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, s>>>(
-      dweight, dbias, pw, pb, chunks, C);
+  constexpr int kColumnsPerBlock = kThreads / 32;
+  layernorm_param_finish_kernel<<<static_cast<unsigned>((C + kColumnsPerBlock - 1) / kColumnsPerBlock), kThreads, 0,
+                                  s>>>(dweight, dbias, pw, pb, chunks, C);
   check_launch("layernorm_param_finish_kernel");
 }
 

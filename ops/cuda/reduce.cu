@@ -25,13 +25,17 @@ __global__ void column_partial_kernel(float* partial, const float* src, std::int
   partial[static_cast<std::int64_t>(blockIdx.x) * cols + c] = acc;
 }
 
-// dst[c] += sum over chunks of partial[chunk, c], chunks in order. Thread per column.
+// dst[c] += sum over chunks of partial[chunk, c]. Warp per column: lane l
+// sums chunks l, l + 32, ... in order, then the lanes' sums combine in the
+// warp's fixed butterfly order (a few loads per lane instead of one thread's
+// walk over every chunk, which a long column made latency-bound).
 __global__ void column_finish_kernel(float* dst, const float* partial, std::int64_t chunks, std::int64_t cols) {
-  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t c = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (c >= cols) return;
   float acc = 0.0f;
-  for (std::int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
-  dst[c] += acc;
+  for (std::int64_t k = threadIdx.x % 32; k < chunks; k += 32) acc += partial[k * cols + c];
+  acc = warp_sum(acc);
+  if (threadIdx.x % 32 == 0) dst[c] += acc;
 }
 
 // partial[block] = sum (or sum of squares) of the block's grid-stride share of x, in double.
@@ -46,11 +50,13 @@ __global__ void sum_partial_kernel(double* partial, const float* x, std::int64_t
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// *total = partial[0] + partial[1] + ... in order (one thread).
+// *total = the sum of partial[0 .. blocks): thread t sums t, t + 256, ... in
+// order, then the block's fixed reduction order. One block of kThreads.
 __global__ void sum_finish_kernel(double* total, const double* partial, unsigned blocks) {
   double t = 0.0;
-  for (unsigned b = 0; b < blocks; ++b) t += partial[b];
-  *total = t;
+  for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) t += partial[b];
+  t = block_sum(t);
+  if (threadIdx.x == 0) *total = t;
 }
 
 }  // namespace
@@ -62,7 +68,8 @@ void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((cols + kThreads - 1) / kThreads));
   column_partial_kernel<<<grid, kThreads, 0, s>>>(partial.as<float>(), src, rows, cols);
   check_launch("column_partial_kernel");
-  column_finish_kernel<<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+  constexpr int kColumnsPerBlock = kThreads / 32;
+  column_finish_kernel<<<static_cast<unsigned>((cols + kColumnsPerBlock - 1) / kColumnsPerBlock), kThreads, 0, s>>>(
       dst, partial.as<float>(), chunks, cols);
   check_launch("column_finish_kernel");
 }
@@ -87,7 +94,7 @@ void sum_into(double* total, const float* x, std::int64_t n, bool squares, cudaS
   Scratch partial(blocks * sizeof(double), s);
   sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, squares);
   check_launch("sum_partial_kernel");
-  sum_finish_kernel<<<1, 1, 0, s>>>(total, partial.as<double>(), blocks);
+  sum_finish_kernel<<<1, kThreads, 0, s>>>(total, partial.as<double>(), blocks);
   check_launch("sum_finish_kernel");
 }
 

@@ -68,10 +68,19 @@ double StageOptimizer::owned_sum_squares(GptStage& stage, const ExecContext& ctx
     if (!t) return NAN;  // no memory for n doubles: the norm is unknown, and the step's checks stop on a NaN
     part_sums_ = *t;
   }
-  for (std::int64_t k = 0; k < n; ++k) {
-    const ElementRange& part = parts[static_cast<std::size_t>(k)];
-    ctx.kernels.sum_into(part_sums_, k, stage.flat_grads().view(part.begin, {part.size()}), /*squares=*/true);
+  // RC-1: the launches depend on the gradients' buffer, the results' buffer and the parts.
+  ReplayCache::Key key{key_of(stage.flat_grads().raw()), key_of(part_sums_.raw())};
+  for (const ElementRange& part : parts) {
+    key.push_back(static_cast<std::uintptr_t>(part.begin));
+    key.push_back(static_cast<std::uintptr_t>(part.size()));
   }
+  const Status enqueued = sums_.run(ctx, std::move(key), [&] {
+    for (std::int64_t k = 0; k < n; ++k) {
+      const ElementRange& part = parts[static_cast<std::size_t>(k)];
+      ctx.kernels.sum_into(part_sums_, k, stage.flat_grads().view(part.begin, {part.size()}), /*squares=*/true);
+    }
+  });
+  if (!enqueued) return NAN;  // the norm is unknown, and the step's checks stop on a NaN
   std::vector<double> host(parts.size());
   if (!ctx.device.copy(host.data(), part_sums_.raw(), host.size() * sizeof(double), ctx.stream)) return NAN;
   ctx.stream.synchronize();

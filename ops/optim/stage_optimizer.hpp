@@ -17,6 +17,7 @@
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
 #include "ops/optim/optimizer_math.hpp"
+#include "ops/replay_cache.hpp"
 
 namespace troupe {
 
@@ -71,6 +72,7 @@ class StageOptimizer {
   std::vector<ElementRange> owned_;
   Tensor m_, v_;
   mutable Tensor part_sums_;  // f64 per owned part: owned_sum_squares' device results
+  mutable ReplayCache sums_;  // owned_sum_squares' launches, one per part, replayed as one (RC-1)
 };
 
 }  // namespace troupe
