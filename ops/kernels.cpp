@@ -180,6 +180,8 @@ void Kernels::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout)
   Checker c{"gelu_backward"};
   c.numel(dinp, inp.numel(), "dinp");
   c.numel(dout, inp.numel(), "dout");
+  c.floating({&dinp, &dout, &inp});
+  c.that(dinp.dtype() == dout.dtype(), "dinp and dout must have the same dtype");
   do_gelu_backward(dinp, inp, dout);
 }
 
@@ -248,6 +250,7 @@ void Kernels::attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor&
   c.numel(dout, B * T * C, "dout");
   c.numel(out, B * T * C, "out");
   c.shape(saved, attention_saved_shape(B, NH, T), "saved");
+  c.floating({&dqkv, &dout, &qkv, &out});
   do_attention_backward(dqkv, dout, qkv, out, saved, NH, window);
 }
 

@@ -10,6 +10,8 @@
 // one fixed order and no two threads write one element: deterministic, no
 // atomics. Here each lane holds PER = ceil(hs / 32) channels (hs <= 256).
 #include <algorithm>
+#include <optional>
+#include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/cuda_common.cuh"
@@ -191,10 +193,10 @@ void with_per(int hs, F&& f) {
   else f.template operator()<8>();
 }
 
-}  // namespace
-
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
-                       bool bf16, cudaStream_t s) {
+// The fp32 output and gradient: the tensor cores in bf16 where they apply,
+// else the tiled kernels, else a warp per row.
+void attention_forward_f32(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
+                           bool bf16, cudaStream_t s) {
   const Geometry g{B, T, C, NH, C / NH, window};
   if (static_cast<std::int64_t>(B) * NH * T == 0) return;
   if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
@@ -205,8 +207,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
   check_launch("attention_forward_kernel");
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH, int window, bool bf16, cudaStream_t s) {
+void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                            int B, int T, int C, int NH, int window, bool bf16, cudaStream_t s) {
   const Geometry g{B, T, C, NH, C / NH, window};
   const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
   if (rows == 0) return;
@@ -223,28 +225,60 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   });
 }
 
-// A bf16 out: written by the tensor-core kernels directly; by the others
-// through an fp32 copy in scratch.
-void attention_forward(__nv_bfloat16* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
-                       bool bf16, cudaStream_t s) {
-  const Geometry g{B, T, C, NH, C / NH, window};
-  if (static_cast<std::int64_t>(B) * NH * T == 0) return;
-  if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
-  const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
-  const Scratch wide(static_cast<std::size_t>(n) * sizeof(float), s);
-  attention_forward(wide.as<float>(), lse, qkv, B, T, C, NH, window, bf16, s);
-  to_bf16(out, wide.as<float>(), n, s);
+}  // namespace
+
+// bf16 outputs or inputs (bf16 activations): read and written by the
+// tensor-core kernels directly; by the others through fp32 copies in scratch.
+template <class O>
+void attention_forward(O* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, bool bf16,
+                       cudaStream_t s) {
+  if constexpr (std::is_same_v<O, float>) {
+    attention_forward_f32(out, lse, qkv, B, T, C, NH, window, bf16, s);
+  } else {
+    const Geometry g{B, T, C, NH, C / NH, window};
+    if (static_cast<std::int64_t>(B) * NH * T == 0) return;
+    if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
+    const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
+    const Scratch wide(static_cast<std::size_t>(n) * sizeof(float), s);
+    attention_forward_f32(wide.as<float>(), lse, qkv, B, T, C, NH, window, bf16, s);
+    to_bf16(out, wide.as<float>(), n, s);
+  }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const __nv_bfloat16* out, const float* lse,
-                        int B, int T, int C, int NH, int window, bool bf16, cudaStream_t s) {
+template <class G, class O>
+void attention_backward(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse, int B, int T,
+                        int C, int NH, int window, bool bf16, cudaStream_t s) {
   const Geometry g{B, T, C, NH, C / NH, window};
   if (static_cast<std::int64_t>(B) * NH * T == 0) return;
   if (bf16 && attention_backward_mma(dqkv, dout, qkv, out, lse, g, s)) return;
   const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
-  const Scratch wide(static_cast<std::size_t>(n) * sizeof(float), s);
-  to_f32(wide.as<float>(), out, n, s);
-  attention_backward(dqkv, dout, qkv, wide.as<float>(), lse, B, T, C, NH, window, bf16, s);
+  std::optional<Scratch> wide_out, wide_dqkv;
+  const float* out32 = nullptr;
+  if constexpr (std::is_same_v<O, float>) {
+    out32 = out;
+  } else {
+    wide_out.emplace(static_cast<std::size_t>(n) * sizeof(float), s);
+    to_f32(wide_out->as<float>(), out, n, s);
+    out32 = wide_out->as<float>();
+  }
+  if constexpr (std::is_same_v<G, float>) {
+    attention_backward_f32(dqkv, dout, qkv, out32, lse, B, T, C, NH, window, bf16, s);
+  } else {
+    wide_dqkv.emplace(static_cast<std::size_t>(3 * n) * sizeof(float), s);
+    attention_backward_f32(wide_dqkv->as<float>(), dout, qkv, out32, lse, B, T, C, NH, window, bf16, s);
+    to_bf16(dqkv, wide_dqkv->as<float>(), 3 * n, s);
+  }
 }
+
+template void attention_forward(float*, float*, const float*, int, int, int, int, int, bool, cudaStream_t);
+template void attention_forward(__nv_bfloat16*, float*, const float*, int, int, int, int, int, bool, cudaStream_t);
+template void attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int,
+                                 int, bool, cudaStream_t);
+template void attention_backward(float*, const float*, const float*, const __nv_bfloat16*, const float*, int, int,
+                                 int, int, int, bool, cudaStream_t);
+template void attention_backward(__nv_bfloat16*, const float*, const float*, const float*, const float*, int, int,
+                                 int, int, int, bool, cudaStream_t);
+template void attention_backward(__nv_bfloat16*, const float*, const float*, const __nv_bfloat16*, const float*, int,
+                                 int, int, int, int, bool, cudaStream_t);
 
 }  // namespace troupe::cuda

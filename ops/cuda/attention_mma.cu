@@ -363,7 +363,8 @@ struct BackwardInputs {
 };
 
 // dQ into dqkv's q part. Grid (B*NH, query tiles).
-__global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(float* dqkv, BackwardInputs in,
+template <class G>
+__global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(G* dqkv, BackwardInputs in,
                                                                      AttentionGeometry g, Packed pk) {
   __shared__ __align__(16) bf16 Ks[2][kRows * kLd];
   __shared__ __align__(16) bf16 Vs[2][kRows * kLd];
@@ -417,7 +418,8 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(float* dqkv,
 
 // dK and dV into dqkv's k and v parts. Grid (B*NH, key tiles), the first key
 // tile (seen by the most queries) first.
-__global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(float* dqkv, BackwardInputs in,
+template <class G>
+__global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(G* dqkv, BackwardInputs in,
                                                                       AttentionGeometry g, Packed pk) {
   __shared__ __align__(16) bf16 Qs[2][kRows * kLd];
   __shared__ __align__(16) bf16 dOs[2][kRows * kLd];
@@ -505,8 +507,8 @@ bool forward(O* out, float* lse, const float* qkv, const AttentionGeometry& g, c
   return true;
 }
 
-template <class O>
-bool backward(float* dqkv, const float* dout, const float* qkv, const O* out, const float* lse,
+template <class G, class O>
+bool backward(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse,
               const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
@@ -529,23 +531,26 @@ bool backward(float* dqkv, const float* dout, const float* qkv, const O* out, co
 
 }  // namespace
 
-bool attention_forward_mma(float* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
+template <class O>
+bool attention_forward_mma(O* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
   return forward(out, lse, qkv, g, s);
 }
 
-bool attention_forward_mma(__nv_bfloat16* out, float* lse, const float* qkv, const AttentionGeometry& g,
-                           cudaStream_t s) {
-  return forward(out, lse, qkv, g, s);
-}
-
-bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+template <class G, class O>
+bool attention_backward_mma(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse,
                             const AttentionGeometry& g, cudaStream_t s) {
   return backward(dqkv, dout, qkv, out, lse, g, s);
 }
 
-bool attention_backward_mma(float* dqkv, const float* dout, const float* qkv, const __nv_bfloat16* out,
-                            const float* lse, const AttentionGeometry& g, cudaStream_t s) {
-  return backward(dqkv, dout, qkv, out, lse, g, s);
-}
+template bool attention_forward_mma(float*, float*, const float*, const AttentionGeometry&, cudaStream_t);
+template bool attention_forward_mma(__nv_bfloat16*, float*, const float*, const AttentionGeometry&, cudaStream_t);
+template bool attention_backward_mma(float*, const float*, const float*, const float*, const float*,
+                                     const AttentionGeometry&, cudaStream_t);
+template bool attention_backward_mma(float*, const float*, const float*, const __nv_bfloat16*, const float*,
+                                     const AttentionGeometry&, cudaStream_t);
+template bool attention_backward_mma(__nv_bfloat16*, const float*, const float*, const float*, const float*,
+                                     const AttentionGeometry&, cudaStream_t);
+template bool attention_backward_mma(__nv_bfloat16*, const float*, const float*, const __nv_bfloat16*, const float*,
+                                     const AttentionGeometry&, cudaStream_t);
 
 }  // namespace troupe::cuda

@@ -75,7 +75,9 @@ void CudaKernels::do_linear_backward_weight(Tensor& dweight, Tensor& dbias, cons
                                             const Tensor& inp) const {
   const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
   gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, dout, dweight, nullptr);
-  if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, s());
+  if (!dbias.defined()) return;
+  if (dout.dtype() == DType::bf16) return cuda::column_sum_add(dbias.f32(), bf16_data(dout), N, OC, s());
+  cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, s());
 }
 
 void CudaKernels::do_linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
@@ -130,6 +132,8 @@ void CudaKernels::do_gelu_forward(Tensor& out, const Tensor& inp) const {
 }
 
 void CudaKernels::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const {
+  if (dinp.dtype() == DType::bf16)
+    return cuda::gelu_backward(bf16_data(dinp), inp.f32(), bf16_data(dout), inp.numel(), s());
   cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), inp.numel(), s());
 }
 
@@ -172,10 +176,16 @@ void CudaKernels::do_attention_backward(Tensor& dqkv, const Tensor& dout, const 
                                         const Tensor& saved, int NH, int window) const {
   const int B = as_int(qkv.dim(0)), T = as_int(qkv.dim(1)), C = as_int(qkv.dim(2) / 3);
   const bool bf16 = precision_ == Precision::bf16;
-  if (out.dtype() == DType::bf16)
-    return cuda::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), bf16_data(out), saved.f32(), B, T, C, NH,
-                                    window, bf16, s());
-  cuda::attention_backward(dqkv.f32(), dout.f32(), qkv.f32(), out.f32(), saved.f32(), B, T, C, NH, window, bf16, s());
+  // dqkv and out each fp32 or bf16 (bf16 gradients and activations).
+  auto run = [&](auto* dq, const auto* y) {
+    cuda::attention_backward(dq, dout.f32(), qkv.f32(), y, saved.f32(), B, T, C, NH, window, bf16, s());
+  };
+  auto with_out = [&](auto* dq) {
+    if (out.dtype() == DType::bf16) return run(dq, static_cast<const __nv_bfloat16*>(bf16_data(out)));
+    run(dq, static_cast<const float*>(out.f32()));
+  };
+  if (dqkv.dtype() == DType::bf16) return with_out(bf16_data(dqkv));
+  with_out(dqkv.f32());
 }
 
 void CudaKernels::do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,

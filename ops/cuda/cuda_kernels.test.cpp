@@ -197,6 +197,19 @@ TEST_CASE("CUDA bf16 GEMMs (linear, tied head) are within bf16 rounding of the C
   within_bf16_rounding(b, dw, dw_bound, N);
   b.agree(db);  // the bias gradient is a sum in fp32, not a GEMM
 
+  // A bf16 output gradient (the gradients that only feed GEMMs): read as it
+  // is; the bias gradient sums its values in fp32 as the CPU sums the same.
+  auto dy16 = testing::tensor_of(b.g(), {N, OC}, b.host(dy.cpu), DType::bf16);
+  const auto dy16_values = b.host_gpu(dy16);
+  auto dy_rounded = b.of({N, OC}, dy16_values);
+  auto dw16 = b.random({C, OC}), db16 = b.random({OC});
+  b.cpu.kernels.linear_backward_weight(dw16.cpu, db16.cpu, dy_rounded.cpu, x.cpu);
+  b.g().kernels.linear_backward_weight(dw16.gpu, db16.gpu, dy16, x.gpu);
+  auto dw16_bound = bound({C, OC}), unused_db16 = bound({OC});
+  b.cpu.kernels.linear_backward_weight(dw16_bound, unused_db16, magnitudes(b, dy_rounded), ax);
+  within_bf16_rounding(b, dw16, dw16_bound, N);
+  b.agree(db16);
+
   // Both halves in one call (one rounded copy of dy for both GEMMs) give the
   // bits of the two calls.
   auto zeros = [&](const Shape& shape) { return *Tensor::zeros(b.g().device, shape); };
@@ -274,6 +287,15 @@ TEST_CASE("CUDA LayerNorm and GELU write bf16 activations rounded once", "[cuda]
   b.cpu.kernels.gelu_forward(g.cpu, h.cpu);
   b.g().kernels.gelu_forward(g.gpu, h.gpu);
   CHECK(rounded_once(b.host_gpu(g.gpu), b.host(g.cpu)) > 0.05);
+  // GELU's backward on bf16 gradients (in place, as a layer runs it): the
+  // CPU's on the same values, rounded once.
+  auto dh = *Tensor::empty(b.cpu.device, {N, C});
+  auto dh16 = testing::tensor_of(b.g(), {N, C}, uniform(static_cast<std::size_t>(N * C), b.rng), DType::bf16);
+  const auto dh_values = b.host_gpu(dh16);
+  std::copy(dh_values.begin(), dh_values.end(), dh.f32());
+  b.cpu.kernels.gelu_backward(dh, h.cpu, dh);
+  b.g().kernels.gelu_backward(dh16, h.gpu, dh16);
+  CHECK(rounded_once(b.host_gpu(dh16), b.host(dh)) > 0.05);
 }
 
 // In bf16 the logits are bf16: the tied head rounds its fp32 sums into them,
@@ -566,6 +588,16 @@ void check_attention_bf16(Both& b, const AttentionCase& a) {
     const double limit = bound[i] + 1e-5 * std::abs(want16[i]) + 1e-7;
     INFO("bf16 out, element " << i << ": got " << got16[i] << ", want " << want16[i] << ", bound " << limit);
     REQUIRE(std::abs(static_cast<double>(got16[i]) - want16[i]) <= limit);
+  }
+  // A bf16 gradient (bf16 gradients feed the qkv GEMMs): the same, rounded once more.
+  auto dqkv16 = *Tensor::empty(b.g().device, {B, T, 3 * C}, DType::bf16);
+  b.g().kernels.attention_backward(dqkv16, dy.gpu, qkv.gpu, y16, att_gpu, NH, window);
+  const auto got_g16 = b.host_gpu(dqkv16);
+  for (std::size_t i = 0; i < got_g16.size(); ++i) {
+    const double limit = (1 + std::ldexp(1.0, -8)) * (bound[i] + 1e-5 * std::abs(want16[i]) + 1e-7) +
+                         std::ldexp(1.0, -8) * std::abs(want16[i]);
+    INFO("bf16 dqkv, element " << i << ": got " << got_g16[i] << ", want " << want16[i] << ", bound " << limit);
+    REQUIRE(std::abs(static_cast<double>(got_g16[i]) - want16[i]) <= limit);
   }
 }
 

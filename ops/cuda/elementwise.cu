@@ -22,14 +22,16 @@ __global__ void gelu_forward_kernel(O* out, const float* inp, std::int64_t n) {
   }
 }
 
-// dinp, inp, dout: (n); dinp may alias dout. Grid-stride over n.
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+// dinp, inp, dout: (n); dinp may alias dout; the gradients fp32 or bf16 (G).
+// Grid-stride over n.
+template <class G>
+__global__ void gelu_backward_kernel(G* dinp, const float* inp, const G* dout, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
     const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
     const float d_inner = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * d_inner);
+    dinp[i] = from_float<G>(to_float(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * d_inner));
   }
 }
 
@@ -104,6 +106,12 @@ void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStre
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
+  check_launch("gelu_backward_kernel");
+}
+
+void gelu_backward(__nv_bfloat16* dinp, const float* inp, const __nv_bfloat16* dout, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
   check_launch("gelu_backward_kernel");

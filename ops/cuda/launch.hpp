@@ -20,6 +20,8 @@ void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s);
 /// The same, rounded to bf16 as it is written.
 void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStream_t s);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s);
+/// The same with bf16 gradients (computed in fp32, rounded as written).
+void gelu_backward(__nv_bfloat16* dinp, const float* inp, const __nv_bfloat16* dout, std::int64_t n, cudaStream_t s);
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s);
 void residual3_forward(float* out, const float* a, const float* b, const float* c, std::int64_t n, cudaStream_t s);
 /// out = in rounded to bf16 (to nearest, ties to even).
@@ -33,6 +35,8 @@ void broadcast_rows(float* out, const float* bias, std::int64_t rows, std::int64
 // results combined in index order; no atomics).
 /// dst[c] += sum over r of src[r, c]; src: (rows, cols).
 void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+/// The same over bf16 values (summed in fp32).
+void column_sum_add(float* dst, const __nv_bfloat16* src, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 /// Sum (squares = false) or sum of squares of x[0..n), in double; waits for `s`.
 double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s);
 /// *total = sum(x, n, squares) as sum() adds it; enqueued only.
@@ -64,15 +68,14 @@ void cross_entropy_forward_backward(float* losses, __nv_bfloat16* logits, const 
 // attention.cu. lse: (B,NH,T) log-sum-exp of each query row's scores. bf16:
 // the products on the tensor cores from bf16-rounded inputs (head sizes up to
 // 64; larger ones in fp32), the forward's and the backward's choice alike.
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, bool bf16,
+// out (O) and dqkv (G) are float or __nv_bfloat16 (bf16 activations and
+// gradients), instantiated for each.
+template <class O>
+void attention_forward(O* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, bool bf16,
                        cudaStream_t s);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse, int B,
-                        int T, int C, int NH, int window, bool bf16, cudaStream_t s);
-/// The same with the output in bf16 (bf16 activations).
-void attention_forward(__nv_bfloat16* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window,
-                       bool bf16, cudaStream_t s);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const __nv_bfloat16* out, const float* lse,
-                        int B, int T, int C, int NH, int window, bool bf16, cudaStream_t s);
+template <class G, class O>
+void attention_backward(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse, int B, int T,
+                        int C, int NH, int window, bool bf16, cudaStream_t s);
 /// The largest head size the attention kernels take.
 constexpr int kMaxHeadSize = 256;
 

@@ -15,13 +15,14 @@ constexpr unsigned kMaxSumBlocks = 1024;
 
 // partial: (chunks, cols) = sums of src's rows [chunk*64, chunk*64+64) per column.
 // Grid (chunks, ceil(cols/256)); thread = one column of one chunk, rows in order.
-__global__ void column_partial_kernel(float* partial, const float* src, std::int64_t rows, std::int64_t cols) {
+template <class S>
+__global__ void column_partial_kernel(float* partial, const S* src, std::int64_t rows, std::int64_t cols) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kRowsPerChunk;
   const std::int64_t r1 = r0 + kRowsPerChunk < rows ? r0 + kRowsPerChunk : rows;
   float acc = 0.0f;
-  for (std::int64_t r = r0; r < r1; ++r) acc += src[r * cols + c];
+  for (std::int64_t r = r0; r < r1; ++r) acc += to_float(src[r * cols + c]);
   partial[static_cast<std::int64_t>(blockIdx.x) * cols + c] = acc;
 }
 
@@ -61,7 +62,8 @@ __global__ void sum_finish_kernel(double* total, const double* partial, unsigned
 
 }  // namespace
 
-void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+template <class S>
+void column_sum_add_of(float* dst, const S* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
   if (rows == 0 || cols == 0) return;
   const std::int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
   Scratch partial(static_cast<std::size_t>(chunks * cols) * sizeof(float), s);
@@ -72,6 +74,14 @@ void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_
   column_finish_kernel<<<static_cast<unsigned>((cols + kColumnsPerBlock - 1) / kColumnsPerBlock), kThreads, 0, s>>>(
       dst, partial.as<float>(), chunks, cols);
   check_launch("column_finish_kernel");
+}
+
+void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+  column_sum_add_of(dst, src, rows, cols, s);
+}
+
+void column_sum_add(float* dst, const __nv_bfloat16* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+  column_sum_add_of(dst, src, rows, cols, s);
 }
 
 double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {

@@ -67,8 +67,8 @@ struct GptStage::Scratch {
   Tensor dres;   // (B,T,C) gradient of the residual stream, flowing backwards
   Tensor dln;    // (B,T,C)
   Tensor datty;  // (B,T,C)
-  Tensor dqkv;   // (B,T,3C)
-  Tensor dfch;   // (B,T,4C)
+  Tensor dqkv;   // (B,T,3C), bf16 in bf16
+  Tensor dfch;   // (B,T,4C), bf16 in bf16
 };
 
 GptStage::GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T)
@@ -137,8 +137,10 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
   // GELU's output) and the logits are stored in bf16, as their producers
   // round them: the GEMMs read them as they are instead of rounding copies
   // of fp32 ones at every use, and they take half the memory. The logits
-  // hold their bf16 gradient after the cross-entropy. The residual stream,
-  // qkv and the MLP's pre-activation stay fp32.
+  // hold their bf16 gradient after the cross-entropy, and the gradients that
+  // only feed GEMMs (of qkv and of the MLP's pre-activation) are bf16 too.
+  // The residual stream and its gradient, qkv and the MLP's pre-activation
+  // stay fp32.
   const DType gemm_input = ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   slots_.resize(static_cast<std::size_t>(slots));
   for (auto& slot : slots_) {
@@ -172,7 +174,8 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     }
     if (split_backward) {
       for (int l = 0; l < spec_.layer_count(); ++l)
-        slot.deferred.push_back({make({B, T, C}), make({B, T, 4 * C}), make({B, T, C}), make({B, T, 3 * C})});
+        slot.deferred.push_back(
+            {make({B, T, C}), make({B, T, 4 * C}, gemm_input), make({B, T, C}), make({B, T, 3 * C}, gemm_input)});
       if (spec_.embedding) slot.dembed = make({B, T, C});
     }
   }
@@ -180,8 +183,8 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
   scratch_->dres = make({B, T, C});
   scratch_->dln = make({B, T, C});
   scratch_->datty = make({B, T, C});
-  scratch_->dqkv = make({B, T, 3 * C});
-  scratch_->dfch = make({B, T, 4 * C});
+  scratch_->dqkv = make({B, T, 3 * C}, gemm_input);
+  scratch_->dfch = make({B, T, 4 * C}, gemm_input);
   return status;
 }
 
