@@ -4,15 +4,18 @@
 # again under compute-sanitizer (memcheck; racecheck for attention), then
 # `troupe bench ops --device cuda` and `troupe bench step --device cuda
 # --pytorch` on small.toml and GPT-2 124M, and a short training run on the
-# GPU. Writes report.json (every step's exit status, time and JSON) and the
-# logs into $OUT (at most 8 files). Each step is bounded; the whole check
-# takes under 8 minutes. `scripts/gpu_check.sh STEP...` runs only the named
-# steps (cuda_test gpu_jobs memcheck racecheck bench_ops bench_ops_bf16
-# bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny), for a second try within
-# the budget. For a quick look: PEER=none leaves PyTorch out of the step
-# benchmarks; GPU_JOBS="spec" runs only the gpu_jobs tests that Catch2 spec names.
+# GPU. Into $OUT (5 files): steps.log, cuda_test.log, sanitizer.log,
+# bench.jsonl (one line per benchmark as it finishes: {"step", "result"}) and
+# report.json (every step's exit status and time, the benchmarks, written at
+# the end). Each step is bounded; the whole check takes under 8 minutes.
+# `scripts/gpu_check.sh STEP...` runs the named steps in the order named
+# (cuda_test gpu_jobs memcheck racecheck bench_ops bench_ops_bf16 bench_small
+# bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny): the ones that
+# matter first, where device time may run out. For a quick look: PEER=none
+# leaves PyTorch out of the step benchmarks; GPU_JOBS="spec" runs only the
+# gpu_jobs tests that Catch2 spec names.
 set -uo pipefail
-ONLY=" $* "
+STEPS=${*:-cuda_test gpu_jobs memcheck racecheck bench_ops bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny}
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_report}
 mkdir -p "$OUT"
@@ -29,13 +32,14 @@ T="$B/bin/troupe"
 peer() { [ "${PEER:-pytorch}" = none ] || echo "--pytorch --pytorch-modes $1"; }
 LOG="$OUT/steps.log"
 STATUS="$B/status.txt"
+BENCH="$OUT/bench.jsonl"
 : > "$LOG"
 : > "$STATUS"
+: > "$BENCH"
 
 # run NAME LIMIT_S OUTFILE CMD...: the command's output to OUTFILE, its status and time noted.
 run() {
   local name=$1 limit=$2 out=$3; shift 3
-  [ "$ONLY" = "  " ] || [[ "$ONLY" == *" $name "* ]] || return 0
   local t0=$SECONDS
   echo "== $name: $*" >> "$LOG"
   timeout -k 5 "$limit" "$@" > "$out" 2>> "$LOG"
@@ -44,25 +48,47 @@ run() {
   echo "== $name: exit $status after $((SECONDS - t0)) s" >> "$LOG"
 }
 
+# bench NAME LIMIT_S CMD...: a benchmark's JSON into $B/NAME.json and, as one line, onto bench.jsonl.
+bench() {
+  local name=$1 limit=$2; shift 2
+  run "$name" "$limit" "$B/$name.json" "$@"
+  python3 -c 'import json,sys; print(json.dumps({"step": sys.argv[1], "result": json.load(open(sys.argv[2]))}))' \
+    "$name" "$B/$name.json" >> "$BENCH" 2> /dev/null || echo "== $name: no JSON" >> "$LOG"
+}
+
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$B/gpu.txt" 2>&1
-run cuda_test 120 "$OUT/cuda_test.log" "$B/bin/cuda_test" --durations yes
-run gpu_jobs 240 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" "$B/bin/gpu_jobs_test" --durations yes ${GPU_JOBS:+"$GPU_JOBS"}
-[ -f "$B/gpu_jobs.log" ] && cat "$B/gpu_jobs.log" >> "$OUT/cuda_test.log"
-run memcheck 120 "$OUT/sanitizer.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/bin/cuda_test" "[kernels]"
-run racecheck 90 "$B/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 "$B/bin/cuda_test" "[attention_small]"
-[ -f "$B/racecheck.log" ] && cat "$B/racecheck.log" >> "$OUT/sanitizer.log"
-run bench_ops 90 "$OUT/bench_ops.json" "$T" bench ops --device cuda --pytorch
-run bench_ops_bf16 90 "$B/bench_ops_bf16.json" "$T" bench ops --device cuda --precision bf16 --pytorch
-run bench_small 120 "$OUT/bench_small.json" "$T" bench step examples/configs/small.toml --device cuda \
-  $(peer eager,compile,cudagraphs) --steps 20 --warmup 3
-run bench_small_bf16 120 "$B/bench_small_bf16.json" "$T" bench step examples/configs/small.toml --device cuda \
-  --precision bf16 $(peer eager,compile,cudagraphs) --steps 20 --warmup 3
-run bench_gpt2 150 "$OUT/bench_gpt2.json" "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
-  $(peer eager,compile) --steps 10 --warmup 3
-run bench_gpt2_bf16 150 "$B/bench_gpt2_bf16.json" "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
-  --precision bf16 $(peer eager,compile) --steps 10 --warmup 3
-run train_tiny 60 "$B/train.log" "$T" train examples/configs/tiny.toml --set train.device='"cuda"' \
-  --set train.steps=100 --set data.train="$B/data/train.bin" --set data.val="$B/data/val.bin" --metrics "$B/metrics.jsonl"
+cat "$B/gpu.txt" >> "$LOG"
+: > "$OUT/cuda_test.log"
+: > "$OUT/sanitizer.log"
+for step in $STEPS; do
+  case $step in
+    cuda_test) run cuda_test 120 "$B/cuda_test.log" "$B/bin/cuda_test" --durations yes
+      cat "$B/cuda_test.log" >> "$OUT/cuda_test.log" ;;
+    gpu_jobs) run gpu_jobs 240 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" "$B/bin/gpu_jobs_test" \
+        --durations yes ${GPU_JOBS:+"$GPU_JOBS"}
+      cat "$B/gpu_jobs.log" >> "$OUT/cuda_test.log" ;;
+    memcheck) run memcheck 120 "$B/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/bin/cuda_test" \
+        "[kernels]"
+      cat "$B/memcheck.log" >> "$OUT/sanitizer.log" ;;
+    racecheck) run racecheck 90 "$B/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$B/bin/cuda_test" "[attention_small]"
+      cat "$B/racecheck.log" >> "$OUT/sanitizer.log" ;;
+    bench_ops) bench bench_ops 90 "$T" bench ops --device cuda --pytorch ;;
+    bench_ops_bf16) bench bench_ops_bf16 90 "$T" bench ops --device cuda --precision bf16 --pytorch ;;
+    bench_small) bench bench_small 120 "$T" bench step examples/configs/small.toml --device cuda \
+        $(peer eager,compile,cudagraphs) --steps 20 --warmup 3 ;;
+    bench_small_bf16) bench bench_small_bf16 120 "$T" bench step examples/configs/small.toml --device cuda \
+        --precision bf16 $(peer eager,compile,cudagraphs) --steps 20 --warmup 3 ;;
+    bench_gpt2) bench bench_gpt2 150 "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
+        $(peer eager,compile) --steps 10 --warmup 3 ;;
+    bench_gpt2_bf16) bench bench_gpt2_bf16 150 "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
+        --precision bf16 $(peer eager,compile) --steps 10 --warmup 3 ;;
+    train_tiny) run train_tiny 60 "$B/train.log" "$T" train examples/configs/tiny.toml --set train.device='"cuda"' \
+        --set train.steps=100 --set data.train="$B/data/train.bin" --set data.val="$B/data/val.bin" \
+        --metrics "$B/metrics.jsonl" ;;
+    *) echo "gpu_check: unknown step $step" >&2; exit 2 ;;
+  esac
+done
 
 python3 - "$OUT" "$B" <<'PY'
 import json, os, sys
@@ -74,14 +100,16 @@ for line in open(os.path.join(b, "status.txt")):
     report["steps"][n] = {"exit": int(r), "seconds": int(s)}
     rcs.append(r)
 for n in ("bench_ops", "bench_ops_bf16", "bench_small", "bench_small_bf16", "bench_gpt2", "bench_gpt2_bf16"):
+    if n not in report["steps"]:
+        continue
     try:
-        path = os.path.join(out, n + ".json")
-        report[n] = json.load(open(path if os.path.exists(path) else os.path.join(b, n + ".json")))
+        report[n] = json.load(open(os.path.join(b, n + ".json")))
     except Exception as e:
         report[n] = {"unreadable": str(e)}
 try:
-    lines = [json.loads(l) for l in open(os.path.join(b, "metrics.jsonl")) if l.strip()]
-    report["train_tiny"] = {"first": lines[0], "last": lines[-1]} if lines else {}
+    if "train_tiny" in report["steps"]:
+        lines = [json.loads(l) for l in open(os.path.join(b, "metrics.jsonl")) if l.strip()]
+        report["train_tiny"] = {"first": lines[0], "last": lines[-1]} if lines else {}
 except Exception as e:
     report["train_tiny"] = {"unreadable": str(e)}
 report["passed"] = all(int(r) == 0 for r in rcs)
