@@ -87,7 +87,16 @@ void start_next(Self* self) {
                                priority = st.priority, me = caf::actor_cast<caf::actor>(self)] {
     run_as_background_work();
     priority->started(base.step);
-    auto r = persist_node_shards(cfg.root, base, cfg.node, cfg.nodes, cfg.keep, shards, cfg.wait_ms, cancel.get());
+    cfg.pool->persist_progress().begin(base.step, static_cast<int>(shards.size()));
+    if (base.step == cfg.slow_persist_step) {  // a drill: a persist that cannot keep up
+      spdlog::warn("node {}: fault drill: the persist of step {} waits {} ms before it writes (slow_persist)", cfg.node,
+                   base.step, cfg.slow_persist_ms);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg.slow_persist_ms);
+      while (std::chrono::steady_clock::now() < until && !cancel->load())
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    auto r = persist_node_shards(cfg.root, base, cfg.node, cfg.nodes, cfg.keep, shards, cfg.wait_ms, cancel.get(),
+                                 &cfg.pool->persist_progress());
     priority->ended();
     // The buffers are free again even if the writer is already gone.
     cfg.pool->persisted(r ? PersistOutcome{base.step, "", r->bytes, r->seconds}
@@ -176,6 +185,8 @@ Expected<NodeCheckpoints> start_checkpoint_writer(caf::actor_system& sys, const 
   cfg.wait_ms = job.health.wait_timeout_ms;
   cfg.plan = std::make_shared<const StagePlan>(std::move(*plan));
   cfg.pool = std::make_shared<SnapshotPool>(std::move(ranks));
+  for (const FaultSpec& f : job.faults)
+    if (f.kind == "slow_persist" && f.node == node) cfg.slow_persist_step = f.step, cfg.slow_persist_ms = f.ms;
   NodeCheckpoints out;
   out.pool = cfg.pool;
   out.writer = spawn_checkpoint_writer(sys, std::move(cfg));

@@ -24,6 +24,9 @@ struct CheckpointWriterConfig {
   int wait_ms = 600000;  ///< node 0's bound on waiting for the other nodes' parts
   std::shared_ptr<const StagePlan> plan;  ///< the manifest's model and layout
   std::shared_ptr<SnapshotPool> pool;
+  /// A slow_persist drill aimed at this node: the persist of this step waits
+  /// `slow_persist_ms` before it writes (training then waits on it: H-8).
+  int slow_persist_step = -1, slow_persist_ms = 0;
 };
 
 caf::actor spawn_checkpoint_writer(caf::actor_system& sys, CheckpointWriterConfig config);

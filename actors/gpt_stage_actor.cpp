@@ -107,7 +107,8 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
   CheckpointSink sink;
   ProgressSlot* slot = args.progress && local >= 0 && local < args.progress->size() ? &args.progress->slot(local) : nullptr;
   sink.acquire = [pool, local, limit, slot](int step, const ShardLayout& layout) {
-    WaitScope waiting(slot);  // on the node's writer, not stuck (H-1)
+    WaitScope waiting(slot);  // on the node's writer, not stuck (H-1) ...
+    BackpressureScope backpressure(slot, &pool->persist_progress());  // ... nor hung, and said so (H-8)
     return pool->acquire(local, step, layout, limit);
   };
   // The actor that completes a step's snapshots tells the writer (B-2); from

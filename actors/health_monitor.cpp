@@ -56,8 +56,10 @@ msg::Heartbeat beat(MonitorState& st) {
   for (ActorBeat& b : beats) {
     b.idle_ms = without_pauses(st.pauses, b.idle_ms, now);
     b.waiting_ms = without_pauses(st.pauses, b.waiting_ms, now);
+    b.backpressure_ms = without_pauses(st.pauses, b.backpressure_ms, now);
   }
   write_beats(hb, beats);
+  hb.persist = st.cfg.board->persist_waited_on();  // H-8
   if (st.relay) {  // H-5
     const GroupSummary summary = st.relay->summary(now);
     write_beats(hb, summary.candidates);

@@ -155,6 +155,10 @@ struct Heartbeat {
   std::vector<std::int64_t> idle_ms, waiting_ms;
   std::vector<std::int32_t> nodes;
   std::int32_t actors_elsewhere = 0, waiting_elsewhere = 0, unblocked_elsewhere = 0;
+  /// Per listed actor, how long it has waited on its node's checkpoint writer
+  /// (-1: not; empty: none waits), and that node's persist described (H-8).
+  std::vector<std::int64_t> backpressure_ms;
+  std::string persist;
 };
 /// Relay `relay` heard nothing from its member `member` for too long.
 struct MemberSilent {
@@ -350,7 +354,8 @@ typename Inspector::result_type inspect(Inspector& f, NodeFailed& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
   return f(caf::meta::type_name("troupe.Heartbeat"), x.generation, x.node, x.seq, x.actors, x.steps, x.instructions,
-           x.idle_ms, x.waiting_ms, x.nodes, x.actors_elsewhere, x.waiting_elsewhere, x.unblocked_elsewhere);
+           x.idle_ms, x.waiting_ms, x.nodes, x.actors_elsewhere, x.waiting_elsewhere, x.unblocked_elsewhere,
+           x.backpressure_ms, x.persist);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MemberSilent& x) {

@@ -20,6 +20,9 @@ class VerdictRecord {
   VerdictRecord(std::string log_prefix, std::string metrics_path, std::string trace_path, std::uint64_t successor = 0);
   /// Logs `v`, appends it to the metrics, and writes the verdicts' trace part.
   void record(const Verdict& v);
+  /// A notice that is no failure (H-8's checkpoint_backpressure): a warning
+  /// line, a `notice` object in the metrics, a marker in the trace.
+  void notice(const Backpressure& b);
   /// The trace's clock (µs), for spans of what follows a verdict.
   double now_us() const { return trace_.now_us(); }
   /// A span on the trace's "recovery" track (a recovery's phase, SV-8), from

@@ -18,9 +18,10 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
-// H-6: whether `b`, reported `age` ms ago, has waited on a peer for more than `limit` ms.
+// H-6: whether `b`, reported `age` ms ago, has waited on a peer for more than
+// `limit` ms (a wait on its checkpoint writer is not one: H-8).
 bool waits_past(const ActorBeat& b, std::int64_t age, std::int64_t limit) {
-  return b.step >= 0 && b.waiting_ms >= 0 && b.waiting_ms + age > limit;
+  return b.step >= 0 && b.backpressure_ms < 0 && b.waiting_ms >= 0 && b.waiting_ms + age > limit;
 }
 
 }  // namespace
@@ -37,18 +38,35 @@ std::string Verdict::metrics_line(std::int64_t at_ms) const {
   return nlohmann::json{{"fault", std::move(fault)}}.dump();
 }
 
+std::string Backpressure::line() const {
+  std::string out = "checkpoint_backpressure: node " + std::to_string(node) + ", stage actor " +
+                    std::to_string(actor) + " — has waited " + std::to_string(waited_ms) +
+                    " ms at step " + std::to_string(step) +
+                    " for a snapshot buffer that its node's checkpoint writer still persists";
+  return out + (persist.empty() ? "" : " (" + persist + ")");
+}
+
+std::string Backpressure::metrics_line(std::int64_t at_ms) const {
+  nlohmann::json notice{{"kind", "checkpoint_backpressure"}, {"node", node},         {"actor", actor},
+                        {"step", step},                      {"waited_ms", waited_ms}, {"persist", persist},
+                        {"at_ms", at_ms}};
+  return nlohmann::json{{"notice", std::move(notice)}}.dump();
+}
+
 HealthJudge::HealthJudge(int nodes, HealthLimits limits, Clock::time_point start)
     : nodes_(static_cast<std::size_t>(nodes > 0 ? nodes : 0)), limits_(limits) {
   for (auto& n : nodes_) n.heard = start;
 }
 
-void HealthJudge::heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats, ActorsElsewhere elsewhere) {
+void HealthJudge::heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats, ActorsElsewhere elsewhere,
+                            std::string persist) {
   if (node < 0 || node >= static_cast<int>(nodes_.size())) return;
   Node& n = nodes_[static_cast<std::size_t>(node)];
   n.heard = at;
   n.ever_heard = true;
   n.beats = std::move(beats);
   n.elsewhere = elsewhere;
+  n.persist = std::move(persist);
 }
 
 void HealthJudge::relayed(int node) {
@@ -206,9 +224,11 @@ GroupSummary HealthJudge::summarize(Clock::time_point now) const {
     const std::int64_t age = ms_between(n.heard, now);
     for (const ActorBeat& b : n.beats) {
       const bool could_be_stuck = b.step >= 0 && b.waiting_ms < 0 && b.idle_ms + age > candidate_ms;
-      if (could_be_stuck) {
+      const bool backpressured = b.step >= 0 && b.backpressure_ms >= 0;  // listed for its notice (H-8)
+      if (could_be_stuck || backpressured) {
         ActorBeat c = b;
         c.idle_ms = b.idle_ms + age;
+        if (backpressured) c.backpressure_ms = b.backpressure_ms + age, c.waiting_ms = b.waiting_ms + age;
         c.node = static_cast<int>(i);
         out.candidates.push_back(c);
         continue;
@@ -216,6 +236,22 @@ GroupSummary HealthJudge::summarize(Clock::time_point now) const {
       ++out.rest.actors;
       if (b.waiting_ms >= 0 && b.step != kFinishedStep) ++out.rest.waiting;
       if (b.step != kFinishedStep && !waits_past(b, age, limits_.progress_timeout_ms)) ++out.rest.unblocked;
+    }
+  }
+  return out;
+}
+
+std::vector<Backpressure> HealthJudge::backpressured(Clock::time_point now, std::int64_t min_ms) const {
+  std::vector<Backpressure> out;
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.watched) continue;
+    const std::int64_t age = ms_between(n.heard, now);
+    for (const ActorBeat& b : n.beats) {
+      if (b.step < 0 || b.backpressure_ms < 0 || b.backpressure_ms + age <= min_ms) continue;
+      const bool own = b.node < 0;  // not a relay's listing of a member's actor
+      out.push_back({own ? static_cast<int>(i) : b.node, b.actor, b.step, b.backpressure_ms + age,
+                     own ? n.persist : std::string{}});
     }
   }
   return out;

@@ -23,6 +23,13 @@
 //       waited longest is named. Waits are not judged for
 //       health.progress_timeout_ms after a recovery ended (resumed), so that
 //       a beat of actors parked during it names no hang.
+//  H-8  An actor that waits on its node's checkpoint writer for a snapshot
+//       buffer (B-1: the persist of an earlier checkpoint still holds them)
+//       is neither stuck nor hung: the writer works for it. While one waits,
+//       no transfer hang is judged (H-6); past a heartbeat's limit the wait is
+//       reported as a checkpoint_backpressure notice with the persist's
+//       progress (backpressured()). Its bound is the wait's own
+//       (health.wait_timeout_ms), which ends it in an error naming the writer.
 //  H-7  Silence is measured without the judge's own pauses (paused(); see
 //       runtime/local_pauses.hpp): a pause of the judging process or its
 //       machine held every beat back, so it is no one's silence.
@@ -50,6 +57,18 @@ struct ActorBeat {
   std::int64_t idle_ms = 0;      ///< since its last progress
   std::int64_t waiting_ms = -1;  ///< waiting on a peer for this long (-1: not waiting)
   int node = -1;            ///< its node, when a relay reports it (-1: the reporting node's)
+  std::int64_t backpressure_ms = -1;  ///< waiting on its node's checkpoint writer for this long (-1: not; H-8)
+};
+
+/// An actor waiting on its node's checkpoint writer (H-8), for the notice.
+struct Backpressure {
+  int node = -1, actor = -1, step = -1;
+  std::int64_t waited_ms = 0;
+  std::string persist;  ///< the node's persist, as its beat described it (empty: unknown)
+  /// "checkpoint_backpressure: node 1, stage actor 3 — waits on its node's checkpoint writer ...".
+  std::string line() const;
+  /// {"notice": {"kind": "checkpoint_backpressure", node, actor, step, waited_ms, persist, at_ms}}.
+  std::string metrics_line(std::int64_t at_ms) const;
 };
 
 /// The actors a relay counted but did not list (H-5).
@@ -91,7 +110,8 @@ class HealthJudge {
 
   /// Node `node`'s heartbeat, received at `at`: its actors (and, from a
   /// relay, its members' listed actors and the count of the others).
-  void heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats, ActorsElsewhere elsewhere = {});
+  void heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats, ActorsElsewhere elsewhere = {},
+                 std::string persist = {});
   /// Node `node`'s silence is its relay's to judge (H-5).
   void relayed(int node);
   /// Node `node` beats the coordinator directly: its silence is judged here, counted from `now`.
@@ -121,12 +141,16 @@ class HealthJudge {
   std::optional<Verdict> hung_transfers(Clock::time_point now) const;
   /// What a relay reports of the nodes it judges (H-5).
   GroupSummary summarize(Clock::time_point now) const;
+  /// H-8: the actors that have waited on their node's checkpoint writer for
+  /// more than `min_ms` (aged to `now`), with their node's persist.
+  std::vector<Backpressure> backpressured(Clock::time_point now, std::int64_t min_ms) const;
 
  private:
   struct Node {
     Clock::time_point heard;
     std::vector<ActorBeat> beats;
     ActorsElsewhere elsewhere;
+    std::string persist;  ///< the node's persist, when an actor waited on it (H-8)
     bool watched = true;
     bool relayed = false;
     bool ever_heard = false;

@@ -1,5 +1,5 @@
 // HealthJudge: hung nodes (H-2), stuck actors and never the ones waiting (H-3), order (H-4), hung transfers (H-6),
-// and the judge's own pauses (H-7).
+// the judge's own pauses (H-7) and waits on a checkpoint writer (H-8).
 #include "runtime/health_judge.hpp"
 
 #include <catch2/catch.hpp>
@@ -123,6 +123,59 @@ TEST_CASE("H-6: no hang while an actor works, starts or is unknown, nor while a 
     CHECK(judge.check(at + milliseconds(101)).has_value());
   }
   CHECK_FALSE(judge.check(at).has_value());
+}
+
+TEST_CASE("H-8: an actor waiting on its checkpoint writer is no hang and is noticed with the persist's progress",
+          "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge judge(2, kLimits, t0);
+  const auto at = t0 + milliseconds(5000);
+  // Everyone else has waited on it for 4 s: without H-8 this is H-6's hang.
+  judge.heartbeat(0, at, {on_checkpoint(0, 12, 4000)}, {}, "persist of step 10: 1 of 2 shards written (5.0 MB) in 4.1 s");
+  judge.heartbeat(1, at, {waiting(1, 12, 3900)});
+  CHECK_FALSE(judge.check(at + milliseconds(100)).has_value());
+  CHECK_FALSE(judge.stuck_actor(at + milliseconds(100)).has_value());  // it waits (H-1)
+  const auto noticed = judge.backpressured(at + milliseconds(100), 800);
+  REQUIRE(noticed.size() == 1);
+  CHECK(noticed[0].node == 0);
+  CHECK(noticed[0].actor == 0);
+  CHECK(noticed[0].step == 12);
+  CHECK(noticed[0].waited_ms == 4100);
+  CHECK(noticed[0].line() ==
+        "checkpoint_backpressure: node 0, stage actor 0 — has waited 4100 ms at step 12 for a snapshot buffer that "
+        "its node's checkpoint writer still persists (persist of step 10: 1 of 2 shards written (5.0 MB) in 4.1 s)");
+  CHECK_THAT(noticed[0].metrics_line(7),
+             Catch::Contains("\"notice\":{\"actor\":0,\"at_ms\":7,\"kind\":\"checkpoint_backpressure\""));
+  CHECK(judge.backpressured(at + milliseconds(100), 4100).empty());  // not past the limit asked
+
+  // Once it has its buffer and waits on a peer like the rest, the hang is judged again.
+  judge.heartbeat(0, at, {waiting(0, 12, 4000)});
+  CHECK(judge.check(at + milliseconds(100)).has_value());
+  CHECK(judge.backpressured(at + milliseconds(100), 800).empty());
+}
+
+TEST_CASE("H-8: a relay lists its members' actors that wait on a checkpoint writer", "[health]") {
+  const auto t0 = Clock::now();
+  HealthJudge group(3, kLimits, t0);
+  group.heartbeat(1, t0, {on_checkpoint(4, 7, 2000)});
+  group.heartbeat(2, t0, {waiting(5, 7, 2000)});
+  const GroupSummary s = group.summarize(t0 + milliseconds(10));
+  REQUIRE(s.candidates.size() == 1);
+  CHECK(s.candidates[0].actor == 4);
+  CHECK(s.candidates[0].node == 1);
+  CHECK(s.candidates[0].backpressure_ms == 2010);
+  CHECK(s.rest.actors == 1);
+  CHECK(s.rest.unblocked == 0);  // actor 5 is blocked; actor 4 is listed, and lists as working (H-6)
+  // The coordinator, hearing the relay (node 0), notices it and judges no hang.
+  HealthJudge coordinator(3, kLimits, t0);
+  coordinator.relayed(1);
+  coordinator.relayed(2);
+  coordinator.heartbeat(0, t0 + milliseconds(10), s.candidates, s.rest);
+  CHECK_FALSE(coordinator.hung_transfers(t0 + milliseconds(20)).has_value());
+  const auto noticed = coordinator.backpressured(t0 + milliseconds(20), 800);
+  REQUIRE(noticed.size() == 1);
+  CHECK(noticed[0].node == 1);
+  CHECK(noticed[0].persist.empty());  // the member's persist stays with its relay
 }
 
 TEST_CASE("H-3: the only actor of a job is judged without peers", "[health]") {

@@ -160,6 +160,7 @@ std::map<std::string, Reader> fault_keys(FaultSpec& f) {
           {"instruction", integer(f.instruction, 0, kMaxInt)},
           {"factor", real(f.factor, 1, 1000, true)},
           {"steps", integer(f.steps, 1, kMaxInt)},
+          {"ms", integer(f.ms, 1, 3600000)},
           {"when", string(f.when)}};
 }
 
@@ -212,9 +213,17 @@ Status apply_assignment(const std::string& item, std::map<std::string, Reader>& 
 
 // A fault drill's keys and their relations; `where` names it ("job.toml: faults[1]", "--fault ...").
 Status check_fault(const FaultSpec& f, const std::string& where) {
-  static const char* kinds[] = {"kill", "hang", "stall", "slow", "exception", "lose"};
+  static const char* kinds[] = {"kill", "hang", "stall", "slow", "exception", "lose", "slow_persist"};
   if (std::find(std::begin(kinds), std::end(kinds), f.kind) == std::end(kinds))
-    return make_error(where, ": kind must be kill, hang, stall, slow, exception or lose (got \"", f.kind, "\")");
+    return make_error(where, ": kind must be kill, hang, stall, slow, exception, lose or slow_persist (got \"", f.kind,
+                      "\")");
+  if ((f.kind == "slow_persist") != (f.ms > 0))
+    return make_error(where, ": ms applies to kind = slow_persist, which needs it");
+  if (f.kind == "slow_persist") {
+    if (f.node < 0 || f.actor >= 0 || f.instruction >= 0 || f.when != "step")
+      return make_error(where, ": kind = slow_persist needs node (whose checkpoint writer) and step, nothing else");
+    return Status::success();
+  }
   const bool whole_node = f.kind == "kill" || f.kind == "hang";
   if (whole_node && (f.node < 0) == (f.actor < 0))
     return make_error(where, ": kind = ", f.kind, " needs node or actor (one of them)");

@@ -111,13 +111,14 @@ struct RecoverySection {
 /// go on); stall stops one actor's progress while its process lives; slow
 /// multiplies one actor's compute time; exception throws out of one actor.
 struct FaultSpec {
-  std::string kind;      ///< kill | hang | stall | slow | exception | lose
-  int node = -1;         ///< kill, hang: the node process (hang of an `actor`: its node's)
+  std::string kind;      ///< kill | hang | stall | slow | exception | lose | slow_persist
+  int node = -1;         ///< kill, hang: the node process (hang of an `actor`: its node's); slow_persist: whose writer
   int actor = -1;        ///< the stage actor's rank (required for stall, slow, exception, lose)
   int step = 0;          ///< the step it happens in
   int instruction = -1;  ///< before this instruction of the actor's step program (-1: at the step's start)
   double factor = 2;     ///< slow: compute time multiplied by this
   int steps = 1;         ///< slow: for this many steps from `step`
+  int ms = 0;            ///< slow_persist: the persist of checkpoint `step` waits this long before it writes
   /// "step" (at `step`); "start" (kill, hang, exception): as the stage actor
   /// enters its start barrier before `step` (0: the job's; later: after a
   /// recovery rolled back to it); "recovery" (kill, hang of a node: when it

@@ -125,7 +125,7 @@ TEST_CASE("fault drills from the config and --fault are read, and wrong ones are
   CHECK(at_start->faults[0].step == 0);
 
   const std::pair<const char*, const char*> bad[] = {
-      {"[[faults]]\nkind = \"melt\"\nactor = 0\n", "job.toml: faults[0]: kind must be kill, hang, stall, slow, exception or lose (got \"melt\")"},
+      {"[[faults]]\nkind = \"melt\"\nactor = 0\n", "job.toml: faults[0]: kind must be kill, hang, stall, slow, exception, lose or slow_persist (got \"melt\")"},
       {"[[faults]]\nkind = \"stall\"\nactr = 0\n", "job.toml: faults[0]: unknown key actr (did you mean actor?)"},
       {"[[faults]]\nkind = \"stall\"\nnode = 0\n", "job.toml: faults[0]: kind = stall needs actor (a stage actor's rank), not node"},
       {"[[faults]]\nkind = \"kill\"\n", "job.toml: faults[0]: kind = kill needs node or actor (one of them)"},

@@ -55,7 +55,7 @@ struct CheckpointJob {
     std::istringstream lines(slurp(metrics));
     for (std::string line; std::getline(lines, line);) {
       auto j = nlohmann::json::parse(line);
-      if (j.contains("fault")) continue;  // the coordinator's verdict of a failed run
+      if (!j.contains("loss")) continue;  // a verdict of a failed run, a notice (H-8)
       out[j["step"].get<int>()] = j["loss"].get<double>();
     }
     last_err = r.err;
@@ -156,7 +156,8 @@ TEST_CASE("keep-K: only the newest complete checkpoints remain", "[checkpoint]")
   // The last checkpoint's outcome is in the last step's metrics line (no later line would carry it).
   std::string last;
   std::istringstream lines(slurp(job.dir / "metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) last = line;
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("\"notice\"") == std::string::npos) last = line;  // a step line, not a notice (H-8)
   const auto j = nlohmann::json::parse(last);
   CHECK(j["step"] == 11);
   REQUIRE(j.contains("checkpoint_persisted"));
@@ -191,6 +192,37 @@ TEST_CASE("a full disk while persisting is reported, training goes on, the previ
   CHECK(names == std::set<std::string>{"step-00000002"});  // no temporary left, the older one intact
   job.losses("train", "--set checkpoint.every=0 --resume latest");
   CHECK(job.last_err.find("at step 2") != std::string::npos);
+}
+
+// H-8: a persist slower than training (a slow_persist drill: node 1's persist
+// of step 2 waits 4 s) makes the stage actors wait for snapshot buffers past
+// health.progress_timeout_ms while their peers wait on them. That is a
+// checkpoint_backpressure notice with the persist's progress, not a transfer
+// hang: no verdict, the job finishes with the losses of a run without it.
+TEST_CASE("H-8: training that waits on a slow persist is noticed as checkpoint_backpressure, never judged a hang",
+          "[checkpoint][faults][health]") {
+  CheckpointJob job("ckpt_backpressure", kPipeline);
+  const std::string common = "--nodes 2 --set checkpoint.every=1 --set health.progress_timeout_ms=1000";
+  const auto clean = job.losses("launch", common);
+  const auto slowed = job.losses("launch", common + " --fault kind=slow_persist,node=1,step=2,ms=4000");
+  CHECK(slowed == clean);
+  const std::string metrics = slurp(job.dir / "metrics.jsonl");
+  INFO(job.last_err);
+  CHECK(job.last_err.find("fault drill: the persist of step 2 waits 4000 ms") != std::string::npos);
+  CHECK(metrics.find("\"fault\"") == std::string::npos);  // no verdict
+  CHECK(job.last_err.find("verdict") == std::string::npos);
+  std::istringstream lines(metrics);
+  int notices = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (!j.contains("notice")) continue;
+    ++notices;
+    CHECK(j["notice"]["kind"] == "checkpoint_backpressure");
+    CHECK(j["notice"]["waited_ms"].get<int>() > 800);
+    CHECK_THAT(j["notice"]["persist"].get<std::string>(), Catch::StartsWith("persist of step 2: "));
+  }
+  CHECK(notices >= 1);
+  CHECK(job.last_err.find("checkpoint_backpressure: node 1, stage actor ") != std::string::npos);
 }
 
 TEST_CASE("SIGKILL while persisting never yields a checkpoint that is chosen", "[checkpoint][faults]") {

@@ -47,6 +47,7 @@ struct GpuJob {
     std::istringstream lines(slurp(metrics));
     for (std::string line; std::getline(lines, line);) {
       auto j = nlohmann::json::parse(line);
+      if (!j.contains("loss")) continue;  // a verdict, a notice (H-8)
       out[j["step"].get<int>()] = j["loss"].get<double>();
       if (val && j.contains("val_loss")) (*val)[j["step"].get<int>()] = j["val_loss"].get<double>();
     }

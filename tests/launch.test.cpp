@@ -307,7 +307,7 @@ TEST_CASE("a stage actor that fails mid-step ends the job promptly", "[launch][p
   }
   for (const auto& [flag, says] : std::vector<std::pair<std::string, std::string>>{
            {"kind=exception,step=1", "--fault kind=exception,step=1: kind = exception needs actor"},
-           {"kind=explode,actor=1", "kind must be kill, hang, stall, slow, exception or lose (got \"explode\")"},
+           {"kind=explode,actor=1", "kind must be kill, hang, stall, slow, exception, lose or slow_persist (got \"explode\")"},
            {"kind=slow,actor=1,factor=0.5", "--fault kind=slow,actor=1,factor=0.5: factor must be in (1, 1000]"},
            {"kind=stall,actor=9,step=1", "faults[0]: actor 9 is out of range (the job has 4 stage actors)"},
            {"kind=hang,node=2", "faults[0]: node 2 is out of range (the job has 1 node)"},

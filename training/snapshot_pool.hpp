@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/expected.hpp"
+#include "training/progress.hpp"
 #include "training/stage_checkpoint.hpp"
 
 namespace troupe {
@@ -44,6 +45,9 @@ class SnapshotPool {
   /// `starved` is called when an acquire has to wait (training waits on the
   /// persist, which should then not run at background priority).
   void on_starved(std::function<void()> starved);
+  /// The node's persist as it goes: the checkpoint writer's persist thread
+  /// writes it, a health monitor reads it while an actor waits (H-8).
+  PersistProgress& persist_progress() { return progress_; }
   /// The last persist that ended since actor `local` last asked, if one did.
   std::optional<PersistOutcome> new_outcome(int local);
   /// Actor `local`'s buffer of `step` is filled; true for the one call that
@@ -67,6 +71,7 @@ class SnapshotPool {
   void abandon();
 
  private:
+  PersistProgress progress_;
   enum class Use { free, filling, filled, persisting };
   struct Buffer {
     Use use = Use::free;

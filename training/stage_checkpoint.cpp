@@ -89,8 +89,9 @@ Manifest manifest_base(const StagePlan& plan, int step) {
 
 Expected<PersistFigures> persist_node_shards(const std::string& root, const Manifest& base, int node, int nodes,
                                              int keep, const std::vector<ShardToWrite>& shards, int wait_ms,
-                                             const std::atomic<bool>* cancel) {
+                                             const std::atomic<bool>* cancel, PersistProgress* progress) {
   const auto start = Clock::now();
+  if (progress && progress->step.load() != base.step) progress->begin(base.step, static_cast<int>(shards.size()));
   PersistFigures figures;
   std::vector<std::string> written;  // this node's files in the partial directory (C-3)
   auto attempt = [&]() -> Status {
@@ -101,6 +102,7 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
       auto r = write_shard(partial_dir(root, base.step), written.back(), *s.layout, *s.snapshot);
       if (!r) return r.error();
       figures.bytes += r->file.size;
+      if (progress) progress->shard_written(r->file.size);
       records.push_back(std::move(*r));
     }
     if (node != 0) return write_part(root, base.step, node, records);

@@ -16,6 +16,7 @@
 
 #include "backends/transport/collectives.hpp"
 #include "common/expected.hpp"
+#include "training/progress.hpp"
 #include "training/checkpoint_shard.hpp"
 #include "training/stage_plan.hpp"
 #include "training/stage_state.hpp"
@@ -91,7 +92,8 @@ struct PersistFigures {
 /// checkpoints are untouched).
 Expected<PersistFigures> persist_node_shards(const std::string& root, const Manifest& base, int node, int nodes,
                                              int keep, const std::vector<ShardToWrite>& shards, int wait_ms,
-                                             const std::atomic<bool>* cancel = nullptr);
+                                             const std::atomic<bool>* cancel = nullptr,
+                                             PersistProgress* progress = nullptr);
 
 /// Whether checkpoint DIR restores into a job of model `cfg`: its manifest
 /// reads, and the model is the same (the error names the key that differs).
