@@ -229,31 +229,41 @@ void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, co
 
 // bf16 outputs or inputs (bf16 activations): read and written by the
 // tensor-core kernels directly; by the others through fp32 copies in scratch.
-template <class O>
-void attention_forward(O* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, bool bf16,
+template <class O, class Q>
+void attention_forward(O* out, float* lse, const Q* qkv, int B, int T, int C, int NH, int window, bool bf16,
                        cudaStream_t s) {
-  if constexpr (std::is_same_v<O, float>) {
-    attention_forward_f32(out, lse, qkv, B, T, C, NH, window, bf16, s);
+  const Geometry g{B, T, C, NH, C / NH, window};
+  if (static_cast<std::int64_t>(B) * NH * T == 0) return;
+  if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
+  const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
+  std::optional<Scratch> wide_qkv, wide_out;
+  const float* qkv32 = nullptr;
+  if constexpr (std::is_same_v<Q, float>) {
+    qkv32 = qkv;
   } else {
-    const Geometry g{B, T, C, NH, C / NH, window};
-    if (static_cast<std::int64_t>(B) * NH * T == 0) return;
-    if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
-    const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
-    const Scratch wide(static_cast<std::size_t>(n) * sizeof(float), s);
-    attention_forward_f32(wide.as<float>(), lse, qkv, B, T, C, NH, window, bf16, s);
-    to_bf16(out, wide.as<float>(), n, s);
+    wide_qkv.emplace(static_cast<std::size_t>(3 * n) * sizeof(float), s);
+    to_f32(wide_qkv->as<float>(), qkv, 3 * n, s);
+    qkv32 = wide_qkv->as<float>();
+  }
+  if constexpr (std::is_same_v<O, float>) {
+    attention_forward_f32(out, lse, qkv32, B, T, C, NH, window, bf16, s);
+  } else {
+    wide_out.emplace(static_cast<std::size_t>(n) * sizeof(float), s);
+    attention_forward_f32(wide_out->as<float>(), lse, qkv32, B, T, C, NH, window, bf16, s);
+    to_bf16(out, wide_out->as<float>(), n, s);
   }
 }
 
-template <class G, class O>
-void attention_backward(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse, int B, int T,
+template <class G, class O, class Q>
+void attention_backward(G* dqkv, const float* dout, const Q* qkv, const O* out, const float* lse, int B, int T,
                         int C, int NH, int window, bool bf16, cudaStream_t s) {
   const Geometry g{B, T, C, NH, C / NH, window};
   if (static_cast<std::int64_t>(B) * NH * T == 0) return;
   if (bf16 && attention_backward_mma(dqkv, dout, qkv, out, lse, g, s)) return;
   const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
-  std::optional<Scratch> wide_out, wide_dqkv;
+  std::optional<Scratch> wide_out, wide_dqkv, wide_qkv;
   const float* out32 = nullptr;
+  const float* qkv32 = nullptr;
   if constexpr (std::is_same_v<O, float>) {
     out32 = out;
   } else {
@@ -261,24 +271,33 @@ void attention_backward(G* dqkv, const float* dout, const float* qkv, const O* o
     to_f32(wide_out->as<float>(), out, n, s);
     out32 = wide_out->as<float>();
   }
+  if constexpr (std::is_same_v<Q, float>) {
+    qkv32 = qkv;
+  } else {
+    wide_qkv.emplace(static_cast<std::size_t>(3 * n) * sizeof(float), s);
+    to_f32(wide_qkv->as<float>(), qkv, 3 * n, s);
+    qkv32 = wide_qkv->as<float>();
+  }
   if constexpr (std::is_same_v<G, float>) {
-    attention_backward_f32(dqkv, dout, qkv, out32, lse, B, T, C, NH, window, bf16, s);
+    attention_backward_f32(dqkv, dout, qkv32, out32, lse, B, T, C, NH, window, bf16, s);
   } else {
     wide_dqkv.emplace(static_cast<std::size_t>(3 * n) * sizeof(float), s);
-    attention_backward_f32(wide_dqkv->as<float>(), dout, qkv, out32, lse, B, T, C, NH, window, bf16, s);
+    attention_backward_f32(wide_dqkv->as<float>(), dout, qkv32, out32, lse, B, T, C, NH, window, bf16, s);
     to_bf16(dqkv, wide_dqkv->as<float>(), 3 * n, s);
   }
 }
 
-template void attention_forward(float*, float*, const float*, int, int, int, int, int, bool, cudaStream_t);
-template void attention_forward(__nv_bfloat16*, float*, const float*, int, int, int, int, int, bool, cudaStream_t);
-template void attention_backward(float*, const float*, const float*, const float*, const float*, int, int, int, int,
-                                 int, bool, cudaStream_t);
-template void attention_backward(float*, const float*, const float*, const __nv_bfloat16*, const float*, int, int,
-                                 int, int, int, bool, cudaStream_t);
-template void attention_backward(__nv_bfloat16*, const float*, const float*, const float*, const float*, int, int,
-                                 int, int, int, bool, cudaStream_t);
-template void attention_backward(__nv_bfloat16*, const float*, const float*, const __nv_bfloat16*, const float*, int,
-                                 int, int, int, int, bool, cudaStream_t);
+// Every combination of fp32 and bf16 for out (O), qkv (Q) and dqkv.
+#define TROUPE_ATTENTION(O, Q)                                                                                  \
+  template void attention_forward(O*, float*, const Q*, int, int, int, int, int, bool, cudaStream_t);          \
+  template void attention_backward(float*, const float*, const Q*, const O*, const float*, int, int, int, int, \
+                                   int, bool, cudaStream_t);                                                   \
+  template void attention_backward(__nv_bfloat16*, const float*, const Q*, const O*, const float*, int, int,   \
+                                   int, int, int, bool, cudaStream_t);
+TROUPE_ATTENTION(float, float)
+TROUPE_ATTENTION(float, __nv_bfloat16)
+TROUPE_ATTENTION(__nv_bfloat16, float)
+TROUPE_ATTENTION(__nv_bfloat16, __nv_bfloat16)
+#undef TROUPE_ATTENTION
 
 }  // namespace troupe::cuda

@@ -40,12 +40,12 @@ __device__ inline F* btc_head(F* btc, const AttentionGeometry& g, int b, int t, 
 /// The tensor-core kernels for bf16 precision (attention_mma.cu; head sizes
 /// up to 64): false, with nothing enqueued, where they do not apply. The
 /// backward computes its own delta = rowsum(dout * out) as it packs dout.
-/// out (the forward's output, the backward's input) and dqkv in fp32 or bf16
-/// (float or __nv_bfloat16; instantiated for each).
-template <class O>
-bool attention_forward_mma(O* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s);
-template <class G, class O>
-bool attention_backward_mma(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse,
+/// out (the forward's output, the backward's input), qkv and dqkv in fp32 or
+/// bf16 (float or __nv_bfloat16; instantiated for each).
+template <class O, class Q>
+bool attention_forward_mma(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s);
+template <class G, class O, class Q>
+bool attention_backward_mma(G* dqkv, const float* dout, const Q* qkv, const O* out, const float* lse,
                             const AttentionGeometry& g, cudaStream_t s);
 
 /// The tiled fp32 kernels (head sizes up to 128, where the GPU's shared memory

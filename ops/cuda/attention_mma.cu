@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/cuda_common.cuh"
@@ -56,8 +57,9 @@ struct Packed {
 };
 
 // dst[p][b*NH + h][t][c] = bf16(qkv part p, head h, token t, channel c), zero
-// past T and hs. One thread per 8 channels of a row.
-__global__ void pack_qkv_kernel(bf16* dst, const float* qkv, AttentionGeometry g, int Tpad) {
+// past T and hs; qkv (Q) fp32 or bf16. One thread per 8 channels of a row.
+template <class Q>
+__global__ void pack_qkv_kernel(bf16* dst, const Q* qkv, AttentionGeometry g, int Tpad) {
   const std::int64_t heads = static_cast<std::int64_t>(g.B) * g.NH;
   const std::int64_t chunks = 3 * heads * Tpad * kChunksPerRow;
   for (std::int64_t c = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; c < chunks;
@@ -69,13 +71,22 @@ __global__ void pack_qkv_kernel(bf16* dst, const float* qkv, AttentionGeometry g
     const int bh = static_cast<int>(r % heads), p = static_cast<int>(r / heads);
     float v[8];
     if (t < g.T) {
-      const float* src = qkv_head(qkv, g, bh / g.NH, t, bh % g.NH, p) + ch0;
-      if (ch0 + 8 <= g.hs && g.hs % 4 == 0) {  // rows and heads start on 16 bytes
-        const float4 lo = reinterpret_cast<const float4*>(src)[0], hi = reinterpret_cast<const float4*>(src)[1];
-        v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
-      } else {
+      const Q* src = qkv_head(qkv, g, bh / g.NH, t, bh % g.NH, p) + ch0;
+      if constexpr (std::is_same_v<Q, float>) {
+        if (ch0 + 8 <= g.hs && g.hs % 4 == 0) {  // rows and heads start on 16 bytes
+          const float4 lo = reinterpret_cast<const float4*>(src)[0], hi = reinterpret_cast<const float4*>(src)[1];
+          v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+        } else {
 #pragma unroll
-        for (int k = 0; k < 8; ++k) v[k] = ch0 + k < g.hs ? src[k] : 0.0f;
+          for (int k = 0; k < 8; ++k) v[k] = ch0 + k < g.hs ? src[k] : 0.0f;
+        }
+      } else {
+        if (ch0 + 8 <= g.hs && g.hs % 8 == 0) {  // rows and heads start on 16 bytes: the values as they are
+          *reinterpret_cast<uint4*>(dst + c * 8) = *reinterpret_cast<const uint4*>(src);
+          continue;
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) v[k] = ch0 + k < g.hs ? to_float(src[k]) : 0.0f;
       }
     } else {
 #pragma unroll
@@ -486,7 +497,8 @@ dim3 grid_of(const AttentionGeometry& g) {
 Packed packed_of(const AttentionGeometry& g) { return {(g.T + kRows - 1) / kRows * kRows}; }
 
 // q, k and v of every head packed into scratch (3 heads' worth per (b, h)).
-void pack_qkv(const Scratch& qkvp, const float* qkv, const AttentionGeometry& g, const Packed& pk, cudaStream_t s) {
+template <class Q>
+void pack_qkv(const Scratch& qkvp, const Q* qkv, const AttentionGeometry& g, const Packed& pk, cudaStream_t s) {
   const std::int64_t chunks = 3 * static_cast<std::int64_t>(g.B) * g.NH * pk.Tpad * kChunksPerRow;
   pack_qkv_kernel<<<grid_for(chunks, 256), 256, 0, s>>>(qkvp.as<bf16>(), qkv, g, pk.Tpad);
   check_launch("pack_qkv_kernel");
@@ -496,8 +508,8 @@ std::size_t packed_bytes(const AttentionGeometry& g, const Packed& pk, int parts
   return static_cast<std::size_t>(parts) * static_cast<std::size_t>(g.B) * g.NH * pk.head() * sizeof(bf16);
 }
 
-template <class O>
-bool forward(O* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
+template <class O, class Q>
+bool forward(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
   const Scratch qkvp(packed_bytes(g, pk, 3), s);
@@ -507,8 +519,8 @@ bool forward(O* out, float* lse, const float* qkv, const AttentionGeometry& g, c
   return true;
 }
 
-template <class G, class O>
-bool backward(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse,
+template <class G, class O, class Q>
+bool backward(G* dqkv, const float* dout, const Q* qkv, const O* out, const float* lse,
               const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
@@ -531,26 +543,28 @@ bool backward(G* dqkv, const float* dout, const float* qkv, const O* out, const 
 
 }  // namespace
 
-template <class O>
-bool attention_forward_mma(O* out, float* lse, const float* qkv, const AttentionGeometry& g, cudaStream_t s) {
+template <class O, class Q>
+bool attention_forward_mma(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s) {
   return forward(out, lse, qkv, g, s);
 }
 
-template <class G, class O>
-bool attention_backward_mma(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse,
+template <class G, class O, class Q>
+bool attention_backward_mma(G* dqkv, const float* dout, const Q* qkv, const O* out, const float* lse,
                             const AttentionGeometry& g, cudaStream_t s) {
   return backward(dqkv, dout, qkv, out, lse, g, s);
 }
 
-template bool attention_forward_mma(float*, float*, const float*, const AttentionGeometry&, cudaStream_t);
-template bool attention_forward_mma(__nv_bfloat16*, float*, const float*, const AttentionGeometry&, cudaStream_t);
-template bool attention_backward_mma(float*, const float*, const float*, const float*, const float*,
-                                     const AttentionGeometry&, cudaStream_t);
-template bool attention_backward_mma(float*, const float*, const float*, const __nv_bfloat16*, const float*,
-                                     const AttentionGeometry&, cudaStream_t);
-template bool attention_backward_mma(__nv_bfloat16*, const float*, const float*, const float*, const float*,
-                                     const AttentionGeometry&, cudaStream_t);
-template bool attention_backward_mma(__nv_bfloat16*, const float*, const float*, const __nv_bfloat16*, const float*,
-                                     const AttentionGeometry&, cudaStream_t);
+// Every combination of fp32 and bf16 for out (O), qkv (Q) and dqkv (G).
+#define TROUPE_ATTENTION_MMA(O, Q)                                                                               \
+  template bool attention_forward_mma(O*, float*, const Q*, const AttentionGeometry&, cudaStream_t);          \
+  template bool attention_backward_mma(float*, const float*, const Q*, const O*, const float*,                \
+                                       const AttentionGeometry&, cudaStream_t);                               \
+  template bool attention_backward_mma(__nv_bfloat16*, const float*, const Q*, const O*, const float*,        \
+                                       const AttentionGeometry&, cudaStream_t);
+TROUPE_ATTENTION_MMA(float, float)
+TROUPE_ATTENTION_MMA(float, __nv_bfloat16)
+TROUPE_ATTENTION_MMA(__nv_bfloat16, float)
+TROUPE_ATTENTION_MMA(__nv_bfloat16, __nv_bfloat16)
+#undef TROUPE_ATTENTION_MMA
 
 }  // namespace troupe::cuda

@@ -50,16 +50,25 @@ void CudaKernels::gemm(const cuda::GemmShape& shape, const Tensor& A, const Tens
   };
   const __nv_bfloat16* a = operand(A, copies[0]);
   const __nv_bfloat16* b = operand(B, copies[1]);
-  if (C.dtype() == DType::bf16) return matmul_->gemm(shape, a, b, bf16_data(C));
-  matmul_->gemm(shape, a, b, C.f32(), bias);
+  if (C.dtype() != DType::bf16) return matmul_->gemm(shape, a, b, C.f32(), bias);
+  // A bf16 output's bias is bf16 too (cuBLASLt's rule): rounded into scratch,
+  // as PyTorch's autocast rounds it.
+  std::optional<cuda::Scratch> bias16;
+  if (bias) {
+    bias16.emplace(static_cast<std::size_t>(shape.N) * sizeof(__nv_bfloat16), st);
+    cuda::to_bf16(bias16->as<__nv_bfloat16>(), bias, shape.N, st);
+  }
+  matmul_->gemm(shape, a, b, bf16_data(C), bias ? bias16->as<__nv_bfloat16>() : nullptr);
 }
 
 void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
   const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(inp));
   const cudaStream_t st = s();
-  // The bias epilogue where the bias is aligned for it; else the bias first
-  // and the product added onto it (the CPU's way).
-  const bool epilogue = bias.defined() && reinterpret_cast<std::uintptr_t>(bias.raw()) % cuda::kBiasAlignment == 0;
+  // The bias epilogue where the bias is aligned for it (always for a bf16
+  // output: its bias is a rounded copy in scratch); else the bias first and
+  // the product added onto it (the CPU's way).
+  const bool epilogue = bias.defined() && (out.dtype() == DType::bf16 ||
+                                           reinterpret_cast<std::uintptr_t>(bias.raw()) % cuda::kBiasAlignment == 0);
   if (bias.defined() && !epilogue) cuda::broadcast_rows(out.f32(), bias.f32(), N, OC, st);
   gemm({false, false, N, OC, C, C, OC, OC, epilogue, bias.defined() && !epilogue}, inp, weight, out,
        epilogue ? bias.f32() : nullptr);
@@ -127,11 +136,16 @@ void CudaKernels::do_layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& d
 }
 
 void CudaKernels::do_gelu_forward(Tensor& out, const Tensor& inp) const {
+  if (out.dtype() == DType::bf16 && inp.dtype() == DType::bf16)
+    return cuda::gelu_forward(bf16_data(out), static_cast<const __nv_bfloat16*>(bf16_data(inp)), inp.numel(), s());
   if (out.dtype() == DType::bf16) return cuda::gelu_forward(bf16_data(out), inp.f32(), inp.numel(), s());
   cuda::gelu_forward(out.f32(), inp.f32(), inp.numel(), s());
 }
 
 void CudaKernels::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const {
+  if (dinp.dtype() == DType::bf16 && inp.dtype() == DType::bf16)
+    return cuda::gelu_backward(bf16_data(dinp), static_cast<const __nv_bfloat16*>(bf16_data(inp)), bf16_data(dout),
+                               inp.numel(), s());
   if (dinp.dtype() == DType::bf16)
     return cuda::gelu_backward(bf16_data(dinp), inp.f32(), bf16_data(dout), inp.numel(), s());
   cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), inp.numel(), s());
@@ -167,18 +181,29 @@ void CudaKernels::do_attention_forward(Tensor& out, Tensor& saved, const Tensor&
   }
   const int B = as_int(qkv.dim(0)), T = as_int(qkv.dim(1));
   const bool bf16 = precision_ == Precision::bf16;
-  if (out.dtype() == DType::bf16)
-    return cuda::attention_forward(bf16_data(out), saved.f32(), qkv.f32(), B, T, C, NH, window, bf16, s());
-  cuda::attention_forward(out.f32(), saved.f32(), qkv.f32(), B, T, C, NH, window, bf16, s());
+  // out and qkv each fp32 or bf16 (bf16 activations).
+  auto run = [&](auto* y, const auto* q) {
+    cuda::attention_forward(y, saved.f32(), q, B, T, C, NH, window, bf16, s());
+  };
+  auto with_qkv = [&](auto* y) {
+    if (qkv.dtype() == DType::bf16) return run(y, static_cast<const __nv_bfloat16*>(bf16_data(qkv)));
+    run(y, static_cast<const float*>(qkv.f32()));
+  };
+  if (out.dtype() == DType::bf16) return with_qkv(bf16_data(out));
+  with_qkv(out.f32());
 }
 
 void CudaKernels::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                                         const Tensor& saved, int NH, int window) const {
   const int B = as_int(qkv.dim(0)), T = as_int(qkv.dim(1)), C = as_int(qkv.dim(2) / 3);
   const bool bf16 = precision_ == Precision::bf16;
-  // dqkv and out each fp32 or bf16 (bf16 gradients and activations).
+  // dqkv, out and qkv each fp32 or bf16 (bf16 gradients and activations).
   auto run = [&](auto* dq, const auto* y) {
-    cuda::attention_backward(dq, dout.f32(), qkv.f32(), y, saved.f32(), B, T, C, NH, window, bf16, s());
+    if (qkv.dtype() == DType::bf16)
+      return cuda::attention_backward(dq, dout.f32(), static_cast<const __nv_bfloat16*>(bf16_data(qkv)), y,
+                                      saved.f32(), B, T, C, NH, window, bf16, s());
+    cuda::attention_backward(dq, dout.f32(), static_cast<const float*>(qkv.f32()), y, saved.f32(), B, T, C, NH,
+                             window, bf16, s());
   };
   auto with_out = [&](auto* dq) {
     if (out.dtype() == DType::bf16) return run(dq, static_cast<const __nv_bfloat16*>(bf16_data(out)));

@@ -180,6 +180,15 @@ TEST_CASE("CUDA bf16 GEMMs (linear, tied head) are within bf16 rounding of the C
   auto y_bound = bound({N, OC});
   b.cpu.kernels.linear_forward(y_bound, ax, aw, Tensor{});
   within_bf16_rounding(b, y, y_bound, C);
+  // Into a bf16 output (bf16 activations), with a bias that bf16 holds
+  // exactly (a bf16 output's bias is rounded to bf16, as autocast's is).
+  std::vector<float> bias_values = b.host(bias.cpu);
+  for (float& v : bias_values) v = from_bf16(to_bf16(v));
+  auto bias16 = b.of({OC}, bias_values);
+  Pair y16{*Tensor::empty(b.cpu.device, {N, OC}), *Tensor::empty(b.g().device, {N, OC}, DType::bf16)};
+  b.cpu.kernels.linear_forward(y16.cpu, x.cpu, w.cpu, bias16.cpu);
+  b.g().kernels.linear_forward(y16.gpu, x.gpu, w.gpu, bias16.gpu);
+  within_bf16_rounding(b, y16, y_bound, C, true);
 
   auto dy = b.random({N, OC}), dx = b.random({N, C});
   const auto ady = magnitudes(b, dy);
@@ -296,6 +305,18 @@ TEST_CASE("CUDA LayerNorm and GELU write bf16 activations rounded once", "[cuda]
   b.cpu.kernels.gelu_backward(dh, h.cpu, dh);
   b.g().kernels.gelu_backward(dh16, h.gpu, dh16);
   CHECK(rounded_once(b.host_gpu(dh16), b.host(dh)) > 0.05);
+  // From a bf16 input (the MLP's pre-activation in bf16): the CPU's on the same values.
+  auto h16 = testing::tensor_of(b.g(), {N, C}, b.host(h.cpu), DType::bf16);
+  const auto h16_values = b.host_gpu(h16);
+  std::copy(h16_values.begin(), h16_values.end(), h.cpu.f32());
+  b.cpu.kernels.gelu_forward(g.cpu, h.cpu);
+  b.g().kernels.gelu_forward(g.gpu, h16);
+  CHECK(rounded_once(b.host_gpu(g.gpu), b.host(g.cpu)) > 0.05);
+  std::copy(dh_values.begin(), dh_values.end(), dh.f32());
+  auto dh16b = testing::tensor_of(b.g(), {N, C}, dh_values, DType::bf16);
+  b.cpu.kernels.gelu_backward(dh, h.cpu, dh);
+  b.g().kernels.gelu_backward(dh16b, h16, dh16b);
+  CHECK(rounded_once(b.host_gpu(dh16b), b.host(dh)) > 0.05);
 }
 
 // In bf16 the logits are bf16: the tied head rounds its fp32 sums into them,
@@ -599,6 +620,15 @@ void check_attention_bf16(Both& b, const AttentionCase& a) {
     INFO("bf16 dqkv, element " << i << ": got " << got_g16[i] << ", want " << want16[i] << ", bound " << limit);
     REQUIRE(std::abs(static_cast<double>(got_g16[i]) - want16[i]) <= limit);
   }
+  // A bf16 qkv holding the same values (bf16 activations): the very bits of
+  // the fp32 one, forward and backward (the kernels round q, k, v as they pack).
+  auto qkv16 = testing::tensor_of(b.g(), {B, T, 3 * C}, b.host(qkv.cpu), DType::bf16);
+  auto y16b = *Tensor::empty(b.g().device, {B, T, C}, DType::bf16);
+  b.g().kernels.attention_forward(y16b, att_gpu, qkv16, NH, window);
+  CHECK(b.host_gpu(y16b) == y16_host);
+  auto dqkv16b = *Tensor::empty(b.g().device, {B, T, 3 * C}, DType::bf16);
+  b.g().kernels.attention_backward(dqkv16b, dy.gpu, qkv16, y16b, att_gpu, NH, window);
+  CHECK(b.host_gpu(dqkv16b) == got_g16);
 }
 
 }  // namespace

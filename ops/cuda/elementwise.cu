@@ -12,23 +12,23 @@ namespace {
 constexpr int kThreads = 256;
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 
-// out (fp32 or bf16), inp: (n). Grid-stride over n.
-template <class O>
-__global__ void gelu_forward_kernel(O* out, const float* inp, std::int64_t n) {
+// out, inp: (n), each fp32 or bf16. Grid-stride over n.
+template <class O, class I>
+__global__ void gelu_forward_kernel(O* out, const I* inp, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
+    const float x = to_float(inp[i]);
     out[i] = from_float<O>(0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x))));
   }
 }
 
-// dinp, inp, dout: (n); dinp may alias dout; the gradients fp32 or bf16 (G).
-// Grid-stride over n.
-template <class G>
-__global__ void gelu_backward_kernel(G* dinp, const float* inp, const G* dout, std::int64_t n) {
+// dinp, inp, dout: (n); dinp may alias dout; the gradients (G) and the
+// input (I) each fp32 or bf16. Grid-stride over n.
+template <class G, class I>
+__global__ void gelu_backward_kernel(G* dinp, const I* inp, const G* dout, std::int64_t n) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
+    const float x = to_float(inp[i]);
     const float t = tanhf(kGeluScale * (x + 0.044715f * x * x * x));
     const float d_inner = kGeluScale * (1.0f + 3.0f * 0.044715f * x * x);
     dinp[i] = from_float<G>(to_float(dout[i]) * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * d_inner));
@@ -105,6 +105,12 @@ void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStre
   check_launch("gelu_forward_kernel");
 }
 
+void gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
+  check_launch("gelu_forward_kernel");
+}
+
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
@@ -112,6 +118,13 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_
 }
 
 void gelu_backward(__nv_bfloat16* dinp, const float* inp, const __nv_bfloat16* dout, std::int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
+  check_launch("gelu_backward_kernel");
+}
+
+void gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout, std::int64_t n,
+                   cudaStream_t s) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
   check_launch("gelu_backward_kernel");

@@ -17,11 +17,14 @@ namespace troupe::cuda {
 
 // elementwise.cu
 void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s);
-/// The same, rounded to bf16 as it is written.
+/// The same, rounded to bf16 as it is written (from an fp32 or a bf16 input).
 void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStream_t s);
+void gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, std::int64_t n, cudaStream_t s);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s);
 /// The same with bf16 gradients (computed in fp32, rounded as written).
 void gelu_backward(__nv_bfloat16* dinp, const float* inp, const __nv_bfloat16* dout, std::int64_t n, cudaStream_t s);
+void gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout, std::int64_t n,
+                   cudaStream_t s);
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s);
 void residual3_forward(float* out, const float* a, const float* b, const float* c, std::int64_t n, cudaStream_t s);
 /// out = in rounded to bf16 (to nearest, ties to even).
@@ -68,13 +71,13 @@ void cross_entropy_forward_backward(float* losses, __nv_bfloat16* logits, const 
 // attention.cu. lse: (B,NH,T) log-sum-exp of each query row's scores. bf16:
 // the products on the tensor cores from bf16-rounded inputs (head sizes up to
 // 64; larger ones in fp32), the forward's and the backward's choice alike.
-// out (O) and dqkv (G) are float or __nv_bfloat16 (bf16 activations and
-// gradients), instantiated for each.
-template <class O>
-void attention_forward(O* out, float* lse, const float* qkv, int B, int T, int C, int NH, int window, bool bf16,
+// out (O), qkv (Q) and dqkv (G) are float or __nv_bfloat16 (bf16 activations
+// and gradients), instantiated for each.
+template <class O, class Q>
+void attention_forward(O* out, float* lse, const Q* qkv, int B, int T, int C, int NH, int window, bool bf16,
                        cudaStream_t s);
-template <class G, class O>
-void attention_backward(G* dqkv, const float* dout, const float* qkv, const O* out, const float* lse, int B, int T,
+template <class G, class O, class Q>
+void attention_backward(G* dqkv, const float* dout, const Q* qkv, const O* out, const float* lse, int B, int T,
                         int C, int NH, int window, bool bf16, cudaStream_t s);
 /// The largest head size the attention kernels take.
 constexpr int kMaxHeadSize = 256;

@@ -130,17 +130,18 @@ void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, f
   run(s, A, B, C, bias, alpha);
 }
 
-void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, float alpha) {
-  if (s.bias || s.accumulate) {
-    std::fprintf(stderr, "cublasLt: a bf16 output takes no bias and no accumulation\n");
+void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                  const __nv_bfloat16* bias, float alpha) {
+  if (s.accumulate) {
+    std::fprintf(stderr, "cublasLt: a bf16 output takes no accumulation\n");
     std::abort();
   }
   s.bf16 = true;
   s.out_bf16 = true;
-  run(s, A, B, C, nullptr, alpha);
+  run(s, A, B, C, bias, alpha);
 }
 
-void Matmul::run(GemmShape s, const void* A, const void* B, void* C, const float* bias, float alpha) {
+void Matmul::run(GemmShape s, const void* A, const void* B, void* C, const void* bias, float alpha) {
   if (s.M == 0 || s.N == 0) return;
   s.align_a = alignment(A);
   s.align_b = alignment(B);

@@ -1,7 +1,7 @@
 // Row-major GEMMs on cuBLASLt: C = alpha op(A) op(B) + beta C (+ a bias per
 // column of C, fused as cuBLASLt's bias epilogue), A and B in fp32 or bf16,
-// C in fp32 or (from bf16 inputs, without bias or accumulation) bf16; the
-// bias and the accumulation always fp32. One handle and one
+// C in fp32 or (from bf16 inputs, without accumulation) bf16; the bias in
+// C's type; the accumulation always fp32. One handle and one
 // workspace per stream; the algorithm of each shape is chosen once and kept,
 // so a shape always runs the same kernel (a replayed step gives the same bits).
 #pragma once
@@ -55,14 +55,16 @@ class Matmul {
   /// bf16 in (on the tensor cores), fp32 accumulate and out.
   void gemm(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias,
             float alpha = 1.0f);
-  /// bf16 in, fp32 accumulate, C rounded to bf16; no bias, no accumulation.
-  void gemm(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, float alpha = 1.0f);
+  /// bf16 in, fp32 accumulate, C rounded to bf16; a bias (when shape.bias)
+  /// is bf16 too (cuBLASLt's bias takes the output's type); no accumulation.
+  void gemm(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+            const __nv_bfloat16* bias, float alpha = 1.0f);
 
  private:
   struct Plan;
   Matmul(int device, cudaStream_t stream);
   const Plan& plan(const GemmShape& shape);
-  void run(GemmShape shape, const void* A, const void* B, void* C, const float* bias, float alpha);
+  void run(GemmShape shape, const void* A, const void* B, void* C, const void* bias, float alpha);
 
   int device_;
   cudaStream_t stream_;

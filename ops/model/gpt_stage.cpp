@@ -37,7 +37,8 @@ struct GptStage::Block {
 };
 
 // Activations one microbatch keeps between forward and backward (in bf16
-// precision ln1, atty, ln2, fcg, lnf and logits are bf16: see allocate).
+// precision all but the residual stream, x2 and the statistics are bf16:
+// see allocate).
 struct GptStage::Slot {
   struct Layer {
     Tensor ln1, ln1_mean, ln1_rstd;  // (B,T,C), (B,T), (B,T)
@@ -133,14 +134,15 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     }
     return *t;
   };
-  // In bf16 the GEMMs' inputs (the LayerNorms' outputs, attention's output,
-  // GELU's output) and the logits are stored in bf16, as their producers
-  // round them: the GEMMs read them as they are instead of rounding copies
-  // of fp32 ones at every use, and they take half the memory. The logits
-  // hold their bf16 gradient after the cross-entropy, and the gradients that
-  // only feed GEMMs (of qkv and of the MLP's pre-activation) are bf16 too.
-  // The residual stream and its gradient, qkv and the MLP's pre-activation
-  // stay fp32.
+  // In bf16 the activations that only feed GEMMs, attention and GELU (the
+  // LayerNorms' outputs, qkv, attention's output, the MLP's pre-activation
+  // and GELU's output) and the logits are stored in bf16, as their producers
+  // round them (a linear layer's bias in bf16 too, as autocast does): the
+  // GEMMs read them as they are instead of rounding copies of fp32 ones at
+  // every use, and they take half the memory. The logits hold their bf16
+  // gradient after the cross-entropy, and the gradients that only feed GEMMs
+  // (of qkv and of the MLP's pre-activation) are bf16 too. The residual
+  // stream and its gradient stay fp32.
   const DType gemm_input = ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32;
   slots_.resize(static_cast<std::size_t>(slots));
   for (auto& slot : slots_) {
@@ -152,7 +154,7 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
       a.ln1 = make({B, T, C}, gemm_input);
       a.ln1_mean = make({B, T});
       a.ln1_rstd = make({B, T});
-      a.qkv = make({B, T, 3 * C});
+      a.qkv = make({B, T, 3 * C}, gemm_input);
       a.atty = make({B, T, C}, gemm_input);
       a.att = make(ctx.kernels.attention_saved_shape(B, NH, T));
       a.x2 = make({B, T, C});
@@ -161,7 +163,7 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
         a.ln2_mean = make({B, T});
         a.ln2_rstd = make({B, T});
       }
-      a.fch = make({B, T, 4 * C});
+      a.fch = make({B, T, 4 * C}, gemm_input);
       a.fcg = make({B, T, 4 * C}, gemm_input);
       slot.layers.push_back(std::move(a));
     }
