@@ -227,6 +227,18 @@ void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, co
 
 }  // namespace
 
+// x's n elements as fp32: x itself, or a widened copy in `wide`.
+template <class T>
+const float* as_f32(const T* x, std::int64_t n, std::optional<Scratch>& wide, cudaStream_t s) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    wide.emplace(static_cast<std::size_t>(n) * sizeof(float), s);
+    to_f32(wide->as<float>(), x, n, s);
+    return wide->as<float>();
+  }
+}
+
 // bf16 outputs or inputs (bf16 activations): read and written by the
 // tensor-core kernels directly; by the others through fp32 copies in scratch.
 template <class O, class Q>
@@ -237,14 +249,7 @@ void attention_forward(O* out, float* lse, const Q* qkv, int B, int T, int C, in
   if (bf16 && attention_forward_mma(out, lse, qkv, g, s)) return;
   const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
   std::optional<Scratch> wide_qkv, wide_out;
-  const float* qkv32 = nullptr;
-  if constexpr (std::is_same_v<Q, float>) {
-    qkv32 = qkv;
-  } else {
-    wide_qkv.emplace(static_cast<std::size_t>(3 * n) * sizeof(float), s);
-    to_f32(wide_qkv->as<float>(), qkv, 3 * n, s);
-    qkv32 = wide_qkv->as<float>();
-  }
+  const float* qkv32 = as_f32(qkv, 3 * n, wide_qkv, s);
   if constexpr (std::is_same_v<O, float>) {
     attention_forward_f32(out, lse, qkv32, B, T, C, NH, window, bf16, s);
   } else {
@@ -262,22 +267,8 @@ void attention_backward(G* dqkv, const float* dout, const Q* qkv, const O* out, 
   if (bf16 && attention_backward_mma(dqkv, dout, qkv, out, lse, g, s)) return;
   const std::int64_t n = static_cast<std::int64_t>(B) * T * C;
   std::optional<Scratch> wide_out, wide_dqkv, wide_qkv;
-  const float* out32 = nullptr;
-  const float* qkv32 = nullptr;
-  if constexpr (std::is_same_v<O, float>) {
-    out32 = out;
-  } else {
-    wide_out.emplace(static_cast<std::size_t>(n) * sizeof(float), s);
-    to_f32(wide_out->as<float>(), out, n, s);
-    out32 = wide_out->as<float>();
-  }
-  if constexpr (std::is_same_v<Q, float>) {
-    qkv32 = qkv;
-  } else {
-    wide_qkv.emplace(static_cast<std::size_t>(3 * n) * sizeof(float), s);
-    to_f32(wide_qkv->as<float>(), qkv, 3 * n, s);
-    qkv32 = wide_qkv->as<float>();
-  }
+  const float* out32 = as_f32(out, n, wide_out, s);
+  const float* qkv32 = as_f32(qkv, 3 * n, wide_qkv, s);
   if constexpr (std::is_same_v<G, float>) {
     attention_backward_f32(dqkv, dout, qkv32, out32, lse, B, T, C, NH, window, bf16, s);
   } else {
