@@ -94,9 +94,9 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
                   "its actor system went away (" + self->system().render(reason) + ")"};
   // SV-8: a killed node process that the launcher restarts or a spare replaces.
   if (node_recoverable(self, v)) {
-    if (auto replacement = place_replacement(self, rank)) return begin_node_recovery(self, v, *replacement);
-    spdlog::error("coordinator: no replacement for node {}: recovery.restarts used up (or none configured) and no "
-                  "spare waiting (recovery.spares)", rank);
+    const Replacement r = place_replacement(self, rank);
+    if (r.who) return begin_node_recovery(self, v, *r.who);
+    return conclude_unreplaced(self, v, r.why_none);
   }
   lose_node(self, rank, "node " + std::to_string(rank) + " lost (" + v.line() + ")");
   conclude(self, v);
@@ -113,8 +113,11 @@ void on_judged(Self* self, const Verdict& v) {
   // process is restarted; if none rejoins, the recovery's deadline ends the job.
   auto& st = self->state;
   if (v.actor < 0 && st.recovery && st.recovery->awaiting == v.node) return;  // being replaced already
-  if (v.actor < 0 && node_recoverable(self, v))
-    if (auto replacement = place_replacement(self, v.node)) return begin_node_recovery(self, v, *replacement);
+  if (v.actor < 0 && node_recoverable(self, v)) {
+    const Replacement r = place_replacement(self, v.node);
+    if (r.who) return begin_node_recovery(self, v, *r.who);
+    return conclude_unreplaced(self, v, r.why_none);
+  }
   if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
   conclude(self, v);
 }

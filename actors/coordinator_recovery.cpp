@@ -102,19 +102,28 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
 // SV-8: who replaces node `node`'s lost process: the launcher's restart
 // (recovery.restarts) first, else the oldest waiting spare (SP-1), which is
 // told the rank to play. False if neither is left.
-std::optional<std::string> place_replacement(Self* self, int node) {
+Replacement place_replacement(Self* self, int node) {
   auto& st = self->state;
   auto restart = on_redis(st, [&](RedisClient& redis) { return claim_restart(redis, st.cfg.job_id, st.cfg.restarts); });  // LE-2
-  if (!restart) spdlog::error("coordinator: cannot count the restarts placed: {}", restart.error().message);
-  if (restart && *restart) return "a restarted process";
+  if (!restart)
+    return {std::nullopt, "the job's Redis, which counts the restarts and holds the spares, "
+                          "cannot be reached: " + restart.error().message};
+  if (*restart) return {"a restarted process", ""};
   auto spare = on_redis(st, [&](RedisClient& redis) { return assign_spare(redis, st.cfg.job_id, node); });
-  if (!spare) {
-    spdlog::error("coordinator: cannot take a spare for node {}: {}", node, spare.error().message);
-    return std::nullopt;
-  }
-  if (!*spare) return std::nullopt;
+  if (!spare)
+    return {std::nullopt, "the job's Redis, which holds the spares, cannot be reached: " +
+                              spare.error().message};
+  if (!*spare) return {std::nullopt, "recovery.restarts used up (or none configured) and no spare waiting (recovery.spares)"};
   spdlog::warn("coordinator: spare {} takes the place of node {}", **spare, node);
-  return "spare " + **spare;
+  return {"spare " + **spare, ""};
+}
+
+void conclude_unreplaced(Self* self, const Verdict& v, const std::string& why_none) {
+  spdlog::error("coordinator: no replacement for node {}: {}", v.node, why_none);
+  Verdict w = v;
+  w.evidence += "; not replaced: " + why_none;
+  lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + w.line() + ")");
+  conclude(self, w);
 }
 
 // SV-8: node `v.node`'s process died (or hangs); `replacement` (a restarted process or a spare) takes its rank back.
@@ -371,12 +380,13 @@ void succeed(Self* self) {
                                      " cannot reach node " + std::to_string(r));
   const Verdict v{"coordinator_loss", lost, -1,
                   "node " + std::to_string(st.cfg.rank) + " lost the process hosting the coordinator and took over its lease"};
-  if (recoverable(self, v))
-    if (auto replacement = place_replacement(self, lost)) return begin_node_recovery(self, v, *replacement);
-  spdlog::error("coordinator: no replacement for node {}: recovery.restarts used up (or none configured) and no "
-                "spare waiting (recovery.spares)", lost);
-  lose_node(self, lost, "node " + std::to_string(lost) + " lost (" + v.line() + ")");
-  conclude(self, v);
+  if (!recoverable(self, v)) {
+    lose_node(self, lost, "node " + std::to_string(lost) + " lost (" + v.line() + ")");
+    return conclude(self, v);
+  }
+  const Replacement r = place_replacement(self, lost);
+  if (r.who) return begin_node_recovery(self, v, *r.who);
+  conclude_unreplaced(self, v, r.why_none);
 }
 
 }  // namespace troupe::coordinator_detail

@@ -104,8 +104,16 @@ bool recoverable(Self* self, const Verdict& v);
 /// SV-8, SV-11: may node `v.node`'s lost process be replaced?
 bool node_recoverable(Self* self, const Verdict& v);
 void begin_recovery(Self* self, const Verdict& v, int deadline_ms = -1);
-/// Who replaces node `node`'s lost process ("a restarted process", "spare ID"), if anyone.
-std::optional<std::string> place_replacement(Self* self, int node);
+/// Who replaces node `node`'s lost process ("a restarted process", "spare ID"),
+/// or why no one does: the restarts used up and no spare waiting, or the
+/// job's Redis (which counts them) out of reach, named as such.
+struct Replacement {
+  std::optional<std::string> who;
+  std::string why_none;
+};
+Replacement place_replacement(Self* self, int node);
+/// A node lost for good: `v` with why it is not replaced, recorded and concluded.
+void conclude_unreplaced(Self* self, const Verdict& v, const std::string& why_none);
 void begin_node_recovery(Self* self, const Verdict& v, const std::string& replacement);
 void on_rejoin(Self* self, const msg::Rejoin& m);
 void on_node_aborted(Self* self, const msg::NodeAborted& m);

@@ -3,13 +3,18 @@
 // from its buddy copies in the next node's memory (or from disk), every actor
 // rolls back to the same step, and the job ends with the fault-free weights
 // and per-step losses, bit for bit.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
 
+#include "runtime/redis_server.hpp"
 #include "tests/test_support.hpp"
 
 using namespace troupe::testing;
@@ -599,4 +604,42 @@ TEST_CASE("two actors failing in the same step are both replaced, bit for bit", 
   CHECK(r.err.find("verdict actor_exception: node 0, stage actor 1") != std::string::npos);
   CHECK(r.err.find("verdict actor_exception: node 1, stage actor 2") != std::string::npos);
   check_fault_free(dir, "two");
+}
+
+// Issue 34, as a new user met it: the job's Redis lost under a running job,
+// then a node killed. The restarts are counted (and the spares held) in
+// Redis, so the node cannot be replaced; the job ends saying that Redis is
+// out of reach, not that the restarts were used up.
+TEST_CASE("a node lost while the job's Redis is down ends the job naming Redis, not the restarts", "[recovery]") {
+  ScratchDir dir("recredis");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 4000);
+  std::optional<troupe::RedisServer> server;
+  {
+    auto s = troupe::RedisServer::start();
+    if (!s) skip("no redis-server here (" + s.error().message + ")");
+    server.emplace(std::move(*s));
+  }
+  const std::string log = dir / "log.txt";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::setenv("TROUPE_REDIS_PASSWORD", server->password().c_str(), 1);
+    const std::string cmd = "timeout 120 " + launch(cfg, dir / "w.safetensors", dir / "m.jsonl",
+                                                    "--redis " + server->url() +
+                                                        " --set train.log_every=100 --fault kind=kill,node=1,step=2500") +
+                            " 2> " + log;
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const bool training = wait_for_text(log, "step   100 |", std::chrono::seconds(60));
+  server.reset();  // the job's Redis goes, while the job trains
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string err = slurp(log);
+  INFO(err);
+  REQUIRE(training);
+  CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(err.find("no replacement for node 1: the job's Redis, which counts the restarts and holds the spares, cannot "
+                 "be reached") != std::string::npos);
+  CHECK(err.find("restarts used up") == std::string::npos);
 }
