@@ -116,7 +116,11 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
   sink.filled = [self, pool, local, writer = args.checkpoint_writer, rank = args.rank](int step) {
     if (pool->filled(local, step)) self->send(writer, msg::SnapshotTaken{step, rank});
   };
-  sink.persisted = [pool, limit](int step) { return pool->wait_persisted(step, limit); };
+  sink.persisted = [pool, limit, slot](int step) {  // the last checkpoint's outcome, at the job's end: H-1, H-8 too
+    WaitScope waiting(slot);
+    BackpressureScope backpressure(slot, &pool->persist_progress());
+    return pool->wait_persisted(step, limit);
+  };
   sink.new_outcome = [pool, local] { return pool->new_outcome(local); };
   sink.prepare = [pool, local](const std::function<Status(StageSnapshot&)>& fill) { return pool->prepare(local, fill); };
   return sink;

@@ -195,20 +195,20 @@ TEST_CASE("a full disk while persisting is reported, training goes on, the previ
 }
 
 // H-8: a persist slower than training (a slow_persist drill: node 1's persist
-// of step 2 waits 4 s) makes the stage actors wait for snapshot buffers past
-// health.progress_timeout_ms while their peers wait on them. That is a
+// of step 2 waits 6 s) makes the stage actors wait for snapshot buffers past
+// health.progress_timeout_ms (2 s) while their peers wait on them. That is a
 // checkpoint_backpressure notice with the persist's progress, not a transfer
 // hang: no verdict, the job finishes with the losses of a run without it.
 TEST_CASE("H-8: training that waits on a slow persist is noticed as checkpoint_backpressure, never judged a hang",
           "[checkpoint][faults][health]") {
   CheckpointJob job("ckpt_backpressure", kPipeline);
-  const std::string common = "--nodes 2 --set checkpoint.every=1 --set health.progress_timeout_ms=1000";
+  const std::string common = "--nodes 2 --set checkpoint.every=1 --set health.progress_timeout_ms=2000";
   const auto clean = job.losses("launch", common);
-  const auto slowed = job.losses("launch", common + " --fault kind=slow_persist,node=1,step=2,ms=4000");
+  const auto slowed = job.losses("launch", common + " --fault kind=slow_persist,node=1,step=2,ms=6000");
   CHECK(slowed == clean);
   const std::string metrics = slurp(job.dir / "metrics.jsonl");
   INFO(job.last_err);
-  CHECK(job.last_err.find("fault drill: the persist of step 2 waits 4000 ms") != std::string::npos);
+  CHECK(job.last_err.find("fault drill: the persist of step 2 waits 6000 ms") != std::string::npos);
   CHECK(metrics.find("\"fault\"") == std::string::npos);  // no verdict
   CHECK(job.last_err.find("verdict") == std::string::npos);
   std::istringstream lines(metrics);
