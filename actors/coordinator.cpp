@@ -164,17 +164,6 @@ void on_heartbeat(Self* self, const msg::Heartbeat& m) {
                       ActorsElsewhere{m.actors_elsewhere, m.waiting_elsewhere, m.unblocked_elsewhere}, m.persist);
 }
 
-// H-8: each wait on a checkpoint writer past a heartbeat's limit, noticed once.
-void notice_backpressure(CoordinatorState& st, HealthJudge::Clock::time_point now) {
-  const std::int64_t limit = static_cast<std::int64_t>(st.cfg.health.miss_limit) * st.cfg.health.heartbeat_ms;
-  std::set<int> waiting;
-  for (const Backpressure& b : st.judge->backpressured(now, limit)) {
-    waiting.insert(b.actor);
-    if (!st.backpressured.contains(b.actor)) st.verdicts->notice(b);
-  }
-  st.backpressured = std::move(waiting);
-}
-
 // a relay's word on its member's silence; a finished member is no failure.
 void on_member_silent(Self* self, const msg::MemberSilent& m) {
   auto& st = self->state;
@@ -338,7 +327,7 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
           st.judge->paused(pause->from, pause->to);
         }
         auto verdict = st.judge->check(now);
-        notice_backpressure(st, now);
+        for (const Backpressure& b : st.judge->backpressure_to_notice(now)) st.verdicts->notice(b);  // H-8
         st.health_cpu_ns += thread_cpu_ns() - cpu0;
         if (verdict) on_judged(self, *verdict);
         if (!st.finished) arm_health_check(self);

@@ -6,7 +6,6 @@
 #include <caf/all.hpp>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -31,7 +30,6 @@ struct CoordinatorState {
   std::uint64_t stale = 0, foreign = 0;
   std::uint64_t heartbeats = 0;
   std::int64_t health_cpu_ns = 0;  ///< spent on heartbeats and health checks (for bench health)
-  std::set<int> backpressured;  ///< actors whose wait on a checkpoint writer was noticed (H-8)
   bool finished = false;
   // SV-8: the recovery in progress, and when the past ones began (the budget).
   struct Recovery {

@@ -107,8 +107,7 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
   CheckpointSink sink;
   ProgressSlot* slot = args.progress && local >= 0 && local < args.progress->size() ? &args.progress->slot(local) : nullptr;
   sink.acquire = [pool, local, limit, slot](int step, const ShardLayout& layout) {
-    WaitScope waiting(slot);  // on the node's writer, not stuck (H-1) ...
-    BackpressureScope backpressure(slot, &pool->persist_progress());  // ... nor hung, and said so (H-8)
+    BackpressureScope waiting(slot, &pool->persist_progress());  // on the node's writer: not stuck, not hung (H-8)
     return pool->acquire(local, step, layout, limit);
   };
   // The actor that completes a step's snapshots tells the writer (B-2); from
@@ -116,9 +115,8 @@ CheckpointSink checkpoint_sink(caf::blocking_actor* self, const ActorArgs& args)
   sink.filled = [self, pool, local, writer = args.checkpoint_writer, rank = args.rank](int step) {
     if (pool->filled(local, step)) self->send(writer, msg::SnapshotTaken{step, rank});
   };
-  sink.persisted = [pool, limit, slot](int step) {  // the last checkpoint's outcome, at the job's end: H-1, H-8 too
-    WaitScope waiting(slot);
-    BackpressureScope backpressure(slot, &pool->persist_progress());
+  sink.persisted = [pool, limit, slot](int step) {  // the last checkpoint's outcome, at the job's end: H-8 too
+    BackpressureScope waiting(slot, &pool->persist_progress());
     return pool->wait_persisted(step, limit);
   };
   sink.new_outcome = [pool, local] { return pool->new_outcome(local); };

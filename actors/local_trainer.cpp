@@ -5,8 +5,6 @@
 
 #include <caf/all.hpp>
 
-#include <set>
-
 #include <spdlog/spdlog.h>
 
 #include "actors/actor_registry.hpp"
@@ -72,7 +70,6 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     const HealthLimits limits{job->health.heartbeat_ms, job->health.miss_limit, job->health.progress_timeout_ms};
     HealthJudge judge(1, limits, HealthJudge::Clock::now());
     VerdictRecord verdicts("", options.metrics_path, options.trace_path);
-    std::set<int> backpressured;  // actors whose wait on the checkpoint writer was noticed (H-8)
     for (int r = 0; r < actors; ++r) {
       ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, *job, files, 0, 1, loader,
                      ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool, board};
@@ -128,14 +125,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
             const auto now = HealthJudge::Clock::now();
             judge.heartbeat(0, now, board->beats(0), {}, board->persist_waited_on());
             if (auto v = judge.stuck_actor(now)) failed(*v);
-            // H-8: a wait on the checkpoint writer past a heartbeat's limit, noticed once.
-            std::set<int> waiting;
-            for (const Backpressure& b : judge.backpressured(now, static_cast<std::int64_t>(limits.miss_limit) *
-                                                                  limits.heartbeat_ms)) {
-              waiting.insert(b.actor);
-              if (!backpressured.contains(b.actor)) verdicts.notice(b);
-            }
-            backpressured = std::move(waiting);
+            for (const Backpressure& b : judge.backpressure_to_notice(now)) verdicts.notice(b);  // H-8
           });
     }
     if (loader) self->send_exit(loader, caf::exit_reason::user_shutdown);

@@ -257,4 +257,16 @@ std::vector<Backpressure> HealthJudge::backpressured(Clock::time_point now, std:
   return out;
 }
 
+std::vector<Backpressure> HealthJudge::backpressure_to_notice(Clock::time_point now) {
+  const std::int64_t limit = static_cast<std::int64_t>(limits_.miss_limit) * limits_.heartbeat_ms;
+  std::vector<Backpressure> out;
+  std::set<int> waiting;
+  for (Backpressure& b : backpressured(now, limit)) {
+    waiting.insert(b.actor);
+    if (!noticed_.contains(b.actor)) out.push_back(std::move(b));
+  }
+  noticed_ = std::move(waiting);
+  return out;
+}
+
 }  // namespace troupe

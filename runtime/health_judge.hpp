@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -144,6 +145,9 @@ class HealthJudge {
   /// H-8: the actors that have waited on their node's checkpoint writer for
   /// more than `min_ms` (aged to `now`), with their node's persist.
   std::vector<Backpressure> backpressured(Clock::time_point now, std::int64_t min_ms) const;
+  /// H-8's notices: the waits past miss_limit x heartbeat_ms not noticed yet,
+  /// each once (a wait that ended and begins again is noticed again).
+  std::vector<Backpressure> backpressure_to_notice(Clock::time_point now);
 
  private:
   struct Node {
@@ -158,6 +162,7 @@ class HealthJudge {
   std::vector<Node> nodes_;
   HealthLimits limits_;
   std::optional<Clock::time_point> resumed_;  ///< the end of the last recovery (H-6)
+  std::set<int> noticed_;                     ///< actors whose current wait was noticed (H-8)
 };
 
 }  // namespace troupe

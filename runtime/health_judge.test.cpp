@@ -147,6 +147,8 @@ TEST_CASE("H-8: an actor waiting on its checkpoint writer is no hang and is noti
   CHECK_THAT(noticed[0].metrics_line(7),
              Catch::Contains("\"notice\":{\"actor\":0,\"at_ms\":7,\"kind\":\"checkpoint_backpressure\""));
   CHECK(judge.backpressured(at + milliseconds(100), 4100).empty());  // not past the limit asked
+  CHECK(judge.backpressure_to_notice(at + milliseconds(100)).size() == 1);  // noticed once per wait
+  CHECK(judge.backpressure_to_notice(at + milliseconds(300)).empty());
 
   // Once it has its buffer and waits on a peer like the rest, the hang is judged again.
   judge.heartbeat(0, at, {waiting(0, 12, 4000)});

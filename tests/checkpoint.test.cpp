@@ -212,14 +212,15 @@ TEST_CASE("H-8: training that waits on a slow persist is noticed as checkpoint_b
   CHECK(metrics.find("\"fault\"") == std::string::npos);  // no verdict
   CHECK(job.last_err.find("verdict") == std::string::npos);
   std::istringstream lines(metrics);
+  // The slowed persist is noticed; on a loaded machine other persists (1 MB/s
+  // here under the sanitizers) may be waited on past the limit and noticed too.
   int notices = 0;
   for (std::string line; std::getline(lines, line);) {
     const auto j = nlohmann::json::parse(line);
     if (!j.contains("notice")) continue;
-    ++notices;
     CHECK(j["notice"]["kind"] == "checkpoint_backpressure");
     CHECK(j["notice"]["waited_ms"].get<int>() > 800);
-    CHECK_THAT(j["notice"]["persist"].get<std::string>(), Catch::StartsWith("persist of step 2: "));
+    if (j["notice"]["persist"].get<std::string>().starts_with("persist of step 2: ")) ++notices;
   }
   CHECK(notices >= 1);
   CHECK(job.last_err.find("checkpoint_backpressure: node 1, stage actor ") != std::string::npos);

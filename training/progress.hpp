@@ -100,11 +100,12 @@ class WaitScope {
   ProgressSlot* slot_;
 };
 
-/// Marks a slot waiting on its node's checkpoint writer for a scope (H-8: a
-/// checkpoint_backpressure, not a hang); a null slot is a no-op.
+/// Marks a slot waiting on its node's checkpoint writer for a scope: a wait
+/// (H-1) that is a checkpoint_backpressure, not a hang (H-8); a null slot is
+/// a no-op.
 class BackpressureScope {
  public:
-  BackpressureScope(ProgressSlot* slot, const PersistProgress* persist) : slot_(slot) {
+  BackpressureScope(ProgressSlot* slot, const PersistProgress* persist) : waiting_(slot), slot_(slot) {
     if (!slot_) return;
     slot_->persist.store(persist, std::memory_order_relaxed);
     slot_->backpressure_since_ns.store(steady_now_ns(), std::memory_order_relaxed);
@@ -116,6 +117,7 @@ class BackpressureScope {
   BackpressureScope& operator=(const BackpressureScope&) = delete;
 
  private:
+  WaitScope waiting_;
   ProgressSlot* slot_;
 };
 

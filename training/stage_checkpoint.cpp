@@ -91,7 +91,6 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
                                              int keep, const std::vector<ShardToWrite>& shards, int wait_ms,
                                              const std::atomic<bool>* cancel, PersistProgress* progress) {
   const auto start = Clock::now();
-  if (progress && progress->step.load() != base.step) progress->begin(base.step, static_cast<int>(shards.size()));
   PersistFigures figures;
   std::vector<std::string> written;  // this node's files in the partial directory (C-3)
   auto attempt = [&]() -> Status {

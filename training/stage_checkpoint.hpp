@@ -89,7 +89,8 @@ struct PersistFigures {
 /// directory of `base.step`; node 0 then waits (at most `wait_ms`, and not
 /// once `cancel` is set) for every node's part and commits, keeping `keep`.
 /// On failure this node's files go (C-3; training goes on, earlier
-/// checkpoints are untouched).
+/// checkpoints are untouched). Each shard written is counted in `progress`
+/// (its caller began it).
 Expected<PersistFigures> persist_node_shards(const std::string& root, const Manifest& base, int node, int nodes,
                                              int keep, const std::vector<ShardToWrite>& shards, int wait_ms,
                                              const std::atomic<bool>* cancel = nullptr,
