@@ -222,6 +222,21 @@ __device__ inline void pipelined(int tiles, Load&& load, Compute&& compute) {
   }
 }
 
+// The key tiles that query tile q0 sees, in order, with K and V brought into
+// shared memory two stages deep: compute(k0, K tile, V tile) for each.
+template <class Compute>
+__device__ inline void for_each_key_tile(bf16 (&Ks)[2][kRows * kLd], bf16 (&Vs)[2][kRows * kLd], const bf16* kh,
+                                         const bf16* vh, const AttentionGeometry& g, int q0, Compute&& compute) {
+  const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
+  pipelined(
+      (q_last - first) / kRows + 1,
+      [&](int buf, int i) {
+        load_tile(Ks[buf], kh, first + i * kRows);
+        load_tile(Vs[buf], vh, first + i * kRows);
+      },
+      [&](int buf, int i) { compute(first + i * kRows, Ks[buf], Vs[buf]); });
+}
+
 // acc[n] (16 x 8 each, n < 8: 64 columns) = A (16 x kHs) times tile^T: the
 // warp's rows against the tile's rows, summed over channels.
 __device__ void product_with_rows(float (&acc)[kRowTiles][4], const std::uint32_t (&a)[kHs / 16][4], const bf16* tile) {
@@ -312,16 +327,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out,
   load_a(qa, qh + static_cast<std::int64_t>(r0) * kHs);
   float o[kChannelTiles][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   zero(o);
-  const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
-  const int tiles = (q_last - first) / kRows + 1;
-  auto load = [&](int buf, int i) {
-    load_tile(Ks[buf], kh, first + i * kRows);
-    load_tile(Vs[buf], vh, first + i * kRows);
-  };
-  pipelined(tiles, load, [&](int buf, int i) {
-    const int k0 = first + i * kRows;
+  for_each_key_tile(Ks, Vs, kh, vh, g, q0, [&](int k0, const bf16* K, const bf16* V) {
     float s[kRowTiles][4];
-    product_with_rows(s, qa, Ks[buf]);
+    product_with_rows(s, qa, K);
     const bool masked = needs_mask(g, q0, k0);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -353,7 +361,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out,
 #pragma unroll
       for (int n = 0; n < kChannelTiles; ++n) o[n][2 * half] *= corr, o[n][2 * half + 1] *= corr;
     }
-    accumulate_over_rows(o, s, Vs[buf]);
+    accumulate_over_rows(o, s, V);
   });
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -397,17 +405,10 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(G* dqkv, Bac
     row_lse[half] = in.lse2[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
     row_delta[half] = in.delta[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
   }
-  const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
-  const int tiles = (q_last - first) / kRows + 1;
-  auto load = [&](int buf, int i) {
-    load_tile(Ks[buf], kh, first + i * kRows);
-    load_tile(Vs[buf], vh, first + i * kRows);
-  };
-  pipelined(tiles, load, [&](int buf, int i) {
-    const int k0 = first + i * kRows;
+  for_each_key_tile(Ks, Vs, kh, vh, g, q0, [&](int k0, const bf16* K, const bf16* V) {
     float s[kRowTiles][4], dp[kRowTiles][4];
-    product_with_rows(s, qa, Ks[buf]);
-    product_with_rows(dp, da, Vs[buf]);
+    product_with_rows(s, qa, K);
+    product_with_rows(dp, da, V);
     const bool masked = needs_mask(g, q0, k0);
 #pragma unroll
     for (int n = 0; n < kRowTiles; ++n)
@@ -419,7 +420,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(G* dqkv, Bac
                             : exp2f(s[n][e] * c - row_lse[half]);
         s[n][e] = p * (dp[n][e] - row_delta[half]);  // dS
       }
-    accumulate_over_rows(dq, s, Ks[buf]);
+    accumulate_over_rows(dq, s, K);
   });
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
 #pragma unroll

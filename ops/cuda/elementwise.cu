@@ -93,42 +93,26 @@ void to_bf16(__nv_bfloat16* out, const float* in, std::int64_t n, cudaStream_t s
   check_launch("to_bf16_kernel");
 }
 
-void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s) {
+template <class O, class I>
+void gelu_forward(O* out, const I* inp, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
   check_launch("gelu_forward_kernel");
 }
 
-void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStream_t s) {
-  if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
-  check_launch("gelu_forward_kernel");
-}
-
-void gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, std::int64_t n, cudaStream_t s) {
-  if (n == 0) return;
-  gelu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
-  check_launch("gelu_forward_kernel");
-}
-
-void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s) {
+template <class G, class I>
+void gelu_backward(G* dinp, const I* inp, const G* dout, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;
   gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
   check_launch("gelu_backward_kernel");
 }
 
-void gelu_backward(__nv_bfloat16* dinp, const float* inp, const __nv_bfloat16* dout, std::int64_t n, cudaStream_t s) {
-  if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
-  check_launch("gelu_backward_kernel");
-}
-
-void gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout, std::int64_t n,
-                   cudaStream_t s) {
-  if (n == 0) return;
-  gelu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
-  check_launch("gelu_backward_kernel");
-}
+template void gelu_forward(float*, const float*, std::int64_t, cudaStream_t);
+template void gelu_forward(__nv_bfloat16*, const float*, std::int64_t, cudaStream_t);
+template void gelu_forward(__nv_bfloat16*, const __nv_bfloat16*, std::int64_t, cudaStream_t);
+template void gelu_backward(float*, const float*, const float*, std::int64_t, cudaStream_t);
+template void gelu_backward(__nv_bfloat16*, const float*, const __nv_bfloat16*, std::int64_t, cudaStream_t);
+template void gelu_backward(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, std::int64_t, cudaStream_t);
 
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s) {
   if (n == 0) return;

@@ -16,15 +16,13 @@
 namespace troupe::cuda {
 
 // elementwise.cu
-void gelu_forward(float* out, const float* inp, std::int64_t n, cudaStream_t s);
-/// The same, rounded to bf16 as it is written (from an fp32 or a bf16 input).
-void gelu_forward(__nv_bfloat16* out, const float* inp, std::int64_t n, cudaStream_t s);
-void gelu_forward(__nv_bfloat16* out, const __nv_bfloat16* inp, std::int64_t n, cudaStream_t s);
-void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n, cudaStream_t s);
-/// The same with bf16 gradients (computed in fp32, rounded as written).
-void gelu_backward(__nv_bfloat16* dinp, const float* inp, const __nv_bfloat16* dout, std::int64_t n, cudaStream_t s);
-void gelu_backward(__nv_bfloat16* dinp, const __nv_bfloat16* inp, const __nv_bfloat16* dout, std::int64_t n,
-                   cudaStream_t s);
+/// GELU forward and backward (computed in fp32): out, inp, dinp, dout float or
+/// __nv_bfloat16, bf16 rounded as it is written; instantiated for fp32 alone,
+/// a bf16 output (gradients) from an fp32 input, and bf16 throughout.
+template <class O, class I>
+void gelu_forward(O* out, const I* inp, std::int64_t n, cudaStream_t s);
+template <class G, class I>
+void gelu_backward(G* dinp, const I* inp, const G* dout, std::int64_t n, cudaStream_t s);
 void residual_forward(float* out, const float* a, const float* b, std::int64_t n, cudaStream_t s);
 void residual3_forward(float* out, const float* a, const float* b, const float* c, std::int64_t n, cudaStream_t s);
 /// out = in rounded to bf16 (to nearest, ties to even).
