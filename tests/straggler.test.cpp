@@ -66,18 +66,24 @@ TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no
   // once in 25 slow steps on a CI host whose steps took 1.75x as long. The
   // recall at x1.5 is troupe bench health's to report; this test asserts G-1
   // at factors that clear the threshold with margin (x2 costs 22-36%): named
-  // while slow, and never another actor.
+  // while slow, and never another actor. A fresh-clone CI run, at the
+  // default threshold, once named stage 3 (the critical path's last stage)
+  // during the x3 drill: its CPU time there runs up to 1.62x its normal for
+  // steps on end without any fault (see the 300-step test below), so this
+  // test runs at the README's threshold for 4 processes on 2 cores (0.15),
+  // which x2 (22-36%) and x3 (~50%) clear.
   skip_under_sanitizers();
   for (const double factor : {2.0, 3.0}) {
     INFO("factor " << factor);
     FourStageJob job("health_slow");
     const auto r = run("timeout 120 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
-                       " --set train.steps=45 --fault kind=slow,actor=1,step=15,factor=" + std::to_string(factor) +
-                       ",steps=25");
-    INFO(r.err);
+                       " --set train.steps=45 --set health.straggler_threshold=0.15 --fault kind=slow,actor=1,step=15,"
+                       "factor=" + std::to_string(factor) + ",steps=25");
+    // What the detector named comes first: CI keeps the start of a failure's messages.
+    INFO("named (step, rank, slowdown, share): " << job.straggler_details());
+    INFO("the launch's last lines: " << tail_lines(r.err, 20));
     REQUIRE(r.exit_code == 0);
     const auto named = job.stragglers();
-    INFO("named (step, rank, slowdown, share): " << job.straggler_details());
     for (auto [step, rank] : named) {
       CHECK(rank == 1);  // G-1: never the actors that waited on it
       CHECK(step >= 15);  // (a noisy step just before the drill may start its streak)

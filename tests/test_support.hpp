@@ -49,6 +49,13 @@ inline std::string slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+/// The last `n` lines of `text` (a failure's message keeps what matters short).
+inline std::string tail_lines(const std::string& text, int n) {
+  std::size_t at = text.size();
+  for (int i = 0; i <= n && at != std::string::npos && at > 0; ++i) at = text.rfind('\n', at - 1);
+  return at == std::string::npos ? text : text.substr(at + 1);
+}
+
 /// Runs `cmd` under /bin/sh; stderr goes to a file read back afterwards.
 inline RunResult run(const std::string& cmd) {
   static std::atomic<int> counter{0};
