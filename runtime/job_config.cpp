@@ -337,6 +337,8 @@ Expected<JobConfig> parse_job_config(const std::string& text, const std::string&
                                      const std::vector<std::string>& overrides) {
   JobConfig config;
   config.source = source;
+  config.text = text;
+  config.overrides = overrides;
   auto keys = known_keys(config);
   toml::table table;
   try {

@@ -136,6 +136,8 @@ struct JobConfig {
   RecoverySection recovery;
   std::vector<FaultSpec> faults;
   std::string source;  ///< file it was read from (for messages)
+  std::string text;    ///< the file's text as read (for the run's record)
+  std::vector<std::string> overrides;  ///< --set and --fault, as applied after it
 };
 
 /// Parses TOML text; `source` names it in errors.

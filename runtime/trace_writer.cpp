@@ -12,7 +12,10 @@
 
 namespace troupe {
 
-TraceWriter::TraceWriter() : origin_(std::chrono::steady_clock::now()) {}
+TraceWriter::TraceWriter()
+    : origin_(std::chrono::steady_clock::now()),
+      origin_unix_us_(std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
+                          .count()) {}
 
 int TraceWriter::track(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -49,7 +52,7 @@ nlohmann::json TraceWriter::to_json() const {
   for (std::size_t i = 0; i < tracks_.size(); ++i)
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", i}, {"args", {{"name", tracks_[i]}}}});
   for (auto& e : events_) events.push_back(e);
-  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}, {"origin_unix_us", origin_unix_us_}};
 }
 
 Status TraceWriter::write(const std::string& path) const {
@@ -110,15 +113,30 @@ Status merge_traces(const std::string& path) {
     parts.emplace_back(v.file, next++, v.number == 0 ? std::string("health verdicts")
                                                     : "health verdicts (successor coordinator, generation " +
                                                           std::to_string(v.number) + ")");
-  nlohmann::json events = nlohmann::json::array();
+  std::vector<nlohmann::json> read;
   for (const auto& [file, pid, name] : parts) {
     std::ifstream in(file);
     if (!in) return make_error(file, ": cannot open trace part");
     auto part = nlohmann::json::parse(in, nullptr, false);
     if (part.is_discarded() || !part.contains("traceEvents")) return make_error(file, ": not a trace");
+    read.push_back(std::move(part));
+  }
+  // TW-1: every part on the earliest part's time axis.
+  auto origin = [](const nlohmann::json& part) {
+    const auto it = part.find("origin_unix_us");
+    return it != part.end() && it->is_number() ? it->get<double>() : -1.0;
+  };
+  double earliest = -1;
+  for (const auto& part : read)
+    if (const double o = origin(part); o >= 0) earliest = earliest < 0 ? o : std::min(earliest, o);
+  nlohmann::json events = nlohmann::json::array();
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto& [file, pid, name] = parts[i];
+    const double shift = origin(read[i]) >= 0 ? origin(read[i]) - earliest : 0.0;
     events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"args", {{"name", name}}}});
-    for (auto& e : part["traceEvents"]) {
+    for (auto& e : read[i]["traceEvents"]) {
       e["pid"] = pid;
+      if (shift != 0 && e.contains("ts") && e["ts"].is_number()) e["ts"] = e["ts"].get<double>() + shift;
       events.push_back(std::move(e));
     }
   }

@@ -1,6 +1,12 @@
 // Timelines in Chrome trace event format (viewable in Perfetto): one track per
 // actor, complete ("X") events for forward, backward, send, recv, blocked,
 // grad-sync and optimizer spans. Thread-safe; written atomically at the end.
+//
+//  TW-1  A merged trace has one time axis: each part records the wall-clock
+//        time of its origin, and merge_traces shifts every part's spans by
+//        its origin's distance from the earliest part's (a node restarted
+//        mid-job, or started later than the others, lines up with them; across
+//        hosts, as well as their clocks agree).
 #pragma once
 
 #include <chrono>
@@ -18,7 +24,8 @@ class TraceWriter {
   TraceWriter();
   /// The id of the track called `name` (created on first use).
   int track(const std::string& name);
-  /// Microseconds since this writer was created (the trace's time origin).
+  /// Microseconds since this writer was created (the trace's time origin;
+  /// its wall-clock time is the trace's "origin_unix_us", TW-1).
   double now_us() const;
   /// The trace time of a steady-clock instant (e.g. when a transfer completed).
   double at_us(std::chrono::steady_clock::time_point t) const;
@@ -33,6 +40,7 @@ class TraceWriter {
 
  private:
   std::chrono::steady_clock::time_point origin_;
+  double origin_unix_us_;  ///< the origin on the wall clock (TW-1)
   mutable std::mutex mu_;
   std::vector<std::string> tracks_;
   std::vector<nlohmann::json> events_;

@@ -87,3 +87,32 @@ TEST_CASE("a failed job's trace merges the parts that exist, by rank, and its ve
 }
 
 }  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("parts begun at different times merge onto one time axis (TW-1)", "[trace]") {
+  const auto dir = std::filesystem::temp_directory_path() / ("trace_axis_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "t.json").string();
+  TraceWriter early;  // a node that started first
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  TraceWriter late;  // one started (or restarted) 60 ms later
+  // One instant, seen by both: each writes it on its own origin.
+  const auto now = std::chrono::steady_clock::now();
+  early.span(early.track("stage 0 replica 0"), "F0", "forward", early.at_us(now), 5);
+  late.span(late.track("stage 1 replica 0"), "F0", "forward", late.at_us(now), 5);
+  CHECK(early.at_us(now) - late.at_us(now) > 55e3);
+  REQUIRE(early.write(actor_trace_part(path, 0)));
+  REQUIRE(late.write(actor_trace_part(path, 1)));
+  REQUIRE(merge_traces(path));
+  std::ifstream in(path);
+  const auto merged = nlohmann::json::parse(in);
+  std::map<int, double> ts;
+  for (const auto& e : merged["traceEvents"])
+    if (e["ph"] == "X") ts[e["pid"].get<int>()] = e["ts"].get<double>();
+  REQUIRE(ts.size() == 2);
+  CHECK(std::abs(ts[0] - ts[1]) < 2e3);  // the two clocks' readings at construction, well under the 60 ms
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace troupe

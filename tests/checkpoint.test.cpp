@@ -157,7 +157,8 @@ TEST_CASE("keep-K: only the newest complete checkpoints remain", "[checkpoint]")
   std::string last;
   std::istringstream lines(slurp(job.dir / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);)
-    if (line.find("\"notice\"") == std::string::npos) last = line;  // a step line, not a notice (H-8)
+    if (line.find("\"loss\"") != std::string::npos && line.find("\"end\"") == std::string::npos)
+      last = line;  // a step line: not a notice (H-8), not the end line (RR-2)
   const auto j = nlohmann::json::parse(last);
   CHECK(j["step"] == 11);
   REQUIRE(j.contains("checkpoint_persisted"));

@@ -49,8 +49,17 @@ TEST_CASE("train writes one metrics line per step and the loss falls", "[cli][tr
   REQUIRE(r.exit_code == 0);
   std::istringstream lines(slurp(job.dir / "m.jsonl"));
   std::vector<nlohmann::json> rows;
-  for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+  std::vector<nlohmann::json> run_lines;  // the header and the end line (RR-1, RR-2)
+  for (std::string line; std::getline(lines, line);) {
+    auto j = nlohmann::json::parse(line);
+    (j.contains("step") ? rows : run_lines).push_back(std::move(j));
+  }
   REQUIRE(rows.size() == 40);
+  REQUIRE(run_lines.size() == 2);
+  CHECK(run_lines[0]["run"]["layout"]["pp"] == 1);
+  CHECK(run_lines[0]["run"]["config"]["path"] == job.cfg);
+  CHECK(run_lines[1]["end"]["outcome"] == "finished");
+  CHECK(run_lines[1]["end"]["steps"] == 40);
   for (auto& row : rows)
     for (auto key : {"step", "loss", "lr", "tokens_per_s", "step_ms", "mfu"}) REQUIRE(row.contains(key));
   CHECK(rows[19].contains("val_loss"));
@@ -74,7 +83,8 @@ TEST_CASE("the same seed gives the same run", "[cli][train]") {
   auto losses = [](const std::string& text) {
     std::istringstream in(text);
     std::vector<double> v;
-    for (std::string line; std::getline(in, line);) v.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+    for (std::string line; std::getline(in, line);)
+      if (auto j = nlohmann::json::parse(line); j.contains("loss")) v.push_back(j["loss"].get<double>());
     return v;
   };
   CHECK(losses(slurp(job.dir / "a.jsonl")) == losses(slurp(job.dir / "b.jsonl")));

@@ -20,6 +20,7 @@
 #include "common/cpu_time.hpp"
 #include "ops/model/weights.hpp"
 #include "runtime/metrics_writer.hpp"
+#include "training/run_record.hpp"
 #include "training/batches.hpp"
 #include "training/stage_eval.hpp"
 #include "training/fault_drill.hpp"
@@ -59,6 +60,7 @@ struct StepFigures {
   double checkpoint_stall_us = -1;  ///< phase 1 of a checkpoint taken after this step (< 0: none)
   std::optional<PersistOutcome> persisted;  ///< the node's last persist that ended since the last step
   std::vector<Straggler> stragglers;        ///< on the root: this step's (G-1 ... G-3)
+  std::vector<double> actor_compute_ms;     ///< on the root: every stage actor's compute time, by rank
 };
 
 class Trainer {
@@ -127,6 +129,8 @@ class Trainer {
     TROUPE_TRY(save_if_asked());
     TROUPE_TRY(state_->wait_gathered());
     drain_checkpoints();
+    if (root_)  // RR-2: after the last persist ended
+      TROUPE_TRY(root_->metrics->write(run_end_line(job_.train.steps, loss, checkpoints_.new_outcome()).dump()));
     abort_on_error.dismiss();  // every transfer has completed
     if (trace_) TROUPE_TRY(trace_->write(a_.trace_path));
     return loss;
@@ -342,10 +346,11 @@ class Trainer {
     if (a_.recovery.restore_step >= 0) last_logged_ = MetricsWriter::last_step(a_.metrics_path);
     if (!m) return m.error();
     root_->metrics.emplace(std::move(*m));
+    const int nodes = std::max(1, plan_.actors() / std::max(1, a_.actors_on_node));
+    if (a_.recovery.restore_step < 0) TROUPE_TRY(root_->metrics->write(run_header_line(plan_, nodes).dump()));  // RR-1
     // MFU's denominator: the root's measured peak per thread, times the threads
     // that can run at once (the stage actors' threads, at most the cores) on
     // every node.
-    const int nodes = std::max(1, plan_.actors() / std::max(1, a_.actors_on_node));
     root_->peak_flops = (*compute_)->measure_peak_flops(a_.actors_on_node) * nodes;
     const auto& par = job_.parallel;
     spdlog::info("model: {} layers, d={}, {} heads, ctx {}, {:.2f}M parameters; dp {} x pp {}, {} ({} chunk{}), {} "
@@ -424,7 +429,12 @@ class Trainer {
                                         t.instruction_us, t.instruction_cpu_us, f.tied_sync_us, f.exposed_sync_us,
                                         f.buckets, f.hidden});
     TROUPE_TRY(all_reduce(everyone_, table.data(), table.size(), "the step report all-reduce"));
-    if (root_) f.stragglers = root_->stragglers.observe(table);
+    if (root_) {
+      f.stragglers = root_->stragglers.observe(table);
+      f.actor_compute_ms.resize(static_cast<std::size_t>(plan_.actors()));
+      for (int r = 0; r < plan_.actors(); ++r)  // to 10 us: the heat map's resolution, a short line
+        f.actor_compute_ms[static_cast<std::size_t>(r)] = std::round(table.busy_us(r) / 10) / 100;
+    }
     return table.report();
   }
 
@@ -516,6 +526,7 @@ class Trainer {
       }
     }
     if (!f.stragglers.empty()) line["stragglers"] = stragglers_json(step, f.stragglers);
+    line["actor_compute_ms"] = f.actor_compute_ms;
     TROUPE_TRY(root_->metrics->write(line.dump()));
     if (t.log_every > 0 && (step % t.log_every == 0 || step + 1 == t.steps))
       spdlog::info("step {:5d} | loss {:.6f} | lr {:.2e} | {:7.1f} ms | {:8.0f} tok/s | bubble {:.1f}% (predicted "

@@ -31,7 +31,7 @@ Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, st
   std::vector<nlohmann::json> steps;
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded() && !j.contains("val_loss")) steps.push_back(j);
+    if (!j.is_discarded() && j.contains("step_ms") && !j.contains("val_loss")) steps.push_back(j);
   }
   std::remove(metrics.c_str());
   if (static_cast<int>(steps.size()) <= warmup)

@@ -21,6 +21,16 @@ void register_schedule(CLI::App& app, Action& action);
 void register_node(CLI::App& app, Action& action);
 void register_launch(CLI::App& app, Action& action);
 void register_checkpoint(CLI::App& app, Action& action);
+void register_report(CLI::App& app, Action& action);
+
+/// --report FILE on a command that runs a job (train, launch).
+void add_report_option(CLI::App* cmd, std::string& report);
+/// With --report and no --metrics, the metrics go beside the report: sets and returns `metrics`.
+std::string metrics_for_report(const std::string& report, std::string& metrics);
+/// Writes the run's page when --report was given (the run's exit code and error
+/// become its outcome); returns the exit code (1 when only the report failed).
+int finish_with_report(const std::string& command, const std::string& report, const std::string& metrics,
+                       const std::string& trace, int exit_code, const std::string& error);
 
 /// Adds the repeatable --fault SPEC option (a fault drill: the keys of
 /// [[faults]] as key=value,key=value); call the returned function once the

@@ -13,7 +13,7 @@ namespace troupe::cli {
 void register_launch(CLI::App& app, Action& action) {
   auto o = std::make_shared<LaunchOptions>();
   auto hold = std::make_shared<double>(0);
-  auto files = std::make_shared<std::array<std::string, 4>>();  // metrics, init, save, resume
+  auto files = std::make_shared<std::array<std::string, 5>>();  // metrics, init, save, resume, report
   auto* cmd = app.add_subcommand("launch", "Run a job as N node processes on this machine");
   cmd->add_option("config", o->config_path, "Job config (TOML)")->required();
   cmd->add_option("--nodes", o->nodes, "Node processes")->check(CLI::Range(1, 1024));
@@ -25,6 +25,7 @@ void register_launch(CLI::App& app, Action& action) {
   cmd->add_option("--save", (*files)[2], "Save the final weights (safetensors, one file for the whole model)");
   cmd->add_option("--resume", (*files)[3],
                   "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
+  add_report_option(cmd, (*files)[4]);
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -38,6 +39,7 @@ void register_launch(CLI::App& app, Action& action) {
       // --resume latest is resolved once, so that every node reads the same checkpoint.
       ActorRegistry registry;
       register_builtin_actors(registry);
+      metrics_for_report((*files)[4], (*files)[0]);
       JobFiles job_files{o->trace_path, (*files)[0], (*files)[1], (*files)[2], (*files)[3]};
       auto job = check_job(o->config_path, o->overrides, o->nodes, job_files, registry);
       if (!job) return fail("launch", job.error());
@@ -51,7 +53,9 @@ void register_launch(CLI::App& app, Action& action) {
           o->extra_node_args.push_back(flag);
           o->extra_node_args.push_back(value);
         }
-      return launch(*o);
+      const int code = launch(*o);
+      return finish_with_report("launch", (*files)[4], job_files.metrics, o->trace_path, code,
+                                code == 0 ? "" : "troupe launch exited with " + std::to_string(code));
     };
   });
 }

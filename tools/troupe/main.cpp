@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   troupe::cli::register_node(app, action);
   troupe::cli::register_launch(app, action);
   troupe::cli::register_checkpoint(app, action);
+  troupe::cli::register_report(app, action);
   CLI11_PARSE(app, argc, argv);
   return action ? action() : 0;
 }

@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "training/batches.hpp"
@@ -22,6 +23,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   TrainOptions options;
+  std::string report;  ///< --report: the run's page, written when it ends
 };
 
 struct EvalArgs {
@@ -30,11 +32,20 @@ struct EvalArgs {
   std::int64_t windows = -1;
 };
 
-int run_train(const TrainArgs& a) {
+int run_train(TrainArgs a) {
   ActorRegistry registry;
   register_builtin_actors(registry);
-  if (auto st = train_in_process(a.config, a.overrides, a.options, registry); !st) return fail("train", st.error());
-  return 0;
+  metrics_for_report(a.report, a.options.metrics_path);
+  const auto started = std::filesystem::file_time_type::clock::now();
+  auto st = train_in_process(a.config, a.overrides, a.options, registry);
+  const int code = st ? 0 : fail("train", st.error());
+  // A job refused before it began wrote no metrics (an older file there is another run's): nothing to report.
+  std::error_code ec;
+  if (!st && (!std::filesystem::exists(a.options.metrics_path, ec) ||
+              std::filesystem::last_write_time(a.options.metrics_path, ec) < started))
+    return code;
+  return finish_with_report("train", a.report, a.options.metrics_path, a.options.trace_path, code,
+                            st ? "" : st.error().message);
 }
 
 int run_eval(const EvalArgs& a) {
@@ -73,6 +84,7 @@ void register_train(CLI::App& app, Action& action) {
   cmd->add_option("--resume", args->options.resume,
                   "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--trace", args->options.trace_path, "Write a Chrome trace of every stage actor (opens in Perfetto)");
+  add_report_option(cmd, args->report);
   auto add_faults = add_fault_option(cmd, args->overrides);
   cmd->callback([args, add_faults, &action] {
     add_faults();
