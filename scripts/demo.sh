@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 ./build/tools/troupe/troupe prepare --input data/corpus.txt --output data
 # Four stage actors on two nodes: pipeline (pp = 2, 1F1B) x data parallel (dp = 2, ZeRO-1).
 ./build/tools/troupe/troupe launch examples/configs/tiny_pipeline.toml --nodes 2 \
-  --metrics data/tiny_metrics.jsonl --save data/tiny.safetensors
+  --metrics data/tiny_metrics.jsonl --save data/tiny.safetensors --report data/tiny_report.html

@@ -267,3 +267,24 @@ TEST_CASE("bench recovery --simulate-nodes: one recovery's control traffic per s
 }
 
 }  // namespace troupe::testing
+
+namespace troupe::testing {
+
+TEST_CASE("bench report: a synthetic run's page size, write time and load time in Chromium", "[bench][report]") {
+  const auto j = bench("report --steps 3000 --actors 64 --runs 2");
+  CHECK(j["bench"] == "report");
+  CHECK(j["steps"] == 3000);
+  CHECK(figure(j["metrics_mb"]));
+  CHECK(figure(j["page_mb"]));
+  CHECK(j["page_mb"].get<double>() < j["page_limit_mb"].get<double>());
+  CHECK(j["write_report_s"]["n"] == 2);
+  if (std::filesystem::exists("/usr/bin/chromium")) {
+    CHECK(j["load_ms"]["n"] == 2);
+    CHECK(figure(j["load_ms"]["max"]));
+    CHECK(j["page_errors"].empty());
+  } else {
+    CHECK(j["load_ms"].is_null());
+  }
+}
+
+}  // namespace troupe::testing

@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
+#include <cstdlib>
 #include <fstream>
-#include <unistd.h>
 
+#include "common/atomic_file.hpp"
 #include "tools/report/report_assets.hpp"
 #include "tools/report/run_log.hpp"
 #include "tools/report/step_picture.hpp"
@@ -15,6 +15,13 @@ namespace troupe::report {
 namespace {
 
 constexpr std::size_t kMaxEvents = 2000, kMaxStragglers = 20000, kMaxLogLines = 400;
+
+// `v` to 6 significant digits: what a chart can show, in a third of the characters.
+double six_digits(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return std::strtod(buf, nullptr);
+}
 
 // RP-3: x is each bin's first step.
 nlohmann::json downsample(const std::vector<Point>& pts, int max_points) {
@@ -32,11 +39,11 @@ nlohmann::json downsample(const std::vector<Point>& pts, int max_points) {
       mn = std::min(mn, pts[i].value);
       mx = std::max(mx, pts[i].value);
     }
-    x.push_back(pts[from].step);
-    y.push_back(sum / static_cast<double>(to - from));
+    x.push_back(static_cast<long long>(pts[from].step));
+    y.push_back(six_digits(sum / static_cast<double>(to - from)));
     if (binned) {
-      lo.push_back(mn);
-      hi.push_back(mx);
+      lo.push_back(six_digits(mn));
+      hi.push_back(six_digits(mx));
     }
   }
   nlohmann::json s = {{"x", std::move(x)}, {"y", std::move(y)}, {"points", n}, {"binned", binned}};
@@ -154,23 +161,8 @@ Status write_report(const ReportInputs& in) {
   auto data = report_data(in);
   if (!data) return data.error();
   const std::string page = render_page(*data);
-  const std::string tmp = in.output + ".partial-" + std::to_string(::getpid());  // RP-4
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return make_error("--output ", in.output, ": cannot write (", tmp, ")");
-    out.write(page.data(), static_cast<std::streamsize>(page.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return make_error("--output ", in.output, ": write failed (disk full?)");
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, in.output, ec);
-  if (ec) {
-    std::remove(tmp.c_str());
-    return make_error("--output ", in.output, ": cannot rename into place (", ec.message(), ")");
-  }
+  if (auto st = write_file_atomically(in.output, [&](std::ostream& out) { out << page; }); !st)  // RP-4
+    return make_error("--output ", st.error().message);
   return Status::success();
 }
 

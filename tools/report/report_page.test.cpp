@@ -59,7 +59,7 @@ TEST_CASE("a failed report is a one-line error naming the flag, and leaves no fi
   in.output = "/nonexistent-dir/report.html";
   auto st = write_report(in);
   REQUIRE_FALSE(st);
-  CHECK(st.error().message.rfind("--output /nonexistent-dir/report.html: cannot write", 0) == 0);
+  CHECK(st.error().message.rfind("--output /nonexistent-dir/report.html: cannot create a temporary beside it", 0) == 0);
   // A trace that is not JSON leaves its section out, with the reason.
   const std::string trace = temp_path("report_trace");
   std::ofstream(trace) << "{ not json";

@@ -50,7 +50,8 @@ void note_skipped(RunLog& log, long line_no, const std::string& why) {
   if (log.skipped_examples.size() < kExamples) log.skipped_examples.push_back("line " + std::to_string(line_no) + ": " + why);
 }
 
-void read_step_line(RunLog& log, const nlohmann::json& j) {
+// `streaks`: by rank, the index of its latest straggler event (one event per streak).
+void read_step_line(RunLog& log, std::map<int, std::size_t>& streaks, const nlohmann::json& j) {
   const int step = j["step"].get<int>();
   log.first_step = log.first_step < 0 ? step : std::min(log.first_step, step);
   log.last_step = std::max(log.last_step, step);
@@ -67,10 +68,24 @@ void read_step_line(RunLog& log, const nlohmann::json& j) {
   if (const auto it = j.find("stragglers"); it != j.end() && it->is_array())
     for (const auto& s : *it)
       if (s.is_object() && s.contains("rank") && s["rank"].is_number_integer()) {
-        log.stragglers.emplace_back(step, s["rank"].get<int>());
+        const int rank = s["rank"].get<int>();
+        log.stragglers.emplace_back(step, rank);
+        // One event per streak: the steps in a row an actor was named extend the streak's event.
+        const double slowdown = s.value("compute_slowdown", 0.0);
+        if (const auto open = streaks.find(rank); open != streaks.end()) {
+          nlohmann::json& e = log.events[open->second];
+          if (e["last"].get<int>() == step - 1) {
+            e["last"] = step;
+            e["worst_slowdown"] = std::max(e["worst_slowdown"].get<double>(), slowdown);
+            continue;
+          }
+        }
         nlohmann::json e = s;
         e["step"] = step;
+        e["last"] = step;
+        e["worst_slowdown"] = slowdown;
         e["kind"] = "straggler";
+        streaks[rank] = log.events.size();
         log.events.push_back(std::move(e));
       }
   if (const auto it = j.find("checkpoint_persisted"); it != j.end() && it->is_object()) {
@@ -107,6 +122,7 @@ Expected<RunLog> read_run_log(const std::string& path, const HeatMapLimits& limi
   in.clear();
   in.seekg(0);
   int last_seen = -1;  // the step of the latest step line: events land in the step after it
+  std::map<int, std::size_t> streaks;
   for (std::string line; std::getline(in, line);) {
     ++log.lines;
     if (line.empty()) {
@@ -124,7 +140,7 @@ Expected<RunLog> read_run_log(const std::string& path, const HeatMapLimits& limi
       } else if (j.contains("end")) {
         log.end = j["end"];
       } else if (j.contains("step") && j["step"].is_number_integer()) {
-        read_step_line(log, j);
+        read_step_line(log, streaks, j);
         last_seen = j["step"].get<int>();
       } else {
         for (const char* kind : {"fault", "recovery", "notice"})

@@ -1,7 +1,8 @@
 // A run's metrics file read for the report: every numeric per-step figure as
 // a series, the events between steps (verdicts, recoveries, notices,
 // checkpoints, stragglers) placed at the step they interrupted, the run's
-// header and end line, and every stage actor's compute time per step binned
+// header and end line (a straggler's steps in a row are one event, "step" to
+// "last"), and every stage actor's compute time per step binned
 // for the heat map as it streams by (a 100,000-step, 1,024-actor file is
 // never held whole).
 //

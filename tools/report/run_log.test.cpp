@@ -69,6 +69,28 @@ not json at all
   CHECK(heat["cells"].get<std::string>().size() == 8);  // base64 of 4 bytes
 }
 
+TEST_CASE("an actor named in steps in a row is one event, from its first step to its last", "[report]") {
+  std::string text;
+  auto named = [](int step, int rank, double slowdown) {
+    return R"({"step":)" + std::to_string(step) + R"(,"loss":1,"stragglers":[{"rank":)" + std::to_string(rank) +
+           R"(,"compute_slowdown":)" + std::to_string(slowdown) + "}]}\n";
+  };
+  text += named(3, 1, 1.5) + named(4, 1, 2.5) + named(5, 1, 2.0) + named(5, 2, 1.2) + R"({"step":6,"loss":1})" "\n" +
+          named(7, 1, 1.4);
+  const std::string path = write_temp("run_log_streaks", text);
+  auto log = read_run_log(path);
+  std::filesystem::remove(path);
+  REQUIRE(log);
+  CHECK(log->stragglers.size() == 5);
+  REQUIRE(log->events.size() == 3);
+  CHECK(log->events[0]["step"] == 3);
+  CHECK(log->events[0]["last"] == 5);
+  CHECK(log->events[0]["worst_slowdown"] == 2.5);
+  CHECK(log->events[1]["rank"] == 2);
+  CHECK(log->events[2]["step"] == 7);  // a new streak after a step without
+  CHECK(log->events[2]["last"] == 7);
+}
+
 TEST_CASE("a metrics file that cannot be opened is an error naming it", "[report]") {
   auto log = read_run_log("/nonexistent/m.jsonl");
   REQUIRE_FALSE(log);

@@ -10,6 +10,7 @@
 #include "tools/troupe/bench_health.hpp"
 #include "backends/device.hpp"
 #include "tools/troupe/bench_recovery.hpp"
+#include "tools/troupe/bench_report.hpp"
 #include "tools/troupe/bench_step.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -142,6 +143,21 @@ void register_bench(CLI::App& app, Action& action) {
         return fail("bench recovery", Error{"a CONFIG is needed (or --simulate-nodes)"});
       auto r = recovery_sim->empty() ? bench_recovery(*recovery) : bench_recovery_simulated(*recovery_sim);
       if (!r) return fail("bench recovery", r.error());
+      std::printf("%s\n", r->dump(2).c_str());
+      return 0;
+    };
+  });
+
+  auto rep = std::make_shared<BenchReportArgs>();
+  auto* rp = bench->add_subcommand("report", "troupe report on a synthetic run: page size, write time, load time in Chromium");
+  rp->add_option("--steps", rep->steps, "Steps of the synthetic run")->check(CLI::Range(1, 10000000));
+  rp->add_option("--actors", rep->actors, "Stage actors of the synthetic run")->check(CLI::Range(1, 65536));
+  rp->add_option("--runs", rep->runs, "Repetitions (min / median / max)")->check(CLI::Range(1, 100));
+  rp->add_option("--dir", rep->dir, "Keep the metrics and the page here (default: a temporary folder, removed)");
+  rp->callback([rep, &action] {
+    action = [rep] {
+      auto r = bench_report(*rep);
+      if (!r) return fail("bench report", r.error());
       std::printf("%s\n", r->dump(2).c_str());
       return 0;
     };

@@ -43,7 +43,7 @@
         (lay.chunks > 1 ? ` (${lay.chunks} chunks)` : '') + `, ${lay.microbatches} microbatches of ${lay.batch}` : 'unknown (no run header)');
     add('device', run.device ? `${run.device}, ${run.precision}` : '–');
     add('model', m ? `${m.layers} layers, d=${m.dim}, ${m.heads} heads, ctx ${m.ctx}, vocab ${m.vocab}, ` +
-        `${(m.parameters / 1e6).toFixed(2)}M parameters` : '–');
+        (m.parameters >= 1e9 ? `${(m.parameters / 1e9).toFixed(1)}B` : `${(m.parameters / 1e6).toFixed(2)}M`) + ' parameters' : '–');
     add('nodes', run.nodes !== undefined ? `${run.nodes} (${run.actors} stage actors)` : '–');
     add('version', run.version || '–');
     add('steps', `${data.steps.first} … ${data.steps.last}` + (run.steps ? ` of ${run.steps}` : ''));
@@ -80,6 +80,7 @@
     if (o.end && o.end.checkpoint_persisted) lines.push(`last checkpoint (step ${o.end.checkpoint_persisted.step}) persisted in ${fmt(o.end.checkpoint_persisted.s, 3)} s`);
     if (lines.length) box.append(el('div', { class: 'detail' }, lines.join('\n')));
     $('outcome').append(box);
+    check.outcome = { status: o.status, verdict: o.verdict ? o.verdict.what : null, skipped_lines: data.read.skipped };
   }
 
   // A chart of several series on the step axis; binned series carry their min and max (RP-3).
@@ -179,7 +180,7 @@
     const bytes = Uint8Array.from(atob(hm.cells), (ch) => ch.charCodeAt(0));
     const height = Math.min(560, Math.max(140, hm.rows * 6 + 40));
     const { g, width } = canvasSized($('heat-canvas'), height);
-    const left = 84, top = 6, right = width - 10, bottom = height - 26;
+    const left = 118, top = 6, right = width - 10, bottom = height - 26;
     const image = new ImageData(hm.columns, hm.rows);
     let painted = 0;
     for (let i = 0; i < bytes.length; ++i) {
@@ -258,21 +259,7 @@
   }
 
   function events() {
-    // Consecutive straggler steps of one actor are one row.
-    const rows = [];
-    const open = new Map();
-    for (const e of data.events) {
-      if (e.kind === 'straggler') {
-        const run = open.get(e.rank);
-        if (run && run.last === e.step - 1) { run.last = e.step; run.worst = Math.max(run.worst, e.compute_slowdown); continue; }
-        const r = { kind: 'straggler', step: e.step, last: e.step, rank: e.rank, stage: e.stage, replica: e.replica, node: e.node,
-                    worst: e.compute_slowdown, share: e.step_share };
-        open.set(e.rank, r);
-        rows.push(r);
-        continue;
-      }
-      rows.push(e);
-    }
+    const rows = data.events;  // a straggler's steps in a row are one event already (step ... last)
     const { g, width, height } = canvasSized($('events-strip'), 46);
     const left = 84, right = width - 10;
     const x = (s) => left + (right - left) * (s - stepRange[0]) / Math.max(1, stepRange[1] - stepRange[0]);
@@ -292,8 +279,8 @@
     const shown = rows.slice(0, 300);
     for (const r of shown) {
       const what = r.kind === 'straggler'
-        ? `stage ${r.stage} replica ${r.replica} (stage actor ${r.rank}, node ${r.node}): up to ${fmt(r.worst, 3)}× its normal compute, ` +
-          `${fmt(100 * r.share, 3)}% of the step when first named`
+        ? `stage ${r.stage} replica ${r.replica} (stage actor ${r.rank}, node ${r.node}): up to ${fmt(r.worst_slowdown, 3)}× its normal compute, ` +
+          `${fmt(100 * r.step_share, 3)}% of the step when first named`
         : describe(r);
       const td = el('td', { class: 'kind' }, r.kind.replace('_', ' '));
       td.style.color = kindColour[r.kind] || '#333';
@@ -375,7 +362,8 @@
   }
 
   function finish() {
-    check.render_ms = performance.now() - started;
+    check.render_ms = performance.now() - started;  // this script
+    check.page_ms = performance.now();  // since the page was asked for: parsing, the data, the library, drawing
     window.troupeReport = check;
     $('self-check').textContent = JSON.stringify(check);
   }
