@@ -257,7 +257,7 @@ TEST_CASE("the coordinator keeps one Redis connection, and a command on a closed
   // A command that fails on the fresh connection too (a Redis error reply) is not tried a third time.
   auto wrong = coordinator_detail::on_redis(st, [](RedisClient& r) { return r.command({"NO_SUCH_COMMAND"}); });
   CHECK_FALSE(wrong.ok());
-  CHECK_FALSE(st.redis.has_value());
+  CHECK_FALSE(st.redis->connected());
   CHECK(connections() == before + 3);  // tried on the kept one, then once on a fresh one
 }
 

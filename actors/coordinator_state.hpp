@@ -14,7 +14,7 @@
 #include "actors/verdict_record.hpp"
 #include "runtime/health_judge.hpp"
 #include "runtime/local_pauses.hpp"
-#include "runtime/redis_client.hpp"
+#include "runtime/redis_session.hpp"
 
 namespace troupe::coordinator_detail {
 
@@ -54,7 +54,7 @@ struct CoordinatorState {
   };
   std::optional<Recovery> recovery;
   std::vector<HealthJudge::Clock::time_point> recoveries;
-  std::optional<RedisClient> redis;  ///< the job's Redis, connected at first use (on_redis)
+  std::optional<RedisSession> redis;  ///< the job's Redis, connected at first use (on_redis, RD-1)
   static inline const char* name = "troupe.coordinator";
 };
 
@@ -67,22 +67,12 @@ void tell_every_node(Self* self, const Message& m) {
     if (node) self->send(node, m);
 }
 
-// `command` on the coordinator's one Redis connection, connected at its first
-// use (within 1 s, which bounds every command too). A command that fails on
-// the kept connection (the server closed it when idle, or restarted) is tried
-// once more on a fresh one.
+// `command` on the coordinator's one Redis connection (RD-1: tried once more
+// on a fresh connection when the kept one fails; within 1 s each).
 template <class Command>
 auto on_redis(CoordinatorState& st, Command&& command) -> decltype(command(std::declval<RedisClient&>())) {
-  const bool kept = st.redis.has_value();
-  if (!kept) {
-    auto connected = RedisClient::connect(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
-    if (!connected) return connected.error();
-    st.redis.emplace(std::move(*connected));
-  }
-  auto out = command(*st.redis);
-  if (out) return out;
-  st.redis.reset();
-  return kept ? on_redis(st, command) : out;
+  if (!st.redis) st.redis.emplace(st.cfg.redis_url, std::chrono::milliseconds(1000), st.cfg.redis_password);
+  return st.redis->run(std::forward<Command>(command));
 }
 
 // SV-4: only the coordinator ends the job.

@@ -37,6 +37,7 @@
 #include "common/version.hpp"
 #include "runtime/endpoint.hpp"
 #include "runtime/job_config.hpp"
+#include "runtime/redis_session.hpp"
 #include "runtime/rendezvous.hpp"
 
 namespace troupe {
@@ -196,13 +197,18 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
 
   // D-3: drills are claimed job-wide, so a restarted process does not repeat
   // the one that killed its predecessor (its own connection: the main thread keeps `redis`).
+  // A claim made while the job's Redis restarts (troupe launch brings its own
+  // back) waits for it, up to 5 s.
   if (!job->faults.empty()) {
-    auto claims = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
-    if (!claims) return fail(make_error("--redis: ", claims.error().message));
-    auto shared = std::make_shared<RedisClient>(std::move(*claims));
-    set_drill_claim([shared, job_id = o.job_id](const std::string& drill) {
-      auto first = claim_drill(*shared, job_id, drill);
-      return !first || *first;  // Redis unreachable: the process's own record decides
+    auto claims = std::make_shared<RedisSession>(o.redis_url, std::chrono::milliseconds(1000), o.redis_password);
+    set_drill_claim([claims, job_id = o.job_id](const std::string& drill) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      for (;;) {
+        auto first = claims->run([&](RedisClient& redis) { return claim_drill(redis, job_id, drill); });
+        if (first) return *first;
+        if (std::chrono::steady_clock::now() > until) return true;  // Redis unreachable: the process's own record decides
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
     });
   }
   auto exit_code = std::make_shared<std::atomic<int>>(1);

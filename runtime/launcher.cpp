@@ -21,7 +21,9 @@
 
 #include "runtime/coordinator_lease.hpp"
 #include "runtime/redis_client.hpp"
+#include "common/temporary_folder.hpp"
 #include "runtime/redis_server.hpp"
+#include "runtime/redis_session.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/shm_ring.hpp"
 #include "runtime/trace_writer.hpp"
@@ -161,12 +163,19 @@ int launch(const LaunchOptions& o) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
-  std::optional<RedisServer> server;
+  TemporaryFolder redis_data;  // RV-1: its append-only file, so that a restarted server holds the job's keys
+  std::optional<RedisServer> server;  // stopped before its folder goes
   std::string url = o.redis_url;
   auto user_password = redis_password("");
   std::string password = user_password ? *user_password : std::string();
   if (url.empty()) {
-    auto s = RedisServer::start();
+    auto dir = TemporaryFolder::create("troupe-redis");
+    if (!dir) {
+      std::fprintf(stderr, "troupe launch: %s\n", dir.error().message.c_str());
+      return 1;
+    }
+    redis_data = std::move(*dir);
+    auto s = RedisServer::start(redis_data.path());
     if (!s) {
       std::fprintf(stderr, "troupe launch: %s (is redis-server installed?)\n", s.error().message.c_str());
       return 1;
@@ -204,9 +213,8 @@ int launch(const LaunchOptions& o) {
   int failed_child = -1;
   int restarts_left = o.restarts;
   // LE-4: the coordinator's requests to kill a silent node's process, so that it is restarted.
-  std::optional<RedisClient> fences;
-  if (o.restarts > 0)
-    if (auto c = RedisClient::connect(url, std::chrono::milliseconds(1000), password)) fences.emplace(std::move(*c));
+  RedisSession fences(url, std::chrono::milliseconds(1000), password);
+  bool fences_failing = false;  // said once per outage
   std::optional<std::chrono::steady_clock::time_point> nodes_done;  // when every node process had exited
   while (true) {
     std::vector<pollfd> fds;
@@ -214,12 +222,19 @@ int launch(const LaunchOptions& o) {
     ::poll(fds.data(), fds.size(), 50);
     for (std::size_t i = 0; i < children.size(); ++i)
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) relay(children[i], false);
-    if (fences && restarts_left > 0) {
-      auto requests = take_fence_requests(*fences, job, o.nodes);
-      if (!requests) {
-        std::fprintf(stderr, "troupe launch: %s; no silent node will be restarted\n", requests.error().message.c_str());
-        fences.reset();
-      }
+    // RV-1: its own redis-server lost (killed, crashed) comes back at once, holding the job's keys.
+    if (server && server->exited()) {
+      std::fprintf(stderr, "troupe launch: its redis-server (port %d) exited; restarting it with the same port, "
+                           "password and data\n", server->port());
+      if (auto st = server->restart(); !st)
+        std::fprintf(stderr, "troupe launch: %s; the job goes on without Redis\n", st.error().message.c_str());
+    }
+    if (o.restarts > 0 && restarts_left > 0) {
+      auto requests = fences.run([&](RedisClient& redis) { return take_fence_requests(redis, job, o.nodes); });
+      if (!requests && !fences_failing)
+        std::fprintf(stderr, "troupe launch: %s; no silent node is restarted until Redis answers again\n",
+                     requests.error().message.c_str());
+      fences_failing = !requests;
       for (const FenceRequest& f : requests ? *requests : std::vector<FenceRequest>{})
         for (auto& c : children)
           if (!c.spare && !c.exited && c.rank == f.rank && c.pid == static_cast<pid_t>(f.pid)) {

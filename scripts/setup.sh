@@ -10,7 +10,7 @@ packages=(
   libcaf-dev libucx-dev ucx-utils libhiredis-dev redis-server libspdlog-dev catch2
   libopenblas-dev libopenblas0-pthread libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   fortunes python3 python3-torch python3-numpy
-  libjs-dygraphs chromium
+  libjs-dygraphs chromium fonts-liberation
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -643,3 +643,67 @@ TEST_CASE("a node lost while the job's Redis is down ends the job naming Redis, 
                  "be reached") != std::string::npos);
   CHECK(err.find("restarts used up") == std::string::npos);
 }
+
+namespace troupe::testing {
+namespace {
+
+// The redis-server that process `parent` started (its child), or -1.
+pid_t redis_child_of(pid_t parent) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::istringstream stat(slurp(entry.path() / "stat"));
+    std::string pid, comm, state;
+    pid_t ppid = -1;
+    if (stat >> pid >> comm >> state >> ppid && ppid == parent && comm == "(redis-server)") return std::stoi(name);
+  }
+  return -1;
+}
+
+}  // namespace
+
+// Issue 34: troupe launch's own redis-server killed under a running job comes
+// back on the same port, with the same password and the job's keys (its
+// append-only file, RV-1); a node killed after that is replaced as usual and
+// the job ends with the fault-free weights and losses, bit for bit.
+TEST_CASE("troupe launch restarts its redis-server killed under a job, and a node lost after that is replaced, bit for bit",
+          "[recovery]") {
+  ScratchDir dir("relaunchredis");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 40);
+  run_fault_free(dir, cfg);
+  const std::string log = dir / "log.txt";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const std::string cmd = "timeout 120 " + launch(cfg, dir / "redis.safetensors", dir / "redis.jsonl",
+                                                    "--set train.log_every=1 --fault kind=kill,node=1,step=30") +
+                            " 2> " + log;
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // The launcher is `timeout`'s child: its redis-server is the grandchild of `pid`.
+  const bool at_step = wait_for_text(log, "step    10 |", std::chrono::seconds(60));
+  pid_t launcher = -1;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::istringstream stat(slurp(entry.path() / "stat"));
+    std::string p, comm, state;
+    pid_t ppid = -1;
+    if (stat >> p >> comm >> state >> ppid && ppid == pid && comm == "(troupe)") launcher = std::stoi(p);
+  }
+  const pid_t redis = launcher > 0 ? redis_child_of(launcher) : -1;
+  if (redis > 0) ::kill(redis, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string err = slurp(log);
+  INFO(err);
+  REQUIRE(at_step);
+  REQUIRE(redis > 0);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(err.find("troupe launch: its redis-server (port ") != std::string::npos);
+  CHECK(err.find("exited; restarting it with the same port, password and data") != std::string::npos);
+  CHECK(err.find("replaced on node 1 (a restarted process)") != std::string::npos);
+  check_fault_free(dir, "redis");
+}
+
+}  // namespace troupe::testing

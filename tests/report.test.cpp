@@ -130,7 +130,7 @@ TEST_CASE("a report of a slow drill and a recovery frames the straggler and list
   CHECK(b.check["schedule"]["spans"].get<int>() > 4 * 8);  // 4 forwards and 4 backwards per actor at least
 }
 
-TEST_CASE("a failed run's report has the verdict at the top; a bad metrics line is skipped and counted",
+TEST_CASE("a failed run's report has the verdict at the top, and a bad metrics line is skipped and counted",
           "[report][browser]") {
   DemoJob job("report_failed");
   const auto r = run(job.launch("--set train.steps=40 --report " + (job.dir / "failed.html") +

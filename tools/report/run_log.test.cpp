@@ -18,7 +18,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 
 }  // namespace
 
-TEST_CASE("a metrics file is read into series, events and the heat map; bad lines are skipped and counted (RP-1)",
+TEST_CASE("a metrics file is read into series, events and the heat map, and bad lines are skipped and counted (RP-1)",
           "[report]") {
   const std::string path = write_temp("run_log", R"({"run":{"version":"0.1","layout":{"dp":1,"pp":2,"tp":1}}}
 {"step":0,"loss":5.5,"lr":0.001,"step_ms":10,"actor_compute_ms":[4.0,5.0]}
