@@ -4,8 +4,8 @@
 // into another layout; a corrupted newest checkpoint is skipped by --resume
 // latest and refused by --resume DIR; a full disk while persisting is
 // reported and training goes on; SIGKILL while persisting never yields a
-// checkpoint that is chosen, and a launch killed mid-persist resumes with
-// every later checkpoint completing (C-3); only the newest `keep` remain.
+// checkpoint that is chosen (a launch killed mid-persist and resumed beside a
+// CPU hog: checkpoint_crash.test.cpp, run alone); only the newest `keep` remain.
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
@@ -22,53 +22,12 @@
 #include <thread>
 #include <sys/wait.h>
 
-#include "tests/test_support.hpp"
+#include "tests/checkpoint_job.hpp"
 
 namespace troupe::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A 12-step job with a checkpoint every 6 steps into DIR/ckpt.
-struct CheckpointJob {
-  ScratchDir dir;
-  std::string cfg = dir / "job.toml";
-  std::string ckpt = dir / "ckpt";
-  CheckpointJob(const std::string& tag, const std::string& model_and_parallel) : dir(tag) {
-    write_file(dir / "corpus.txt", synthetic_text(30000));
-    REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string())
-                .exit_code == 0);
-    write_file(cfg, model_and_parallel +
-                        "[train]\nbatch = 2\nthreads = 1\nsteps = 12\neval_every = 0\nlog_every = 0\nwarmup_steps = 2\n"
-                        "[data]\ntrain = \"" + (dir / "train.bin") + "\"\nval = \"" + (dir / "val.bin") +
-                        "\"\n[checkpoint]\ndir = \"" + ckpt + "\"\nevery = 6\n");
-  }
-  // Runs `command` (train | launch --nodes N) with `args`; returns the per-step losses.
-  std::map<int, double> losses(const std::string& command, const std::string& args, const std::string& env = "",
-                               int expect_exit = 0) {
-    const std::string metrics = dir / "metrics.jsonl";
-    fs::remove(metrics);
-    auto r = run(env + " timeout 120 " + troupe_bin() + " " + command + " " + cfg + " " + args + " --metrics " + metrics);
-    INFO(command << " " << args << "\n" << r.err);
-    REQUIRE(r.exit_code == expect_exit);
-    std::map<int, double> out;
-    std::istringstream lines(slurp(metrics));
-    for (std::string line; std::getline(lines, line);) {
-      auto j = nlohmann::json::parse(line);
-      if (!j.contains("loss")) continue;  // a verdict of a failed run, a notice (H-8)
-      out[j["step"].get<int>()] = j["loss"].get<double>();
-    }
-    last_err = r.err;
-    return out;
-  }
-  std::string last_err;
-};
-
-const char* kPipeline = "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[parallel]\npp = 2\ndp = 2\nmicrobatches = 2\n";
-
-std::map<int, double> from_step(const std::map<int, double>& all, int first) {
-  return {all.lower_bound(first), all.end()};
-}
 
 }  // namespace
 
@@ -250,97 +209,6 @@ TEST_CASE("SIGKILL while persisting never yields a checkpoint that is chosen", "
 }  // namespace troupe::testing
 
 namespace troupe::testing {
-
-namespace {
-
-// A busy loop on each of `n` cores while it lives, at nice 19: the machine is
-// never idle, so the persist thread (SCHED_IDLE) gets no core of its own, yet
-// the job's processes keep theirs (a hog at their own priority pauses them
-// for seconds under the sanitizers, and the health monitor rightly fails the
-// job).
-struct CpuHog {
-  std::vector<pid_t> pids;
-  explicit CpuHog(int n) {
-    for (int i = 0; i < n; ++i) {
-      const pid_t pid = ::fork();
-      if (pid == 0) {
-        ::setpriority(PRIO_PROCESS, 0, 19);
-        ::alarm(300);  // bounded even if the test dies without its destructor
-        for (;;) asm volatile("" ::: "memory");  // a loop the compiler keeps
-      }
-      if (pid > 0) pids.push_back(pid);
-    }
-  }
-  ~CpuHog() {
-    for (pid_t p : pids) ::kill(p, SIGKILL);
-    for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-  }
-};
-
-}  // namespace
-
-// C-3 end to end (the issue's crash): the launcher's whole process group
-// killed while a checkpoint persists (the writer's log line, not a sleep),
-// with a stale part of a later step left besides (what a dead run leaves at
-// worst: before C-3 the resumed run failed every checkpoint of that step with
-// "File exists" on one node and "No such file or directory" on the other);
-// resumed with --resume latest, beside a CPU hog on both cores: every later
-// checkpoint commits, and the losses and final weights are the uninterrupted
-// run's, bit for bit.
-TEST_CASE("a launch killed mid-persist resumes: every later checkpoint commits, bit for bit",
-          "[checkpoint][resume][faults]") {
-  CheckpointJob job("ckpt_crash", kPipeline);
-  const std::string every = " --set checkpoint.every=2";
-  const auto full = job.losses("launch --nodes 2", every + " --save " + (job.dir / "full.safetensors"));
-  REQUIRE(full.size() == 12);
-  CpuHog hog(2);
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    INFO("attempt " << attempt);
-    fs::remove_all(job.ckpt);
-    const std::string log = job.dir / ("killed-" + std::to_string(attempt) + ".txt");  // never an earlier attempt's
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::setsid();  // its own process group: the launcher, its nodes and its redis-server
-      const std::string cmd = troupe_bin() + " launch --nodes 2 " + job.cfg + every + " 2> " + log;
-      ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
-    // Node 0, the committer, persists one step at a time: steps 2 and 4 are committed by then.
-    bool in_flight = false, exited = false;
-    for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-         !in_flight && !exited && std::chrono::steady_clock::now() < end;) {
-      in_flight = slurp(log).find("node 0: persisting the checkpoint of step 6") != std::string::npos;
-      exited = !in_flight && ::waitpid(pid, nullptr, WNOHANG) == pid;  // the launch ended on its own
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    if (!exited) {
-      ::kill(-pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-    INFO("the killed launch's log:\n" << slurp(log));
-    REQUIRE(in_flight);
-    // The dead run's worst leftover: node 1's part of step 8 and a stale shard in its partial directory.
-    fs::create_directories(job.ckpt + "/.partial-step-00000008");
-    write_file(job.ckpt + "/.partial-step-00000008/node-1.part.json", "{\"stale\": true}");
-    write_file(job.ckpt + "/.partial-step-00000008/shard-a00003.safetensors", "stale");
-    const auto resumed =
-        job.losses("launch --nodes 2", every + " --resume latest --save " + (job.dir / "resumed.safetensors"));
-    const std::string err = job.last_err;
-    const auto at = err.find("resumed from " + job.ckpt + "/step-");
-    REQUIRE(at != std::string::npos);
-    const int from = std::stoi(err.substr(err.find(" at step ", at) + 9));
-    INFO("resumed at step " << from << "\n" << err);
-    CHECK(resumed == from_step(full, from));
-    CHECK(slurp(job.dir / "resumed.safetensors") == slurp(job.dir / "full.safetensors"));
-    CHECK(err.find("earlier checkpoints are intact") == std::string::npos);  // no checkpoint failed
-    for (int step = from + 2; step <= 12; step += 2)
-      CHECK(err.find("checkpoint of step " + std::to_string(step) + ": ") != std::string::npos);
-    CHECK(fs::exists(job.ckpt + "/step-00000012/manifest.json"));
-    for (auto& e : fs::directory_iterator(job.ckpt))  // nothing of the dead run is left
-      CHECK(e.path().filename().string().rfind(".partial", 0) != 0);
-  }
-}
 
 TEST_CASE("troupe checkpoint inspect verifies and export writes what eval and PyTorch read", "[checkpoint][export]") {
   CheckpointJob job("ckpt_export", kPipeline);
