@@ -1,7 +1,12 @@
 // Stragglers end to end (pp = 4, 1F1B, 8 microbatches, one process per
 // stage): a slow drill names its actor and no other (G-1); 300 steps without
-// faults name nobody and give no verdict. Run alone (SERIAL): they measure
+// faults, and 300 beside a CPU hog pinned on one core (G-2), name nobody. Run alone (SERIAL): they measure
 // compute times.
+#include <sched.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -117,6 +122,52 @@ TEST_CASE("300 steps without faults: no straggler and no verdict", "[health][str
   REQUIRE(r.exit_code == 0);
   CHECK(job.stragglers().empty());
   CHECK(r.err.find("straggler") == std::string::npos);
+  CHECK(r.err.find("verdict") == std::string::npos);
+}
+
+namespace {
+
+// A busy loop pinned to core 0 at normal priority while it lives: the machine
+// slows unevenly (the processes the scheduler puts on core 0 get half of it).
+struct PinnedHog {
+  pid_t pid = -1;
+  PinnedHog() {
+    pid = ::fork();
+    if (pid == 0) {
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(0, &one);
+      ::sched_setaffinity(0, sizeof one, &one);
+      ::alarm(400);  // bounded even if the test dies without its destructor
+      for (;;) asm volatile("" ::: "memory");
+    }
+  }
+  ~PinnedHog() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a CPU hog pinned on one core for 300 steps names nobody (G-2, the README's threshold)",
+          "[health][straggler]") {
+  // Issue 34: a machine-wide slowdown, uneven (core 0 is shared with the hog,
+  // core 1 is not), is nobody's: each actor's slowdown is judged in CPU time
+  // against the others' in the same step. (On this VM it named nobody at the
+  // default 0.10 either.)
+  skip_under_sanitizers();
+  FourStageJob job("health_hog300");
+  PinnedHog hog;
+  REQUIRE(hog.pid > 0);
+  const auto r = run("timeout 300 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
+                     " --set train.steps=300 --set health.straggler_threshold=0.15");
+  INFO(job.straggler_details());
+  INFO(tail_lines(r.err, 20));
+  REQUIRE(r.exit_code == 0);
+  CHECK(job.stragglers().empty());
   CHECK(r.err.find("verdict") == std::string::npos);
 }
 
