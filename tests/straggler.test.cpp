@@ -1,7 +1,7 @@
 // Stragglers end to end (pp = 4, 1F1B, 8 microbatches, one process per
 // stage): a slow drill names its actor and no other (G-1); 300 steps without
-// faults, and 300 beside a CPU hog pinned on one core (G-2), name nobody. Run alone (SERIAL): they measure
-// compute times.
+// faults, and 300 beside a CPU hog pinned on one core (G-2), name nobody.
+// Run alone (SERIAL): they measure compute times.
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
