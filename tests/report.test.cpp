@@ -30,8 +30,10 @@ struct Browsed {
 
 Browsed browse(const ScratchDir& dir, const std::string& page, const std::string& shot) {
   if (!std::filesystem::exists(kChromium)) skip("no Chromium at " + kChromium + " (scripts/setup.sh installs chromium)");
-  const std::string flags = " --headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1400,2500 "
-                            "--virtual-time-budget=5000 --enable-logging=stderr --v=0 --user-data-dir=" +
+  // As root (CI) without the sandbox; /dev/shm may be small in a container.
+  const std::string flags = " --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run "
+                            "--hide-scrollbars --window-size=1400,2500 --virtual-time-budget=5000 "
+                            "--enable-logging=stderr --v=0 --user-data-dir=" +
                             (dir / "chromium-profile");
   const auto r = run("timeout 90 " + kChromium + flags + " --dump-dom file://" + page);
   INFO(r.err);

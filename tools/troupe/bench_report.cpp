@@ -78,7 +78,7 @@ Status write_synthetic_metrics(const std::string& path, int steps, int actors) {
 Expected<nlohmann::json> load_in_chromium(const std::string& page, const std::string& profile) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string cmd = std::string("timeout 120 ") + kChromium +
-                          " --headless=new --no-sandbox --disable-gpu --window-size=1400,2500 "
+                          " --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --no-first-run --window-size=1400,2500 "
                           "--user-data-dir=" + profile + " --dump-dom file://" + page +
                           " 2>/dev/null";
   std::FILE* p = ::popen(cmd.c_str(), "r");
