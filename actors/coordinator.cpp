@@ -90,14 +90,11 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
   st.alive[static_cast<std::size_t>(rank)] = false;
   if (st.finished) return;
   if (st.recovery && st.recovery->awaiting == rank) return;  // already being replaced (judged silent first)
+  if (st.placing && st.placing->verdict.node == rank) return;  // its replacement waits for Redis (SV-13)
   const Verdict v{"process_death", rank, -1,
                   "its actor system went away (" + self->system().render(reason) + ")"};
   // SV-8: a killed node process that the launcher restarts or a spare replaces.
-  if (node_recoverable(self, v)) {
-    const Replacement r = place_replacement(self, rank);
-    if (r.who) return begin_node_recovery(self, v, *r.who);
-    return conclude_unreplaced(self, v, r.why_none);
-  }
+  if (node_recoverable(self, v)) return place_node(self, v);
   lose_node(self, rank, "node " + std::to_string(rank) + " lost (" + v.line() + ")");
   conclude(self, v);
 }
@@ -105,19 +102,17 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
 // A verdict of the health judge: a hung node is also a lost one for the
 // survivors; a stuck actor is replaced when the job recovers (SV-8).
 void on_judged(Self* self, const Verdict& v) {
-  // An actor of a recovery in progress is parked or being replaced: bounded by RecoveryDeadline instead.
-  if (v.actor >= 0 && self->state.recovery) return;
+  // An actor of a recovery in progress is parked or being replaced: bounded by RecoveryDeadline instead;
+  // one that waits on a lost node whose replacement waits for Redis, by that wait's bound (SV-13).
+  if (v.actor >= 0 && (self->state.recovery || self->state.placing)) return;
   if (v.actor >= 0 && recoverable(self, v)) return begin_recovery(self, v);
   // A silent node (a hung process, or a dead one whose connection has not
   // closed yet, as across hosts) is replaced like a killed one when its
   // process is restarted; if none rejoins, the recovery's deadline ends the job.
   auto& st = self->state;
   if (v.actor < 0 && st.recovery && st.recovery->awaiting == v.node) return;  // being replaced already
-  if (v.actor < 0 && node_recoverable(self, v)) {
-    const Replacement r = place_replacement(self, v.node);
-    if (r.who) return begin_node_recovery(self, v, *r.who);
-    return conclude_unreplaced(self, v, r.why_none);
-  }
+  if (v.actor < 0 && st.placing && st.placing->verdict.node == v.node) return;  // its replacement waits for Redis
+  if (v.actor < 0 && node_recoverable(self, v)) return place_node(self, v);
   if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
   conclude(self, v);
 }
@@ -283,7 +278,7 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
           return;
         }
         if (!m.from_peer && recoverable(self, verdict_of(m))) return begin_recovery(self, verdict_of(m));
-        if (st.recovery) return;  // SV-8: a consequence of the failure being recovered
+        if (st.recovery || st.placing) return;  // SV-8, SV-13: a consequence of the failure being recovered
         if (!m.from_peer) return conclude(self, verdict_of(m));
         auto& held = self->state.from_peer_failure;
         if (held) return;
@@ -309,6 +304,7 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
         if (self->current_sender() == self->ctrl()) on_copies_deadline(self, m);
       },
       [self](const msg::Rejoin& m) { on_rejoin(self, m); },
+      [self](const msg::PlaceAgain& m) { on_place_again(self, m); },
       [self](const msg::NodeAborted& m) {
         if (accept_report(self, m.generation, m.node)) on_node_aborted(self, m);
       },

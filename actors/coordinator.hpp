@@ -43,6 +43,13 @@
 //        hung_process or coordinator_loss verdict) that a launcher restart
 //        replaces is fenced first: the coordinator asks the launcher to kill
 //        that process id (LE-4), which then restarts it.
+//  SV-13 A lost node whose replacement cannot be placed because the job's
+//        Redis does not answer (it counts the restarts and holds the spares)
+//        is placed again every 200 ms, and at once when the node rejoins
+//        (through Redis), for up to rejoin_timeout_ms; the coordinator's
+//        mailbox never blocks on it, the actors that wait on the lost node
+//        are not judged meanwhile, and a second node lost ends the job. Past
+//        the bound the job ends, its verdict naming Redis.
 //  SV-9  buddy copies that have not crossed kCopiesTimeoutMs after a Rewire
 //        are sent again in a new generation (everything in flight fails
 //        first); after three rounds everyone restores the newest checkpoint.

@@ -33,7 +33,7 @@ static bool within_budget(Self* self, const Verdict& v);
 // replaced: abort (Recover), rewire, restore and redo (Redo).
 bool recoverable(Self* self, const Verdict& v) {
   auto& st = self->state;
-  if (st.cfg.max_failures_per_hour <= 0 || st.recovery) return false;
+  if (st.cfg.max_failures_per_hour <= 0 || st.recovery || st.placing) return false;  // SV-13: no recovery while one waits
   return within_budget(self, v);
 }
 
@@ -106,16 +106,49 @@ Replacement place_replacement(Self* self, int node) {
   auto& st = self->state;
   auto restart = on_redis(st, [&](RedisClient& redis) { return claim_restart(redis, st.cfg.job_id, st.cfg.restarts); });  // LE-2
   if (!restart)
-    return {std::nullopt, "the job's Redis, which counts the restarts and holds the spares, "
-                          "cannot be reached: " + restart.error().message};
+    return {std::nullopt,
+            "the job's Redis, which counts the restarts and holds the spares, cannot be reached: " +
+                restart.error().message,
+            true};
   if (*restart) return {"a restarted process", ""};
   auto spare = on_redis(st, [&](RedisClient& redis) { return assign_spare(redis, st.cfg.job_id, node); });
   if (!spare)
-    return {std::nullopt, "the job's Redis, which holds the spares, cannot be reached: " +
-                              spare.error().message};
+    return {std::nullopt, "the job's Redis, which holds the spares, cannot be reached: " + spare.error().message, true};
   if (!*spare) return {std::nullopt, "recovery.restarts used up (or none configured) and no spare waiting (recovery.spares)"};
   spdlog::warn("coordinator: spare {} takes the place of node {}", **spare, node);
   return {"spare " + **spare, ""};
+}
+
+void place_node(Self* self, Verdict v) {  // by value: st.placing, which may hold it, is reset here
+  auto& st = self->state;
+  if (st.placing && st.placing->verdict.node != v.node) {  // a second node lost while the first waits: the job ends
+    lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
+    return conclude(self, v);
+  }
+  const Replacement r = place_replacement(self, v.node);
+  if (r.who) {
+    if (st.placing) spdlog::warn("coordinator: the job's Redis answers again; node {} is replaced", v.node);
+    st.placing.reset();
+    return begin_node_recovery(self, v, *r.who);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (r.redis_unreachable && !st.placing) {
+    st.placing = CoordinatorState::Placing{v, now + std::chrono::milliseconds(st.cfg.rejoin_timeout_ms)};
+    spdlog::warn("coordinator: node {} is lost and its replacement waits for the job's Redis (up to {} ms): {}", v.node,
+                 st.cfg.rejoin_timeout_ms, r.why_none);
+  }
+  if (r.redis_unreachable && now < st.placing->until) {
+    self->delayed_send(self, std::chrono::milliseconds(200), msg::PlaceAgain{st.cfg.generation});
+    return;
+  }
+  st.placing.reset();
+  conclude_unreplaced(self, v, r.why_none);
+}
+
+void on_place_again(Self* self, const msg::PlaceAgain&) {
+  auto& st = self->state;
+  if (self->current_sender() != self->ctrl() || !st.placing || st.finished) return;
+  place_node(self, st.placing->verdict);
 }
 
 void conclude_unreplaced(Self* self, const Verdict& v, const std::string& why_none) {
@@ -150,6 +183,8 @@ void begin_node_recovery(Self* self, const Verdict& v, const std::string& replac
 // actor system whose endpoint the node published in Redis for its rank.
 void on_rejoin(Self* self, const msg::Rejoin& m) {
   auto& st = self->state;
+  // SV-13: the node rejoined through Redis, so Redis answers: place it now rather than at the next try.
+  if (st.placing && m.node == st.placing->verdict.node && !st.finished) place_node(self, st.placing->verdict);
   const auto& sender = self->current_sender();
   if (!st.recovery || m.node != st.recovery->awaiting || !sender) {
     ++st.foreign;
@@ -384,9 +419,7 @@ void succeed(Self* self) {
     lose_node(self, lost, "node " + std::to_string(lost) + " lost (" + v.line() + ")");
     return conclude(self, v);
   }
-  const Replacement r = place_replacement(self, lost);
-  if (r.who) return begin_node_recovery(self, v, *r.who);
-  conclude_unreplaced(self, v, r.why_none);
+  place_node(self, v);
 }
 
 }  // namespace troupe::coordinator_detail

@@ -53,6 +53,12 @@ struct CoordinatorState {
     std::string checkpoint;              ///< where everyone restores from ("" = host memory)
   };
   std::optional<Recovery> recovery;
+  /// SV-13: a lost node whose replacement waits for the job's Redis, and until when.
+  struct Placing {
+    Verdict verdict;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::optional<Placing> placing;
   std::vector<HealthJudge::Clock::time_point> recoveries;
   std::optional<RedisSession> redis;  ///< the job's Redis, connected at first use (on_redis, RD-1)
   static inline const char* name = "troupe.coordinator";
@@ -98,8 +104,15 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms = -1);
 struct Replacement {
   std::optional<std::string> who;
   std::string why_none;
+  bool redis_unreachable = false;  ///< none placed because the job's Redis did not answer (SV-13)
 };
 Replacement place_replacement(Self* self, int node);
+/// SV-8, SV-13: node `v.node`'s process is lost: its replacement placed and the
+/// recovery begun; while the job's Redis does not answer, placed again every
+/// 200 ms up to rejoin_timeout_ms (and at once when the node rejoins); then,
+/// or when nothing can replace it, the job ends saying why.
+void place_node(Self* self, Verdict v);
+void on_place_again(Self* self, const msg::PlaceAgain& m);
 /// A node lost for good: `v` with why it is not replaced, recorded and concluded.
 void conclude_unreplaced(Self* self, const Verdict& v, const std::string& why_none);
 void begin_node_recovery(Self* self, const Verdict& v, const std::string& replacement);

@@ -185,7 +185,16 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   for (auto& s : o.overrides) text << "\n--set " << s;
   if (o.redis_password.empty())
     if (auto env = redis_password(""); env) o.redis_password = *env;
+  // A restarted process (--rejoin) waits for the job's Redis up to
+  // health.rendezvous_timeout_ms: it may be down, or being restarted, while
+  // the coordinator waits to place this node (SV-13).
   auto redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
+  for (const auto until = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(o.rejoin ? job->health.rendezvous_timeout_ms : 0);
+       !redis && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    redis = RedisClient::connect(o.redis_url, std::chrono::milliseconds(3000), o.redis_password);
+  }
   if (!redis) return fail(make_error("--redis: ", redis.error().message));
   if (o.spare) {  // it plays the rank it is given, as a restarted process would
     auto rank = wait_as_spare(*redis, o, std::chrono::milliseconds(job->health.rendezvous_timeout_ms));

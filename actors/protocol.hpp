@@ -279,6 +279,11 @@ struct BlameDeadline {};
 struct RecoveryDeadline {
   std::uint64_t generation = 0;
 };
+/// Try again to place the replacement of a node lost while the job's Redis
+/// did not answer (SV-13). Local only.
+struct PlaceAgain {
+  std::uint64_t generation = 0;
+};
 /// The buddy copies of the rewire in `generation` should have crossed by now
 /// (SV-9). Local only.
 struct CopiesDeadline {
@@ -385,6 +390,10 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {
   return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.from_peer, x.at_ns,
            x.epoch);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, PlaceAgain& x) {
+  return f(caf::meta::type_name("troupe.PlaceAgain"), x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RecoveryDeadline& x) {

@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/temporary_folder.hpp"
 #include "runtime/redis_server.hpp"
 #include "tests/test_support.hpp"
 
@@ -608,8 +609,9 @@ TEST_CASE("two actors failing in the same step are both replaced, bit for bit", 
 
 // Issue 34, as a new user met it: the job's Redis lost under a running job,
 // then a node killed. The restarts are counted (and the spares held) in
-// Redis, so the node cannot be replaced; the job ends saying that Redis is
-// out of reach, not that the restarts were used up.
+// Redis, so the node cannot be replaced; once the coordinator has waited for
+// it (SV-13, health.rendezvous_timeout_ms: 8 s here) the job ends saying that
+// Redis is out of reach, not that the restarts were used up.
 TEST_CASE("a node lost while the job's Redis is down ends the job naming Redis, not the restarts", "[recovery]") {
   ScratchDir dir("recredis");
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 4000);
@@ -626,7 +628,8 @@ TEST_CASE("a node lost while the job's Redis is down ends the job naming Redis, 
     ::setenv("TROUPE_REDIS_PASSWORD", server->password().c_str(), 1);
     const std::string cmd = "timeout 120 " + launch(cfg, dir / "w.safetensors", dir / "m.jsonl",
                                                     "--redis " + server->url() +
-                                                        " --set train.log_every=100 --fault kind=kill,node=1,step=2500") +
+                                                        " --set train.log_every=100 --fault kind=kill,node=1,step=2500"
+                                                        " --set health.rendezvous_timeout_ms=8000") +
                             " 2> " + log;
     ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
     ::_exit(127);
@@ -647,15 +650,15 @@ TEST_CASE("a node lost while the job's Redis is down ends the job naming Redis, 
 namespace troupe::testing {
 namespace {
 
-// The redis-server that process `parent` started (its child), or -1.
-pid_t redis_child_of(pid_t parent) {
+// The child of process `parent` whose command is `comm` ("redis-server", "troupe"), or -1.
+pid_t child_named(pid_t parent, const std::string& comm) {
   for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
     const std::string name = entry.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::istringstream stat(slurp(entry.path() / "stat"));
-    std::string pid, comm, state;
+    std::string pid, command, state;
     pid_t ppid = -1;
-    if (stat >> pid >> comm >> state >> ppid && ppid == parent && comm == "(redis-server)") return std::stoi(name);
+    if (stat >> pid >> command >> state >> ppid && ppid == parent && command == "(" + comm + ")") return std::stoi(name);
   }
   return -1;
 }
@@ -683,14 +686,8 @@ TEST_CASE("troupe launch restarts its redis-server killed under a job, and a nod
   }
   // The launcher is `timeout`'s child: its redis-server is the grandchild of `pid`.
   const bool at_step = wait_for_text(log, "step    10 |", std::chrono::seconds(60));
-  pid_t launcher = -1;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    std::istringstream stat(slurp(entry.path() / "stat"));
-    std::string p, comm, state;
-    pid_t ppid = -1;
-    if (stat >> p >> comm >> state >> ppid && ppid == pid && comm == "(troupe)") launcher = std::stoi(p);
-  }
-  const pid_t redis = launcher > 0 ? redis_child_of(launcher) : -1;
+  const pid_t launcher = child_named(pid, "troupe");  // the launcher, under its `timeout`
+  const pid_t redis = launcher > 0 ? child_named(launcher, "redis-server") : -1;
   if (redis > 0) ::kill(redis, SIGKILL);
   int status = 0;
   ::waitpid(pid, &status, 0);
@@ -704,6 +701,58 @@ TEST_CASE("troupe launch restarts its redis-server killed under a job, and a nod
   CHECK(err.find("exited; restarting it with the same port, password and data") != std::string::npos);
   CHECK(err.find("replaced on node 1 (a restarted process)") != std::string::npos);
   check_fault_free(dir, "redis");
+}
+
+}  // namespace troupe::testing
+
+namespace troupe::testing {
+
+// SV-13: an external Redis down when a node is lost: the coordinator waits
+// for it (without blocking: the job's other actors are not judged meanwhile),
+// the restarted node waits for it too, and once it is back (its append-only
+// file: the job's keys) the node is replaced and the job ends bit for bit.
+TEST_CASE("a node lost while an external Redis is down is replaced once Redis is back (SV-13), bit for bit",
+          "[recovery]") {
+  ScratchDir dir("recredisback");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 1500);
+  run_fault_free(dir, cfg);
+  auto folder = TemporaryFolder::create("recredisback");
+  REQUIRE(folder);
+  auto server = troupe::RedisServer::start(folder->path());
+  if (!server) skip("no redis-server here (" + server.error().message + ")");
+  const std::string log = dir / "log.txt";
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::setenv("TROUPE_REDIS_PASSWORD", server->password().c_str(), 1);
+    const std::string cmd = "timeout 120 " + launch(cfg, dir / "back.safetensors", dir / "back.jsonl",
+                                                    "--redis " + server->url() + " --set train.log_every=100") +
+                            " 2> " + log;
+    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const bool training = wait_for_text(log, "step   300 |", std::chrono::seconds(60));
+  const pid_t launcher = child_named(pid, "troupe");  // the launcher, under its `timeout`
+  pid_t node1 = -1;
+  for (pid_t p : processes_with("--node-rank 1 --nodes 2 --job launch-" + std::to_string(launcher) + "-")) node1 = p;
+  ::kill(server->pid(), SIGKILL);  // Redis goes ...
+  for (int i = 0; i < 200 && !server->exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (node1 > 0) ::kill(node1, SIGKILL);  // ... then node 1, while Redis is down
+  const bool waiting = wait_for_text(log, "its replacement waits for the job's Redis", std::chrono::seconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const Status back = server->restart();  // same port, password and keys
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string err = slurp(log);
+  INFO(err);
+  REQUIRE(training);
+  REQUIRE(node1 > 0);
+  REQUIRE(back);
+  CHECK(waiting);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(err.find("coordinator: the job's Redis answers again; node 1 is replaced") != std::string::npos);
+  check_fault_free(dir, "back");
 }
 
 }  // namespace troupe::testing
