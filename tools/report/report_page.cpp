@@ -161,9 +161,7 @@ Status write_report(const ReportInputs& in) {
   auto data = report_data(in);
   if (!data) return data.error();
   const std::string page = render_page(*data);
-  if (auto st = write_file_atomically(in.output, [&](std::ostream& out) { out << page; }); !st)  // RP-4
-    return make_error("--output ", st.error().message);
-  return Status::success();
+  return write_file_atomically(in.output, [&](std::ostream& out) { out << page; });  // RP-4
 }
 
 }  // namespace troupe::report

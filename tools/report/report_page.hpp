@@ -40,7 +40,8 @@ Expected<nlohmann::json> report_data(const ReportInputs& in);
 /// The whole page for `data`.
 std::string render_page(const nlohmann::json& data);
 
-/// report_data, render_page and an atomic write of `in.output` (RP-4).
+/// report_data, render_page and an atomic write of `in.output` (RP-4); a
+/// failed write's error names the output's path.
 Status write_report(const ReportInputs& in);
 
 }  // namespace troupe::report

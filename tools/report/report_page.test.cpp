@@ -51,7 +51,7 @@ TEST_CASE("the page inlines its assets and its data cannot close the script that
   CHECK(page.find("src=\"http") == std::string::npos);  // nothing fetched at view time
 }
 
-TEST_CASE("a failed report is a one-line error naming the flag, and leaves no file behind (RP-4)", "[report]") {
+TEST_CASE("a failed report is a one-line error naming the page, and leaves no file behind (RP-4)", "[report]") {
   const std::string metrics = temp_path("report_small");
   std::ofstream(metrics) << R"({"step":0,"loss":1})" << "\n";
   ReportInputs in;
@@ -59,7 +59,7 @@ TEST_CASE("a failed report is a one-line error naming the flag, and leaves no fi
   in.output = "/nonexistent-dir/report.html";
   auto st = write_report(in);
   REQUIRE_FALSE(st);
-  CHECK(st.error().message.rfind("--output /nonexistent-dir/report.html: cannot create a temporary beside it", 0) == 0);
+  CHECK(st.error().message.rfind("/nonexistent-dir/report.html: cannot create a temporary beside it", 0) == 0);
   // A trace that is not JSON leaves its section out, with the reason.
   const std::string trace = temp_path("report_trace");
   std::ofstream(trace) << "{ not json";

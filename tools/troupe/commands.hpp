@@ -25,8 +25,8 @@ void register_report(CLI::App& app, Action& action);
 
 /// --report FILE on a command that runs a job (train, launch).
 void add_report_option(CLI::App* cmd, std::string& report);
-/// With --report and no --metrics, the metrics go beside the report: sets and returns `metrics`.
-std::string metrics_for_report(const std::string& report, std::string& metrics);
+/// With --report and no --metrics, the metrics go beside the report: sets `metrics`.
+void metrics_for_report(const std::string& report, std::string& metrics);
 /// Writes the run's page when --report was given (the run's exit code and error
 /// become its outcome); returns the exit code (1 when only the report failed).
 int finish_with_report(const std::string& command, const std::string& report, const std::string& metrics,

@@ -9,6 +9,15 @@
 
 namespace troupe::cli {
 
+namespace {
+
+// An error about the page's path (its write) names the flag that gave it.
+Error flagged(const Error& e, const std::string& output, const std::string& flag) {
+  return e.message.rfind(output + ":", 0) == 0 ? make_error(flag, " ", e.message) : e;
+}
+
+}  // namespace
+
 void register_report(CLI::App& app, Action& action) {
   auto in = std::make_shared<report::ReportInputs>();
   auto* cmd = app.add_subcommand("report", "Write one self-contained HTML page of a run (opens offline)");
@@ -20,7 +29,7 @@ void register_report(CLI::App& app, Action& action) {
       ->check(CLI::Range(10, 1000000));
   cmd->callback([in, &action] {
     action = [in] {
-      if (auto st = report::write_report(*in); !st) return fail("report", st.error());
+      if (auto st = report::write_report(*in); !st) return fail("report", flagged(st.error(), in->output, "--output"));
       std::printf("%s\n", in->output.c_str());
       return 0;
     };
@@ -33,9 +42,8 @@ void add_report_option(CLI::App* cmd, std::string& report) {
                   "the metrics go beside it (REPORT.metrics.jsonl)");
 }
 
-std::string metrics_for_report(const std::string& report, std::string& metrics) {
+void metrics_for_report(const std::string& report, std::string& metrics) {
   if (!report.empty() && metrics.empty()) metrics = report + ".metrics.jsonl";
-  return metrics;
 }
 
 int finish_with_report(const std::string& command, const std::string& report, const std::string& metrics,
@@ -48,7 +56,7 @@ int finish_with_report(const std::string& command, const std::string& report, co
   in.exit_code = exit_code;
   in.error = error;
   if (auto st = report::write_report(in); !st) {
-    fail(command, make_error("--report ", st.error().message));
+    fail(command, flagged(st.error(), report, "--report"));
     return exit_code == 0 ? 1 : exit_code;
   }
   spdlog::info("report: {}", report);
