@@ -189,13 +189,9 @@ TEST_CASE("H-8: training that waits on a slow persist is noticed as checkpoint_b
 TEST_CASE("SIGKILL while persisting never yields a checkpoint that is chosen", "[checkpoint][faults]") {
   CheckpointJob job("ckpt_kill", "[model]\nlayers = 4\nheads = 4\ndim = 128\nctx = 64\n[parallel]\ndp = 2\n");
   const std::string log = job.dir / "log.txt";
-  const pid_t pid = ::fork();
+  const pid_t pid =
+      start_in_background(troupe_bin() + " train " + job.cfg + " --set train.steps=1000 --set checkpoint.every=1", log);
   REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const std::string cmd = troupe_bin() + " train " + job.cfg + " --set train.steps=1000 --set checkpoint.every=1 2> " + log;
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
   const bool persisted = wait_for_text(log, "checkpoint of step 3", std::chrono::seconds(60));
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);

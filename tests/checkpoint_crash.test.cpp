@@ -62,14 +62,9 @@ TEST_CASE("a launch killed mid-persist resumes: every later checkpoint commits, 
     INFO("attempt " << attempt);
     fs::remove_all(job.ckpt);
     const std::string log = job.dir / ("killed-" + std::to_string(attempt) + ".txt");  // never an earlier attempt's
-    const pid_t pid = ::fork();
+    // Its own process group: the launcher, its nodes and its redis-server.
+    const pid_t pid = start_in_background(troupe_bin() + " launch --nodes 2 " + job.cfg + every, log, {}, true);
     REQUIRE(pid >= 0);
-    if (pid == 0) {
-      ::setsid();  // its own process group: the launcher, its nodes and its redis-server
-      const std::string cmd = troupe_bin() + " launch --nodes 2 " + job.cfg + every + " 2> " + log;
-      ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-      ::_exit(127);
-    }
     // Node 0, the committer, persists one step at a time: steps 2 and 4 are committed by then.
     bool in_flight = false, exited = false;
     for (const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);

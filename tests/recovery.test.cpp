@@ -622,18 +622,13 @@ TEST_CASE("a node lost while the job's Redis is down ends the job naming Redis, 
     server.emplace(std::move(*s));
   }
   const std::string log = dir / "log.txt";
-  const pid_t pid = ::fork();
+  const pid_t pid = start_in_background(
+      "timeout 120 " + launch(cfg, dir / "w.safetensors", dir / "m.jsonl",
+                              "--redis " + server->url() +
+                                  " --set train.log_every=100 --fault kind=kill,node=1,step=2500"
+                                  " --set health.rendezvous_timeout_ms=8000"),
+      log, {{"TROUPE_REDIS_PASSWORD", server->password()}});
   REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::setenv("TROUPE_REDIS_PASSWORD", server->password().c_str(), 1);
-    const std::string cmd = "timeout 120 " + launch(cfg, dir / "w.safetensors", dir / "m.jsonl",
-                                                    "--redis " + server->url() +
-                                                        " --set train.log_every=100 --fault kind=kill,node=1,step=2500"
-                                                        " --set health.rendezvous_timeout_ms=8000") +
-                            " 2> " + log;
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
   const bool training = wait_for_text(log, "step   100 |", std::chrono::seconds(60));
   server.reset();  // the job's Redis goes, while the job trains
   int status = 0;
@@ -675,15 +670,11 @@ TEST_CASE("troupe launch restarts its redis-server killed under a job, and a nod
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 40);
   run_fault_free(dir, cfg);
   const std::string log = dir / "log.txt";
-  const pid_t pid = ::fork();
+  const pid_t pid = start_in_background(
+      "timeout 120 " + launch(cfg, dir / "redis.safetensors", dir / "redis.jsonl",
+                              "--set train.log_every=1 --fault kind=kill,node=1,step=30"),
+      log);
   REQUIRE(pid >= 0);
-  if (pid == 0) {
-    const std::string cmd = "timeout 120 " + launch(cfg, dir / "redis.safetensors", dir / "redis.jsonl",
-                                                    "--set train.log_every=1 --fault kind=kill,node=1,step=30") +
-                            " 2> " + log;
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
   // The launcher is `timeout`'s child: its redis-server is the grandchild of `pid`.
   const bool at_step = wait_for_text(log, "step    10 |", std::chrono::seconds(60));
   const pid_t launcher = child_named(pid, "troupe");  // the launcher, under its `timeout`
@@ -721,16 +712,11 @@ TEST_CASE("a node lost while an external Redis is down is replaced once Redis is
   auto server = troupe::RedisServer::start(folder->path());
   if (!server) skip("no redis-server here (" + server.error().message + ")");
   const std::string log = dir / "log.txt";
-  const pid_t pid = ::fork();
+  const pid_t pid = start_in_background(
+      "timeout 120 " + launch(cfg, dir / "back.safetensors", dir / "back.jsonl",
+                              "--redis " + server->url() + " --set train.log_every=100"),
+      log, {{"TROUPE_REDIS_PASSWORD", server->password()}});
   REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::setenv("TROUPE_REDIS_PASSWORD", server->password().c_str(), 1);
-    const std::string cmd = "timeout 120 " + launch(cfg, dir / "back.safetensors", dir / "back.jsonl",
-                                                    "--redis " + server->url() + " --set train.log_every=100") +
-                            " 2> " + log;
-    ::execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
   const bool training = wait_for_text(log, "step   300 |", std::chrono::seconds(60));
   const pid_t launcher = child_named(pid, "troupe");  // the launcher, under its `timeout`
   pid_t node1 = -1;

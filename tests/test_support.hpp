@@ -56,6 +56,21 @@ inline std::string tail_lines(const std::string& text, int n) {
   return at == std::string::npos ? text : text.substr(at + 1);
 }
 
+/// Starts `cmd` under /bin/sh in the background, exec'd (the pid returned is
+/// the command's own; -1 if it could not fork), its stderr to `err_path`,
+/// with `env` (name, value) set in it; `own_group`: in a process group of its
+/// own, so that kill(-pid) reaches everything it starts.
+inline pid_t start_in_background(const std::string& cmd, const std::string& err_path,
+                                 const std::vector<std::pair<std::string, std::string>>& env = {},
+                                 bool own_group = false) {
+  const pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  if (own_group) ::setsid();
+  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+  ::execl("/bin/sh", "sh", "-c", ("exec " + cmd + " 2> " + err_path).c_str(), static_cast<char*>(nullptr));
+  ::_exit(127);
+}
+
 /// Runs `cmd` under /bin/sh; stderr goes to a file read back afterwards.
 inline RunResult run(const std::string& cmd) {
   static std::atomic<int> counter{0};
