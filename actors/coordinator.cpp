@@ -39,8 +39,9 @@ void finish(Self* self, bool ok, const std::string& reason) {
   // Every node, a lost one too: a hung process reads it if it ever runs again.
   tell_every_node(self, msg::Finish{st.cfg.generation, ok, reason});
   if (ok)
-    spdlog::info("coordinator: job {} finished (generation {}, {} stale and {} foreign messages dropped)",
-                 st.cfg.job_id, st.cfg.generation, st.stale, st.foreign);
+    spdlog::info("coordinator: job {} finished (generation {}, {} stale and {} foreign messages dropped, {} refused "
+                 "without the job's key)",
+                 st.cfg.job_id, st.cfg.generation, st.stale, st.foreign, unauthenticated_messages());
   else
     spdlog::error("coordinator: job {} failed: {} (generation {})", st.cfg.job_id, reason, st.cfg.generation);
   self->quit();
@@ -89,7 +90,7 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
   auto& st = self->state;
   st.alive[static_cast<std::size_t>(rank)] = false;
   if (st.finished) return;
-  if (st.recovery && st.recovery->awaiting == rank) return;  // already being replaced (judged silent first)
+  if (awaits(st, rank)) return;  // already being replaced (judged silent first)
   if (st.placing && st.placing->verdict.node == rank) return;  // its replacement waits for Redis (SV-13)
   const Verdict v{"process_death", rank, -1,
                   "its actor system went away (" + self->system().render(reason) + ")"};
@@ -110,7 +111,7 @@ void on_judged(Self* self, const Verdict& v) {
   // closed yet, as across hosts) is replaced like a killed one when its
   // process is restarted; if none rejoins, the recovery's deadline ends the job.
   auto& st = self->state;
-  if (v.actor < 0 && st.recovery && st.recovery->awaiting == v.node) return;  // being replaced already
+  if (v.actor < 0 && awaits(st, v.node)) return;  // being replaced already
   if (v.actor < 0 && st.placing && st.placing->verdict.node == v.node) return;  // its replacement waits for Redis
   if (v.actor < 0 && node_recoverable(self, v)) return place_node(self, v);
   if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
@@ -252,6 +253,10 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
   // SV-1: monitor before the plan goes out.
   for (auto& node : st.cfg.nodes)
     if (node) self->monitor(node);
+  self->set_default_handler([](caf::scheduled_actor* a, caf::message_view& m) -> caf::result<caf::message> {
+    if (!refused_remnant(m)) ++static_cast<Self*>(a)->state.foreign;  // AU-5: counted as refused
+    return caf::sec::unexpected_message;
+  });
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& nodes = self->state.cfg.nodes;
     for (std::size_t r = 0; r < nodes.size(); ++r)

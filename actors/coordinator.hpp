@@ -37,8 +37,15 @@
 //        replaced at the same Redo; a node process lost during a stage
 //        actor's recovery starts it over as that node's (a new generation,
 //        Recover to every node; the actor that failed first stays ended and
-//        is replaced at the same Redo); a node lost during another node's
-//        recovery ends the job (one lost node at a time).
+//        is replaced at the same Redo); a node lost during other nodes'
+//        recovery, before its Redo, joins it while the recovery's losses stay
+//        within recovery.max_simultaneous_losses (a new generation, Recover
+//        to every node, every NodeAborted asked for again, the rejoined
+//        nodes' addresses kept, the deadline started over), else ends the
+//        job naming that setting. Each restarted node refills from its
+//        holder's buddy copies (FD-1) when every one of them has a surviving
+//        holder; otherwise every actor restores the newest checkpoint, and the
+//        recovery says which node had no surviving copy and why.
 //  SV-12 A node process judged lost without being seen to die (silent: a
 //        hung_process or coordinator_loss verdict) that a launcher restart
 //        replaces is fenced first: the coordinator asks the launcher to kill
@@ -84,6 +91,7 @@ struct CoordinatorConfig {
   std::string trace_path;      ///< and to the job's trace (its verdicts' part, "" = none)
   int max_failures_per_hour = 0;  ///< recovery.max_failures_per_hour: stage actor failures replaced (SV-8)
   int restarts = 0;               ///< recovery.restarts: killed node processes the launcher brings back
+  int max_simultaneous_losses = 1;  ///< recovery.max_simultaneous_losses: node processes one recovery replaces (SV-11)
   std::string checkpoint_root;    ///< checkpoint.dir: where a restarted node's actors restore from
   int rejoin_timeout_ms = 30000;  ///< how long a restarted node may take to rejoin
   int rank = 0;                   ///< the node whose process hosts it

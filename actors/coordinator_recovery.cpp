@@ -49,19 +49,34 @@ static bool within_budget(Self* self, const Verdict& v) {
   return false;
 }
 
+bool awaits(const CoordinatorState& st, int node) {
+  return st.recovery && std::find(st.recovery->awaiting.begin(), st.recovery->awaiting.end(), node) != st.recovery->awaiting.end();
+}
+
+static std::string node_list(const std::vector<int>& nodes) {
+  std::string out;
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == nodes.size() ? " and " : ", ") + std::to_string(nodes[i]);
+  return out;
+}
+
 // SV-8, SV-11: may node `v.node`'s lost process be replaced? Within the
-// budget, and not during another node's recovery; during a stage actor's,
-// that recovery starts over as the node's.
+// budget; during another node's recovery, while that recovery's losses stay
+// within recovery.max_simultaneous_losses (it takes this one in); during a
+// stage actor's, that recovery starts over as the node's.
 bool node_recoverable(Self* self, const Verdict& v) {
   auto& st = self->state;
   if (st.cfg.max_failures_per_hour <= 0 || st.done[static_cast<std::size_t>(v.node)]) return false;
-  if (st.recovery && (st.recovery->verdict.actor < 0 || st.recovery->awaiting >= 0)) {
-    spdlog::error("coordinator: no replacement for node {}: lost during node {}'s recovery (one lost node at a time)",
-                  v.node, st.recovery->verdict.node);
+  if (st.recovery && !st.recovery->lost.empty() &&
+      static_cast<int>(st.recovery->lost.size()) >= st.cfg.max_simultaneous_losses) {
+    spdlog::error("coordinator: no replacement for node {}: lost during the recovery of node{} {}, which replaces {} "
+                  "node process{} at most (recovery.max_simultaneous_losses)",
+                  v.node, st.recovery->lost.size() == 1 ? "" : "s", node_list(st.recovery->lost),
+                  st.cfg.max_simultaneous_losses, st.cfg.max_simultaneous_losses == 1 ? "" : "es");
     return false;
   }
   if (!within_budget(self, v)) return false;
-  if (st.recovery)
+  if (st.recovery && st.recovery->lost.empty())
     spdlog::warn("coordinator: node {} lost during the recovery from {}; it starts over as node {}'s (stage actor {} "
                  "is replaced at the same redo)",
                  v.node, st.recovery->verdict.line(), v.node, st.recovery->verdict.actor);
@@ -86,6 +101,7 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
   r.rewired.assign(n, false);
   r.steps.assign(n, {});
   r.wards.assign(n, {});
+  r.ward.assign(n, -1);
   const std::uint64_t gen = bump(st, true);
   r.first_generation = gen;
   st.judge->forget_actors();  // the failed actor's old beats name it no more
@@ -170,13 +186,57 @@ static void fence(Self* self, const Verdict& v) {
   if (!asked) spdlog::error("coordinator: cannot ask for node {}'s silent process to be stopped: {}", v.node, asked.error().message);
 }
 
+// SV-11: node `v.node` lost during the recovery of other lost nodes, before
+// its Redo: the recovery takes it in. A new generation and Recover to every
+// node; everything the nodes reported is asked for again (NodeAborted), the
+// rejoined nodes' addresses kept, and the deadline starts over.
+static void widen_recovery(Self* self, const Verdict& v, const std::string& replacement) {
+  auto& st = self->state;
+  auto& r = *st.recovery;
+  const auto n = st.cfg.nodes.size();
+  st.verdicts->record(v);
+  st.recoveries.push_back(HealthJudge::Clock::now());
+  r.lost.push_back(v.node);
+  r.lost_kind[v.node] = v.kind;
+  r.replacement[v.node] = replacement;
+  r.awaiting.push_back(v.node);
+  r.addresses.erase(v.node);  // a rejoined process lost again
+  r.aborted.assign(n, false);
+  r.rewired.assign(n, false);
+  r.steps.assign(n, {});
+  r.wards.assign(n, {});
+  r.ward.assign(n, -1);
+  r.renewed_ranks.clear();  // every node sends its renewals again
+  r.renewed_addresses.clear();
+  r.no_copy.clear();
+  r.restored_by_node.clear();
+  r.step = -1;
+  r.refill = false;
+  r.checkpoint.clear();
+  r.rewires = 0;
+  r.dropped = 0;
+  r.restored_bytes = 0;
+  const std::uint64_t gen = bump(st, true);
+  r.first_generation = gen;
+  spdlog::warn("coordinator: node {} lost during the recovery of node{} {}: one recovery replaces them together "
+               "(recovery.max_simultaneous_losses {}): generation {}",
+               v.node, r.lost.size() == 2 ? "" : "s", node_list({r.lost.begin(), r.lost.end() - 1}),
+               st.cfg.max_simultaneous_losses, gen);
+  tell_every_node(self, msg::Recover{gen, v.node, -1, v.line(), false});
+  self->delayed_send(self, std::chrono::milliseconds(st.cfg.rejoin_timeout_ms + st.cfg.health.progress_timeout_ms),
+                     msg::RecoveryDeadline{gen});
+}
+
 void begin_node_recovery(Self* self, const Verdict& v, const std::string& replacement) {
   auto& st = self->state;
   if (v.kind != "process_death" && replacement == "a restarted process") fence(self, v);
   st.judge->forget(v.node);
+  if (st.recovery && !st.recovery->lost.empty()) return widen_recovery(self, v, replacement);
   begin_recovery(self, v, st.cfg.rejoin_timeout_ms + st.cfg.health.progress_timeout_ms);
-  st.recovery->awaiting = v.node;
-  st.recovery->replacement = replacement;
+  st.recovery->lost = {v.node};
+  st.recovery->lost_kind[v.node] = v.kind;
+  st.recovery->awaiting = {v.node};
+  st.recovery->replacement[v.node] = replacement;
 }
 
 // A restarted node's Rejoin, delegated by node 0's node actor: from the
@@ -186,7 +246,7 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
   // SV-13: the node rejoined through Redis, so Redis answers: place it now rather than at the next try.
   if (st.placing && m.node == st.placing->verdict.node && !st.finished) place_node(self, st.placing->verdict);
   const auto& sender = self->current_sender();
-  if (!st.recovery || m.node != st.recovery->awaiting || !sender) {
+  if (!awaits(st, m.node) || !sender) {
     ++st.foreign;
     return;
   }
@@ -195,36 +255,55 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
     ++st.foreign;  // P-2: not the process that took the rank back
     return;
   }
-  const auto r = static_cast<std::size_t>(m.node);
-  st.cfg.nodes[r] = caf::actor_cast<caf::actor>(sender);
-  st.alive[r] = true;
-  self->monitor(st.cfg.nodes[r]);
-  st.recovery->addresses = ep->ucx;
-  st.recovery->awaiting = -1;
+  const auto slot = static_cast<std::size_t>(m.node);
+  st.cfg.nodes[slot] = caf::actor_cast<caf::actor>(sender);
+  st.alive[slot] = true;
+  self->monitor(st.cfg.nodes[slot]);
+  auto& r = *st.recovery;
+  r.addresses[m.node] = ep->ucx;
+  std::erase(r.awaiting, m.node);
   st.judge->watch(m.node, HealthJudge::Clock::now());
   spdlog::warn("coordinator: node {} rejoined (a new process); generation {}", m.node, st.cfg.generation);
-  st.verdicts->phase("place", st.recovery->began_us, {{"node", m.node}, {"replacement", st.recovery->replacement}});
+  st.verdicts->phase("place", r.began_us, {{"node", m.node}, {"replacement", r.replacement[m.node]}});
   const int n = static_cast<int>(st.cfg.nodes.size());
   // a new process beats the coordinator directly (its relay knows the old one), and relays nobody.
   st.judge->unrelayed(m.node, HealthJudge::Clock::now());
-  self->send(st.cfg.nodes[r], msg::Plan{st.cfg.generation, n, {}, {}, {}});  // its actors wait for the Redo; it answers NodeAborted
+  self->send(st.cfg.nodes[slot], msg::Plan{st.cfg.generation, n, {}, {}, {}});  // its actors wait for the Redo; it answers NodeAborted
+}
+
+// The node holding `node`'s buddy copies, as the nodes reported (FD-1), or -1.
+static int holder_of(const CoordinatorState::Recovery& r, int node) {
+  const auto it = std::find(r.ward.begin(), r.ward.end(), node);
+  return it == r.ward.end() ? -1 : static_cast<int>(it - r.ward.begin());
 }
 
 // The newest step every actor can restore from host memory: its own node's
-// snapshots, or for a restarted node's actors the buddy copies on the next
-// node (N-7; then r.refill). -1 if there is none.
+// snapshots, or for a restarted node's actors their buddy copies on their
+// holder (N-7; then r.refill). -1 if there is none; then r.no_copy says which
+// restarted nodes no surviving copy can restore, and why.
 static int rollback_step(CoordinatorState::Recovery& r) {
   const int n = static_cast<int>(r.steps.size());
-  const int restarted = r.addresses.empty() ? -1 : r.verdict.node;
   std::vector<std::vector<int>> all;
+  r.no_copy.clear();
   for (int node = 0; node < n; ++node) {
     const auto& own = r.steps[static_cast<std::size_t>(node)];
-    const auto& buddy = r.wards[static_cast<std::size_t>((node + 1) % n)];
-    const bool refill = node == restarted && n > 1 && buddy.size() == own.size() && !buddy.empty();
-    r.refill = r.refill || refill;
-    all.insert(all.end(), refill ? buddy.begin() : own.begin(), refill ? buddy.end() : own.end());
+    if (!r.addresses.contains(node)) {
+      all.insert(all.end(), own.begin(), own.end());
+      continue;
+    }
+    const int holder = holder_of(r, node);
+    const auto& buddy = holder >= 0 ? r.wards[static_cast<std::size_t>(holder)] : own;
+    if (holder >= 0 && r.addresses.contains(holder))
+      r.no_copy[node] = "its buddy copies were on node " + std::to_string(holder) + ", lost too";
+    else if (holder < 0)
+      r.no_copy[node] = "no node holds its buddy copies (recovery.buddy is off)";
+    else if (buddy.size() != own.size() || std::any_of(buddy.begin(), buddy.end(), [](const auto& s) { return s.empty(); }))
+      r.no_copy[node] = "node " + std::to_string(holder) + " holds no copy of its actors yet";
+    else
+      r.refill = true;
+    all.insert(all.end(), buddy.begin(), buddy.end());
   }
-  return common_rollback_step(all);
+  return r.no_copy.empty() ? common_rollback_step(all) : -1;
 }
 
 // SV-9: copies that have not crossed within kCopiesTimeoutMs are retried in
@@ -252,9 +331,14 @@ static void send_rewire(Self* self) {
   auto& st = self->state;
   auto& r = *st.recovery;
   ++r.rewires;
-  const int rejoined = r.addresses.empty() ? -1 : r.verdict.node;
+  std::vector<std::int32_t> rejoined;
+  std::vector<std::string> addresses;
+  for (const auto& [node, ucx] : r.addresses) {
+    rejoined.push_back(node);
+    addresses.insert(addresses.end(), ucx.begin(), ucx.end());
+  }
   const int refill_step = r.refill ? r.step : -1;
-  tell_every_node(self, msg::Rewire{st.cfg.generation, rejoined, r.addresses, refill_step, r.renewed_ranks,
+  tell_every_node(self, msg::Rewire{st.cfg.generation, rejoined, addresses, refill_step, r.renewed_ranks,
                                     r.renewed_addresses});
   if (r.rewires == 1) republish_renewed(st);  // after the Rewire: off its path, before any later rejoin is handled
   if (r.refill) self->delayed_send(self, std::chrono::milliseconds(kCopiesTimeoutMs), msg::CopiesDeadline{st.cfg.generation});
@@ -287,11 +371,14 @@ void on_copies_deadline(Self* self, const msg::CopiesDeadline& m) {
   if (r.rewires >= kCopyRounds && !restore_from_disk(self, "the buddy copies did not cross in " + std::to_string(kCopyRounds) + " rounds"))
     return;
   const std::uint64_t gen = bump(st);
+  std::vector<int> restarted;
+  for (const auto& [node, _] : r.addresses) restarted.push_back(node);
   spdlog::warn("coordinator: buddy copies for node {} did not cross within {} ms; rewiring again in generation {}{}",
-               r.verdict.node, kCopiesTimeoutMs, gen, r.refill ? "" : ", from checkpoint " + r.checkpoint);
+               node_list(restarted), kCopiesTimeoutMs, gen, r.refill ? "" : ", from checkpoint " + r.checkpoint);
   r.rewired.assign(r.rewired.size(), false);
   r.dropped = 0;
   r.restored_bytes = 0;
+  r.restored_by_node.clear();
   send_rewire(self);
 }
 
@@ -311,12 +398,19 @@ void on_node_aborted(Self* self, const msg::NodeAborted& m) {
   r.renewed_addresses.insert(r.renewed_addresses.end(), m.renewed_addresses.begin(), m.renewed_addresses.end());
   for (auto& steps : m.snapshot_steps) r.steps[static_cast<std::size_t>(m.node)].emplace_back(steps.begin(), steps.end());
   for (auto& steps : m.ward_steps) r.wards[static_cast<std::size_t>(m.node)].emplace_back(steps.begin(), steps.end());
+  r.ward[static_cast<std::size_t>(m.node)] = m.ward >= 0 && m.ward < static_cast<int>(r.ward.size()) ? m.ward : -1;
   if (std::find(r.aborted.begin(), r.aborted.end(), false) != r.aborted.end()) return;
   r.aborted_at = HealthJudge::Clock::now();
   r.aborted_us = st.verdicts->now_us();
   r.step = rollback_step(r);
-  if (r.step < 0 && !restore_from_disk(self, "no host-memory snapshot every actor holds"))  // everyone restores the newest checkpoint
-    return;
+  std::string why_disk = "no host-memory snapshot every actor holds";
+  for (const auto& [node, why] : r.no_copy)
+    why_disk += fmt::format("{} node {}'s actors: {}", node == r.no_copy.begin()->first ? " (no surviving copy of" : ";", node, why);
+  if (!r.no_copy.empty()) why_disk += ")";
+  if (r.step < 0) {  // everyone restores the newest checkpoint
+    if (!restore_from_disk(self, why_disk)) return;
+    spdlog::warn("coordinator: every actor restores checkpoint {} (step {}): {}", r.checkpoint, r.step, why_disk);
+  }
   st.verdicts->phase("abort", r.began_us, {{"failed_actor", r.verdict.actor}, {"node", r.verdict.node}, {"rollback_step", r.step}});
   send_rewire(self);
 }
@@ -328,33 +422,59 @@ void on_rewired(Self* self, const msg::Rewired& m) {
   r.rewired[static_cast<std::size_t>(m.node)] = true;
   r.dropped += m.dropped;
   r.restored_bytes += m.restored_bytes;
+  if (r.addresses.contains(m.node)) r.restored_by_node[m.node] = m.restored_bytes;
   if (std::find(r.rewired.begin(), r.rewired.end(), false) != r.rewired.end()) return;
   tell_every_node(self, msg::Redo{st.cfg.generation, r.step, r.checkpoint});
   const auto now = HealthJudge::Clock::now();
-  const int nodes = static_cast<int>(st.cfg.nodes.size());
+  // Where each replaced node's actors came from (SV-11: the job says which came from where).
+  std::vector<std::string> froms;
+  nlohmann::json replaced = nlohmann::json::array();
+  std::string buddies;
+  for (const auto& [node, _] : r.addresses) {
+    const int holder = holder_of(r, node);
+    const double mb = static_cast<double>(r.restored_by_node[node]) / 1e6;
+    const auto no_copy = r.no_copy.find(node);
+    const std::string why = no_copy == r.no_copy.end() ? "" : " (no surviving copy: " + no_copy->second + ")";
+    froms.push_back(r.refill ? fmt::format("its buddy copies on node {} ({:.1f} MB)", holder, mb)
+                             : "checkpoint " + r.checkpoint + why);
+    if (r.refill) buddies += (buddies.empty() ? "" : ", ") + std::to_string(holder);
+    replaced.push_back({{"node", node},
+                        {"replaced_by", r.replacement[node]},
+                        {"source", r.refill ? "buddy" : "disk"},
+                        {"buddy_node", holder},
+                        {"restored_mb", mb},
+                        {"no_surviving_copy", no_copy == r.no_copy.end() ? "" : no_copy->second}});
+  }
   st.verdicts->phase("rewire", r.aborted_us,
                      {{"generation", st.cfg.generation},
                       {"stale_messages_dropped", r.dropped},
                       {"rounds", r.rewires},
-                      {"restore_source", r.refill ? "buddy node " + std::to_string((r.verdict.node + 1) % nodes)
+                      {"restore_source", r.refill ? "buddy node " + buddies
                                          : r.checkpoint.empty() ? std::string("memory")
                                                                 : "disk " + r.checkpoint},
                       {"restored_mb", static_cast<double>(r.restored_bytes) / 1e6}});
   st.judge->resumed(now);  // H-6: the parked actors' waits were no hang
   const bool hang = r.verdict.kind == "transfer_hang";
-  const std::string what = r.verdict.actor >= 0 ? "stage actor " + std::to_string(r.verdict.actor) : "every stage actor";
-  const std::string where = r.verdict.actor >= 0 ? "" : " (" + r.replacement + ")";
   const std::string source = r.refill ? "buddy" : r.checkpoint.empty() ? "memory" : "disk";
-  const std::string from =
-      r.refill ? fmt::format("its buddy copies on node {} ({:.1f} MB)", (r.verdict.node + 1) % nodes, r.restored_bytes / 1e6)
-      : r.checkpoint.empty() ? "its host-memory snapshot"
-                             : "checkpoint " + r.checkpoint;
-  const std::string outcome =
-      hang ? fmt::format("a transfer hang (stage actor {} waited longest) broken: {} UCX workers renewed, every actor restores "
-                         "{}",
-                         r.verdict.actor, r.renewed_ranks.size(), r.checkpoint.empty() ? "from host memory" : from)
-           : fmt::format("{} of node {} ({}) replaced on node {}{} from {}", what, r.verdict.node, r.verdict.kind,
-                         r.verdict.node, where, from);
+  std::string outcome;
+  if (hang)
+    outcome = fmt::format("a transfer hang (stage actor {} waited longest) broken: {} UCX workers renewed, every actor "
+                          "restores {}",
+                          r.verdict.actor, r.renewed_ranks.size(),
+                          r.checkpoint.empty() ? "from host memory" : "checkpoint " + r.checkpoint);
+  else if (r.lost.empty())
+    outcome = fmt::format("stage actor {} of node {} ({}) replaced on node {} from {}", r.verdict.actor, r.verdict.node,
+                          r.verdict.kind, r.verdict.node,
+                          r.checkpoint.empty() ? "its host-memory snapshot" : "checkpoint " + r.checkpoint);
+  else {
+    std::size_t i = 0;
+    for (const auto& [node, _] : r.addresses) {
+      const std::string& kind = r.lost_kind[node];
+      outcome += fmt::format("{}every stage actor of node {} ({}) replaced on node {} ({}) from {}", i ? "; " : "", node,
+                             kind, node, r.replacement[node], froms[i]);
+      ++i;
+    }
+  }
   spdlog::warn("coordinator: recovered: {}; every actor rolls back to step {} and redoes it ({:.1f} ms: abort {:.1f}, "
                "rewire {:.1f}; generation {}, {} stale messages dropped)",
                outcome, r.step, ms_between(r.began, now), ms_between(r.began, r.aborted_at), ms_between(r.aborted_at, now),
@@ -367,7 +487,8 @@ void on_rewired(Self* self, const msg::Rewired& m) {
                                       {"replaced_on", r.verdict.node},
                                       {"replaced_by", hang ? "none (transports renewed)"
                                                       : r.verdict.actor >= 0 ? "its own process"
-                                                                             : r.replacement},
+                                                                             : r.replacement[r.verdict.node]},
+                                      {"replaced_nodes", replaced},
                                       {"renewed_workers", r.renewed_ranks.size()},
                                       {"source", source},
                                       {"restored_mb", static_cast<double>(r.restored_bytes) / 1e6},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <caf/all.hpp>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,15 +39,22 @@ struct CoordinatorState {
     double began_us = 0, aborted_us = 0;  ///< on the trace's clock
     std::vector<bool> aborted, rewired;
     std::vector<std::vector<std::vector<int>>> steps, wards;  ///< per node: its actors' rollback points, its buddy copies'
+    std::vector<int> ward;  ///< per node: whose buddy copies it holds (NodeAborted::ward, FD-1), -1: none
     int step = -1;
-    bool refill = false;  ///< the restarted node's actors restore their buddy copies (N-7)
+    bool refill = false;  ///< the restarted nodes' actors restore their buddy copies (N-7)
     std::uint64_t restored_bytes = 0;
+    std::map<int, std::uint64_t> restored_by_node;  ///< what each restarted node received
     std::uint64_t first_generation = 0;  ///< the recovery's own (its deadline's)
     int rewires = 0;                     ///< Rewire rounds sent (SV-9)
-    std::string replacement;             ///< what replaces a lost process ("a restarted process", "spare ID")
+    /// SV-11: the nodes whose processes this recovery replaces (a node lost
+    /// again after it rejoined is listed again), in the order they were lost ...
+    std::vector<int> lost;
+    std::map<int, std::string> lost_kind;    ///< ... each one's verdict kind ...
+    std::map<int, std::string> replacement;  ///< ... what replaces each ("a restarted process", "spare ID") ...
+    std::vector<int> awaiting;               ///< ... those whose new process must rejoin first ...
+    std::map<int, std::vector<std::string>> addresses;  ///< ... and the new UCX addresses of those that did
+    std::map<int, std::string> no_copy;  ///< restarted nodes no surviving buddy copy can restore, and why
     std::uint64_t dropped = 0;
-    int awaiting = -1;                   ///< a node whose killed process must rejoin first
-    std::vector<std::string> addresses;  ///< its actors' new UCX addresses, once it did
     std::vector<std::int32_t> renewed_ranks;     ///< survivors' actors with new UCX workers (N-9) ...
     std::vector<std::string> renewed_addresses;  ///< ... and their addresses
     int actors_per_node = 1;                     ///< as the nodes' NodeAborted list them
@@ -115,7 +123,11 @@ void place_node(Self* self, Verdict v);
 void on_place_again(Self* self, const msg::PlaceAgain& m);
 /// A node lost for good: `v` with why it is not replaced, recorded and concluded.
 void conclude_unreplaced(Self* self, const Verdict& v, const std::string& why_none);
+/// SV-8, SV-11: node `v.node`'s process is replaced by `replacement`: a
+/// recovery begins, or, during another node's, that recovery takes it in.
 void begin_node_recovery(Self* self, const Verdict& v, const std::string& replacement);
+/// Whether the recovery under way waits for node `node`'s new process.
+bool awaits(const CoordinatorState& st, int node);
 void on_rejoin(Self* self, const msg::Rejoin& m);
 void on_node_aborted(Self* self, const msg::NodeAborted& m);
 void on_rewired(Self* self, const msg::Rewired& m);

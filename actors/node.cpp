@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -36,6 +37,9 @@
 #include "common/decimal.hpp"
 #include "common/version.hpp"
 #include "runtime/endpoint.hpp"
+#include "runtime/failure_domains.hpp"
+#include "runtime/job_secret.hpp"
+#include "common/message_key.hpp"
 #include "runtime/job_config.hpp"
 #include "runtime/redis_session.hpp"
 #include "runtime/rendezvous.hpp"
@@ -157,11 +161,26 @@ CoordinatorConfig coordinator_config(const NodeOptions& o, const JobConfig& job,
   cc.trace_path = files.trace;
   cc.max_failures_per_hour = job.recovery.max_failures_per_hour;
   cc.restarts = job.recovery.restarts;
+  cc.max_simultaneous_losses = job.recovery.max_simultaneous_losses;
   cc.checkpoint_root = job.checkpoint.dir;
   cc.rejoin_timeout_ms = job.health.rendezvous_timeout_ms;
   cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
   cc.rank = o.rank;
   return cc;
+}
+
+// FD-2: where every node's buddy copies go, once per job (node 0), and a
+// warning when a domain's nodes cannot all be covered from outside it.
+void log_buddy_ring(const std::vector<int>& holders, const std::vector<std::string>& domains) {
+  std::string ring;
+  for (std::size_t r = 0; r < holders.size(); ++r)
+    ring += (ring.empty() ? "" : ", ") + std::to_string(r) + (domains[r].empty() ? "" : " (" + domains[r] + ")") + " -> " +
+            std::to_string(holders[r]);
+  spdlog::info("node 0: buddy copies: {}", ring);
+  const bool several = std::any_of(domains.begin(), domains.end(), [&](const std::string& d) { return d != domains.front(); });
+  if (const int same = same_domain_pairs(holders, domains); same > 0 && several)
+    spdlog::warn("node 0: {} node{} keep their buddy copies in their own failure domain (one domain holds more than half "
+                 "the nodes)", same, same == 1 ? "" : "s");
 }
 
 }  // namespace
@@ -177,6 +196,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
   JobFiles files{o.trace_path, o.metrics_path, o.init_path, o.save_path, o.resume};
   auto job = check_job(o.config_path, o.overrides, o.world, files, registry);
   if (!job) return fail(job.error());
+  if (auto domains = topology_domains(*job, o.world); !domains) return fail(domains.error());
   const std::string& type = job->parallel.stage_actor;
   const ActorPlacement placement = registry.placement(type);
   const int k = placement.per_node ? *placement.per_node(*job, o.world) : 1;  // work actors on this node
@@ -220,6 +240,10 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
       }
     });
   }
+  // AU-1: the job's key for control messages, before this process exchanges any.
+  auto secret = job_secret(*redis, o.job_id, o.job_secret_file);
+  if (!secret) return fail(secret.error());
+  install_message_key(*secret);
   auto exit_code = std::make_shared<std::atomic<int>>(1);
   auto stopped = std::make_shared<std::atomic<bool>>(false);
   auto ring_path = std::make_shared<std::string>();
@@ -270,11 +294,8 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     init.progress = std::make_shared<ProgressBoard>(k);
     if (job->recovery.max_failures_per_hour > 0) {
       init.recovery = std::make_shared<RecoverySnapshots>(k);
-      if (job->recovery.buddy && o.world > 1) {  // actor i's snapshots to local slot i of the next node
+      if (job->recovery.buddy && o.world > 1)  // its ward's copies; its own go to its holder (below, FD-1)
         init.wards = std::make_shared<RecoverySnapshots>(k);
-        for (int i = 0; i < k; ++i)
-          init.recovery->mirror(i, transports[static_cast<std::size_t>(i)].get(), ((o.rank + 1) % o.world) * k + i);
-      }
     }
     init.rejoining = o.rejoin;
     std::shared_ptr<Succession> succession;  // N-8: before the node actor, which may use it until it ends
@@ -294,6 +315,8 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     init.checkpoint_writer = checkpoints->writer;
     init.snapshots = checkpoints->pool;
     caf::actor loader = init.loader;
+    const auto init_recovery = init.recovery;
+    const bool init_wards = init.wards != nullptr;
     auto node = spawn_node_actor(sys, std::move(init));
     auto abort = [&](const Error& e) {
       caf::anon_send_exit(node, caf::exit_reason::kill);
@@ -305,13 +328,20 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     if (!port)
       return abort(make_error("--port ", std::to_string(o.port), ": cannot publish the node actor on ", o.host, ":",
                               std::to_string(o.port), " (in use?): ", sys.render(port.error())));
-    NodeEndpoint me{o.host, *port, caf::to_string(sys.node()), my_addresses};
+    // FD-3: the node's failure domain, for the buddy ring; a restarted process keeps its rank's.
+    auto previous = o.rejoin ? published_endpoint(*redis, o.job_id, o.rank) : Expected<NodeEndpoint>(NodeEndpoint{});
+    if (!previous) return abort(previous.error());
+    auto domain = o.rejoin ? Expected<std::string>(previous->domain) : domain_from_environment();
+    if (!domain) return abort(domain.error());
+    NodeEndpoint me{o.host, *port, caf::to_string(sys.node()), my_addresses, *domain};
     RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str()), kTroupeVersion, encode_endpoint(me),
                           std::chrono::milliseconds(job->health.rendezvous_timeout_ms)};
     auto members = o.rejoin ? rejoin(*redis, req) : rendezvous(*redis, req);
     if (!members) return abort(members.error());
     std::vector<NodeEndpoint> peers;
     std::vector<std::string> ucx;  // by actor rank
+    auto domains = topology_domains(*job, o.world);  // FD-3: [[topology]] first, then what each node published
+    if (!domains) return abort(domains.error());
     for (int r = 0; r < o.world; ++r) {
       auto ep = decode_endpoint(members->endpoints[static_cast<std::size_t>(r)], "node " + std::to_string(r));
       if (!ep) return abort(ep.error());
@@ -319,8 +349,14 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
         return abort(make_error("rendezvous: node ", std::to_string(r), " places ", std::to_string(ep->ucx.size()),
                                 " actors, this node ", std::to_string(k)));
       for (auto& a : ep->ucx) ucx.push_back(a);
+      if (auto& d = (*domains)[static_cast<std::size_t>(r)]; d.empty()) d = ep->domain;
       peers.push_back(std::move(*ep));
     }
+    const std::vector<int> holders = buddy_ring(*domains);
+    if (init_wards)  // N-7: actor i's snapshots to local slot i of its holder, from its first take (after the Plan)
+      for (int i = 0; i < k; ++i)
+        init_recovery->mirror(i, transports[static_cast<std::size_t>(i)].get(), holders[static_cast<std::size_t>(o.rank)] * k + i);
+    if (o.rank == 0 && !o.rejoin && init_wards) log_buddy_ring(holders, *domains);
     // A restarted process connects to other nodes' actors only at the
     // recovery's Rewire: a survivor may have renewed its worker since it
     // published its address (N-9), and the Rewire names every such one.
@@ -339,7 +375,7 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     const NodeEndpoint& coordinator_node = peers[static_cast<std::size_t>(*host)];
     if (o.rejoin && *host == o.rank)
       return abort(make_error("--rejoin: node ", std::to_string(o.rank), " held the coordinator's lease and no node took it over"));
-    tell_members(sys, node, *host, coordinator_node.system_id, ucx);
+    tell_members(sys, node, *host, coordinator_node.system_id, ucx, holders);
     // a member connects to its relay itself (node 0, a relay too,
     // connects out to every node; a restarted process beats the coordinator).
     if (const int relay = relay_of(o.rank, o.world, job->health.relay_group); relay > 0 && !o.rejoin) {

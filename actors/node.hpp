@@ -15,6 +15,7 @@ struct NodeOptions {
   std::vector<std::string> overrides;
   std::string redis_url;
   std::string redis_password;  ///< from --redis-password-file or $TROUPE_REDIS_PASSWORD (never argv)
+  std::string job_secret_file;  ///< --job-secret-file: the job's key for control messages ("" = from Redis, AU-3)
   std::string job_id = "default";
   int rank = -1;   ///< -1: from SLURM_PROCID or RANK
   int world = -1;  ///< -1: from SLURM_NTASKS or WORLD_SIZE

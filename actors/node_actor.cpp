@@ -29,10 +29,11 @@
 //       generation; on Redo the loader rewinds, parked actors roll back, and
 //       an ended one is replaced from its snapshot. Nothing else restarts.
 //  N-7  Buddy copies (recovery.buddy): slot i of the node's wards receives
-//       the previous node's actor i's snapshots, one after another, from the
-//       Plan on; a recovery's failed transfers end that loop and Rewire
-//       starts it again in the new generation. When a restarted node refills
-//       from its buddy, both answer Rewired only once every copy crossed.
+//       its ward's actor i's snapshots (the node whose holder it is in the
+//       buddy ring, FD-1), one after another, from the Plan on; a recovery's
+//       failed transfers end that loop and Rewire starts it again in the new
+//       generation. When restarted nodes refill from their holders, each
+//       pair answers Rewired only once every copy crossed.
 //  N-9  When a node process was lost (UX-5), each surviving node renews
 //       the UCX worker of every local actor that talked to the lost one's
 //       actors in the generation it died in, once its actors parked, and
@@ -53,6 +54,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <utility>
 #include <caf/all.hpp>
 
 #include "actors/health_monitor.hpp"
@@ -60,6 +62,8 @@
 #include "actors/succession.hpp"
 #include "actors/verdict_record.hpp"
 #include "backends/transport/ucx_transport.hpp"
+#include "runtime/failure_domains.hpp"
+#include "common/message_key.hpp"
 #include "training/recovery_snapshots.hpp"
 #include "training/fault_drill.hpp"
 #include "training/snapshot_wire.hpp"
@@ -97,9 +101,11 @@ struct NodeState : NodeActorConfig {
   int rewire_rounds = 0;                   ///< Rewires of this recovery (SV-9 retries copies)
   int withheld_rounds = 0;                 ///< copy rounds a test's fault withheld (TROUPE_WITHHOLD_BUDDY_COPIES)
   std::vector<std::string> ucx_addresses;  ///< every actor's UCX worker address (kept current: N-9)
-  // N-9: the node process this recovery lost (-1: none), and what this node
-  // renewed for it: which local transports, and each one's rank and address.
-  int lost_node = -1;
+  std::vector<int> holders;                ///< the holder of each node's buddy copies (FD-1), by node rank
+  // N-9: the node processes this recovery lost (SV-11: several at once), and
+  // what this node renewed for them: which local transports, and each one's
+  // rank and address.
+  std::vector<int> lost_nodes;
   bool renew_all = false;  ///< a transfer hang's recovery (H-6): every local transport
   std::vector<bool> renewed_slots;
   std::vector<std::pair<std::int32_t, std::string>> renewed;
@@ -114,10 +120,11 @@ struct KnownMembers {
   int coordinator_rank = 0;
   std::string coordinator_system;
   std::vector<std::string> ucx;  ///< every actor's UCX worker address, by actor rank
+  std::vector<int> holders;      ///< the buddy ring (FD-1)
 };
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, KnownMembers& x) {
-  return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_rank, x.coordinator_system, x.ucx);
+  return f(caf::meta::type_name("troupe.KnownMembers"), x.coordinator_rank, x.coordinator_system, x.ucx, x.holders);
 }
 
 // N-8, the node actor to itself (never announced): try the lease now; give
@@ -173,12 +180,15 @@ void ward_loop(std::shared_ptr<RecoverySnapshots> wards, Transport* t, int i, in
   });
 }
 
+// The node whose buddy copies this node holds (FD-1), or -1.
+int my_ward(const NodeState& s) { return s.wards ? ward_of(s.holders, s.rank) : -1; }
+
 void arm_wards(NodeState& s) {
-  if (!s.wards) return;
+  const int ward = my_ward(s);
+  if (ward < 0) return;
   const int k = local_actors(s);
   const std::uint64_t mine = ++*s.ward_epoch;
-  const int previous = (s.rank + s.nodes - 1) % s.nodes;
-  for (int i = 0; i < k; ++i) ward_loop(s.wards, s.transports[static_cast<std::size_t>(i)], i, previous * k + i, s.ward_epoch, mine);
+  for (int i = 0; i < k; ++i) ward_loop(s.wards, s.transports[static_cast<std::size_t>(i)], i, ward * k + i, s.ward_epoch, mine);
 }
 
 void start_health_monitor(NodeSelf* self, const caf::actor& upstream, const std::vector<caf::actor>& members,
@@ -273,8 +283,10 @@ void stop(NodeSelf* self, int code) {
   if (s.health_monitor) self->send_exit(s.health_monitor, caf::exit_reason::user_shutdown);
   for (auto& promise : s.parked)  // parked stage actors end with the job
     if (promise) promise->deliver(caf::make_error(caf::sec::request_receiver_down));
-  if (s.stale + s.foreign > 0)
-    spdlog::warn("node {}: dropped {} stale and {} non-member control messages", s.rank, s.stale, s.foreign);
+  // P-5: the messages refused for their MAC never reached this actor; the process counted them.
+  if (const std::uint64_t forged = unauthenticated_messages(); s.stale + s.foreign + forged > 0)
+    spdlog::warn("node {}: dropped {} stale and {} non-member control messages, and refused {} without the job's key",
+                 s.rank, s.stale, s.foreign, forged);
   self->quit();
 }
 
@@ -344,10 +356,10 @@ void forget_progress(NodeState& s, int i) {
 std::string renewal_reason(const NodeState& s, const UcxTransport& t) {
   if (s.renew_all) return "a transfer hang";
   if (t.faulted()) return "its transfers failed with a UCX error";
-  if (s.lost_node < 0 || s.lost_node == s.rank) return "";
   const int k = local_actors(s);
-  for (int j = 0; j < k; ++j)
-    if (t.talked_to(s.lost_node * k + j)) return "it talked to node " + std::to_string(s.lost_node) + "'s actors";
+  for (int lost : s.lost_nodes)
+    for (int j = 0; j < k && lost != s.rank; ++j)
+      if (t.talked_to(lost * k + j)) return "it talked to node " + std::to_string(lost) + "'s actors";
   return "";
 }
 
@@ -409,7 +421,7 @@ bool reconnect_renewed(NodeSelf* self, const std::vector<std::int32_t>& ranks) {
 void report_if_aborted(NodeSelf* self) {
   auto& s = self->state;
   if (!s.recovering || s.aborting) return;
-  msg::NodeAborted out{s.generation, s.rank, {}, {}, {}, {}};
+  msg::NodeAborted out{s.generation, s.rank, {}, {}, my_ward(s), {}, {}};
   for (std::size_t i = 0; i < s.work.size(); ++i) {
     if (!s.parked[i] && !s.ended[i]) return;
     std::vector<std::int32_t> steps;
@@ -485,8 +497,9 @@ int env_rounds(const char* name) {
 }
 
 // N-7: a restarted node receives its actors' buddy copies of the refill step
-// from the next node, which serves them from its wards.
-void start_copies(NodeSelf* self, const msg::Rewire& m, int buddy, std::uint64_t dropped) {
+// from their holder, which serves them from its wards (`ward`: the restarted
+// node it serves; -1 on the restarted node itself).
+void start_copies(NodeSelf* self, const msg::Rewire& m, int ward, std::uint64_t dropped) {
   auto& s = self->state;
   const int k = local_actors(s);
   s.copies_pending = k;
@@ -500,21 +513,23 @@ void start_copies(NodeSelf* self, const msg::Rewire& m, int buddy, std::uint64_t
         caf::anon_send(node, CopyCrossed{gen, slot, st ? std::string{} : st.error().message});
     };
   };
+  const bool receiving = ward < 0;
+  const int holder = s.holders[static_cast<std::size_t>(s.rank)];
   // A test's fault: the buddy serves nothing for this many rounds (the copies never cross; SV-9).
-  if (s.rank != m.rejoined && s.withheld_rounds < env_rounds("TROUPE_WITHHOLD_BUDDY_COPIES")) {
+  if (!receiving && s.withheld_rounds < env_rounds("TROUPE_WITHHOLD_BUDDY_COPIES")) {
     ++s.withheld_rounds;
     spdlog::warn("node {}: withholding its buddy copies (TROUPE_WITHHOLD_BUDDY_COPIES, round {})", s.rank,
                  s.withheld_rounds);
     return;
   }
   spdlog::info("node {}: {} the buddy copies of step {} ({} actor{}, generation {})", s.rank,
-               s.rank == m.rejoined ? "receiving from node " + std::to_string(buddy) : "serving node " + std::to_string(m.rejoined),
+               receiving ? "receiving from node " + std::to_string(holder) : "serving node " + std::to_string(ward),
                m.refill_step, k, k == 1 ? "" : "s", s.generation);
   for (int i = 0; i < k; ++i) {
     auto& t = *s.transports[static_cast<std::size_t>(i)];
-    if (s.rank == m.rejoined) {
-      s.recovery->receive(i, t, buddy * k + i, kServeChannel, report_for(i));
-    } else if (auto st = s.wards->serve(i, m.refill_step, t, m.rejoined * k + i, kServeChannel, report_for(i)); !st) {
+    if (receiving) {
+      s.recovery->receive(i, t, holder * k + i, kServeChannel, report_for(i));
+    } else if (auto st = s.wards->serve(i, m.refill_step, t, ward * k + i, kServeChannel, report_for(i)); !st) {
       report_for(i)(st);
     }
   }
@@ -535,8 +550,9 @@ caf::behavior node_actor(NodeSelf* self, NodeActorConfig config) {
         self->state.coordinator_rank = m.coordinator_rank;
         self->state.coordinator_system = m.coordinator_system;
         self->state.ucx_addresses = m.ucx;
-        self->set_default_handler([](caf::scheduled_actor* a, caf::message_view&) -> caf::result<caf::message> {
-          ++static_cast<NodeSelf*>(a)->state.foreign;
+        self->state.holders = m.holders;
+        self->set_default_handler([](caf::scheduled_actor* a, caf::message_view& m) -> caf::result<caf::message> {
+          if (!refused_remnant(m)) ++static_cast<NodeSelf*>(a)->state.foreign;  // AU-5: counted as refused
           return caf::sec::unexpected_message;
         });
         self->delayed_send(self, std::chrono::milliseconds(self->state.job.health.rendezvous_timeout_ms),
@@ -594,7 +610,8 @@ caf::behavior running(NodeSelf* self) {
         s.live_generation->store(m.generation);  // its beats count in the new generation
         s.recovering = true;
         s.rewire_rounds = 0;
-        if (m.failed < 0) s.lost_node = m.node;  // N-9 (an actor's Recover keeps a lost node's renewals)
+        if (m.failed < 0 && std::find(s.lost_nodes.begin(), s.lost_nodes.end(), m.node) == s.lost_nodes.end())
+          s.lost_nodes.push_back(m.node);  // N-9 (an actor's Recover keeps the lost nodes' renewals)
         s.renew_all = s.renew_all || m.renew_transports;
         // H-3: no actor is judged on what it did before the Recover (after a
         // transfer hang every one of them was idle for the whole bound; a beat
@@ -617,7 +634,14 @@ caf::behavior running(NodeSelf* self) {
         s.copies_pending = 0;
         std::uint64_t dropped = 0;
         const int k = local_actors(s);
-        if ((m.rejoined >= 0 && (m.rejoined >= s.nodes || static_cast<int>(m.addresses.size()) != k)) ||
+        std::vector<bool> listed(static_cast<std::size_t>(s.nodes), false);
+        if (std::any_of(m.rejoined.begin(), m.rejoined.end(),
+                        [&](int r) {
+                          if (r < 0 || r >= s.nodes || listed[static_cast<std::size_t>(r)]) return true;
+                          listed[static_cast<std::size_t>(r)] = true;
+                          return false;
+                        }) ||
+            m.addresses.size() != m.rejoined.size() * static_cast<std::size_t>(k) ||
             m.renewed_ranks.size() != m.renewed_addresses.size() ||
             std::any_of(m.renewed_ranks.begin(), m.renewed_ranks.end(), [&](int r) { return r < 0 || r >= s.nodes * k; }) ||
             static_cast<int>(s.ucx_addresses.size()) != s.nodes * k) {
@@ -628,19 +652,22 @@ caf::behavior running(NodeSelf* self) {
         std::vector<std::int32_t> changed = m.renewed_ranks;
         for (std::size_t i = 0; i < m.renewed_ranks.size(); ++i)
           s.ucx_addresses[static_cast<std::size_t>(m.renewed_ranks[i])] = m.renewed_addresses[i];
-        if (m.rejoined >= 0)
+        for (std::size_t n = 0; n < m.rejoined.size(); ++n)
           for (int j = 0; j < k; ++j) {
-            s.ucx_addresses[static_cast<std::size_t>(m.rejoined * k + j)] = m.addresses[static_cast<std::size_t>(j)];
-            if (m.rejoined != s.rank) changed.push_back(m.rejoined * k + j);
+            const int rank = m.rejoined[n] * k + j;
+            s.ucx_addresses[static_cast<std::size_t>(rank)] = m.addresses[n * static_cast<std::size_t>(k) + static_cast<std::size_t>(j)];
+            if (m.rejoined[n] != s.rank) changed.push_back(rank);
           }
         if (!reconnect_renewed(self, changed)) return;
         // SV-9: copies that did not cross are sent again (every endpoint above is new again).
         if (++s.rewire_rounds > 1 && m.refill_step >= 0)  // the copies did not cross: what the transports were doing
           for (auto* t : s.transports) spdlog::warn("node {}: before rewire round {}: {}", s.rank, s.rewire_rounds, t->describe());
         for (auto* t : s.transports) dropped += t->begin_generation(m.generation);
-        const int buddy = m.rejoined >= 0 ? (m.rejoined + 1) % s.nodes : -1;
-        if (m.refill_step >= 0 && s.wards && (s.rank == m.rejoined || s.rank == buddy))
-          return start_copies(self, m, buddy, dropped);  // N-7: Rewired once they crossed
+        const bool receiving = listed[static_cast<std::size_t>(s.rank)];
+        const int ward = my_ward(s);
+        const bool serving = !receiving && ward >= 0 && listed[static_cast<std::size_t>(ward)];
+        if (m.refill_step >= 0 && s.wards && (receiving || serving))
+          return start_copies(self, m, receiving ? -1 : ward, dropped);  // N-7: Rewired once they crossed
         arm_wards(s);
         self->send(s.coordinator, msg::Rewired{s.generation, s.rank, dropped, 0});
       },
@@ -668,7 +695,7 @@ caf::behavior running(NodeSelf* self) {
         if (!from_coordinator(self) || m.generation != s.generation || !s.recovering) return;
         s.recovering = false;
         s.failed = false;
-        s.lost_node = -1;  // N-9: the next recovery renews afresh
+        s.lost_nodes.clear();  // N-9: the next recovery renews afresh
         s.renew_all = false;
         s.renewed_slots.clear();
         s.renewed.clear();
@@ -781,9 +808,9 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config) {
 }
 
 void tell_members(caf::actor_system& sys, const caf::actor& node, int coordinator_rank,
-                  const std::string& coordinator_system, std::vector<std::string> ucx) {
+                  const std::string& coordinator_system, std::vector<std::string> ucx, std::vector<int> holders) {
   caf::scoped_actor main_thread{sys};
-  main_thread->send(node, KnownMembers{coordinator_rank, coordinator_system, std::move(ucx)});
+  main_thread->send(node, KnownMembers{coordinator_rank, coordinator_system, std::move(ucx), std::move(holders)});
 }
 
 void announce_rejoin(caf::actor_system& sys, const caf::actor& node, const caf::actor& host) {

@@ -37,7 +37,7 @@ struct NodeActorConfig {
   std::shared_ptr<std::atomic<int>> exit_code;  ///< the process's exit code, set when the node stops
   std::shared_ptr<std::atomic<bool>> stopped;   ///< set when the node stops (its shutdown is then bounded)
   std::shared_ptr<RecoverySnapshots> recovery;  ///< rollback points, when the job recovers (recovery.*)
-  std::shared_ptr<RecoverySnapshots> wards;     ///< buddy copies of the previous node's actors (recovery.buddy)
+  std::shared_ptr<RecoverySnapshots> wards;     ///< buddy copies of its ward's actors (recovery.buddy, FD-1)
   std::shared_ptr<Succession> succession;      ///< takes the coordinator's lease when its node is lost (N-8; recovery)
   bool rejoining = false;  ///< a restarted process: its actors start at the recovery's Redo, not at the Plan
 };
@@ -51,9 +51,10 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config);
 /// published in Redis; node 0 at the job's start).
 /// Only a local actor can send this: the message type is never announced, so
 /// it cannot arrive from the network. `ucx`: every actor's UCX worker address
-/// (by actor rank), as published at rendezvous.
+/// (by actor rank), as published at rendezvous; `holders`: the holder of each
+/// node's buddy copies (runtime/failure_domains.hpp, FD-1).
 void tell_members(caf::actor_system& sys, const caf::actor& node, int coordinator_rank,
-                  const std::string& coordinator_system, std::vector<std::string> ucx);
+                  const std::string& coordinator_system, std::vector<std::string> ucx, std::vector<int> holders);
 
 /// A restarted node (`rejoining`) announces itself to the node actor of the
 /// node hosting the coordinator, which hands it to the coordinator (from the

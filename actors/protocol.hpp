@@ -13,6 +13,9 @@
 //       use; an out-of-range index is dropped and counted like a non-member.
 //  P-4  Tensor bytes never travel in these messages: they move over a
 //       transport, and only its completion (TransferDone) is a message.
+//  P-5  Every message here is sealed (actors/sealed.hpp, AU-1): one that
+//       crosses between processes carries an HMAC under the job's key and is
+//       refused, before P-1 ... P-3 look at it, when the MAC does not match.
 #pragma once
 
 #include <caf/actor.hpp>
@@ -21,6 +24,8 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "actors/sealed.hpp"
 
 namespace troupe::msg {
 
@@ -64,14 +69,14 @@ struct Recover {
 };
 /// Recovery, rewire phase: start `generation` on every transport (UX-4:
 /// older messages are dropped); the node answers Rewired. With `refill_step`
-/// >= 0 the restarted node's snapshots of that step come from its buddy (the
-/// next node), which serves its buddy copies; both answer once the copies
-/// have crossed.
+/// >= 0 each restarted node's snapshots of that step come from its buddy (the
+/// node holding its copies, FD-1), which serves them; both answer once the
+/// copies have crossed.
 struct Rewire {
   std::uint64_t generation = 0;
-  std::int32_t rejoined = -1;           ///< a node whose process was restarted (-1: none) ...
-  std::vector<std::string> addresses;  ///< ... and its work actors' new UCX worker addresses
-  std::int32_t refill_step = -1;        ///< the buddy copies' step the restarted node receives (-1: none)
+  std::vector<std::int32_t> rejoined;  ///< the nodes whose processes were replaced (SV-11: several at once) ...
+  std::vector<std::string> addresses;  ///< ... and their work actors' new UCX worker addresses, node after node
+  std::int32_t refill_step = -1;        ///< the buddy copies' step the restarted nodes receive (-1: none)
   /// Survivors' workers renewed in this recovery (UX-5, N-9): their actor
   /// ranks and new addresses, which every node reconnects to.
   std::vector<std::int32_t> renewed_ranks;
@@ -117,12 +122,13 @@ struct NodeFailed {
 /// `snapshot_steps` lists, per local actor, the steps its host-memory
 /// snapshots were taken before (the rollback points it can restore);
 /// `ward_steps`, per local slot, the steps of the buddy copies it holds of
-/// the previous node's actors (recovery.buddy).
+/// node `ward`'s actors (recovery.buddy; -1: none held).
 struct NodeAborted {
   std::uint64_t generation = 0;
   std::int32_t node = 0;
   std::vector<std::vector<std::int32_t>> snapshot_steps;
   std::vector<std::vector<std::int32_t>> ward_steps;
+  std::int32_t ward = -1;
   /// The node's actors whose UCX workers it renewed (N-9: they talked to the
   /// lost process) and their new addresses.
   std::vector<std::int32_t> renewed_ranks;
@@ -307,141 +313,141 @@ struct FabricReduced {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Plan& x) {
-  return f(caf::meta::type_name("troupe.Plan"), x.generation, x.nodes, x.relay, x.members, x.member_ranks);
+  return sealed(f, "troupe.Plan", x.generation, x.nodes, x.relay, x.members, x.member_ranks);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Recover& x) {
-  return f(caf::meta::type_name("troupe.Recover"), x.generation, x.node, x.failed, x.reason, x.renew_transports);
+  return sealed(f, "troupe.Recover", x.generation, x.node, x.failed, x.reason, x.renew_transports);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewire& x) {
-  return f(caf::meta::type_name("troupe.Rewire"), x.generation, x.rejoined, x.addresses, x.refill_step, x.renewed_ranks,
+  return sealed(f, "troupe.Rewire", x.generation, x.rejoined, x.addresses, x.refill_step, x.renewed_ranks,
            x.renewed_addresses);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Redo& x) {
-  return f(caf::meta::type_name("troupe.Redo"), x.generation, x.step, x.checkpoint);
+  return sealed(f, "troupe.Redo", x.generation, x.step, x.checkpoint);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rejoin& x) {
-  return f(caf::meta::type_name("troupe.Rejoin"), x.node);
+  return sealed(f, "troupe.Rejoin", x.node);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeAborted& x) {
-  return f(caf::meta::type_name("troupe.NodeAborted"), x.generation, x.node, x.snapshot_steps, x.ward_steps,
+  return sealed(f, "troupe.NodeAborted", x.generation, x.node, x.snapshot_steps, x.ward_steps, x.ward,
            x.renewed_ranks, x.renewed_addresses);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Rewired& x) {
-  return f(caf::meta::type_name("troupe.Rewired"), x.generation, x.node, x.dropped, x.restored_bytes);
+  return sealed(f, "troupe.Rewired", x.generation, x.node, x.dropped, x.restored_bytes);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorParked& x) {
-  return f(caf::meta::type_name("troupe.ActorParked"), x.generation, x.actor, x.reason);
+  return sealed(f, "troupe.ActorParked", x.generation, x.actor, x.reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PeerLost& x) {
-  return f(caf::meta::type_name("troupe.PeerLost"), x.generation, x.node, x.reason);
+  return sealed(f, "troupe.PeerLost", x.generation, x.node, x.reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Finish& x) {
-  return f(caf::meta::type_name("troupe.Finish"), x.generation, x.ok, x.reason);
+  return sealed(f, "troupe.Finish", x.generation, x.ok, x.reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeDone& x) {
-  return f(caf::meta::type_name("troupe.NodeDone"), x.generation, x.node, x.checksum);
+  return sealed(f, "troupe.NodeDone", x.generation, x.node, x.checksum);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, NodeFailed& x) {
-  return f(caf::meta::type_name("troupe.NodeFailed"), x.generation, x.node, x.actor, x.reason, x.from_peer,
+  return sealed(f, "troupe.NodeFailed", x.generation, x.node, x.actor, x.reason, x.from_peer,
            x.kind);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, Heartbeat& x) {
-  return f(caf::meta::type_name("troupe.Heartbeat"), x.generation, x.node, x.seq, x.actors, x.steps, x.instructions,
+  return sealed(f, "troupe.Heartbeat", x.generation, x.node, x.seq, x.actors, x.steps, x.instructions,
            x.idle_ms, x.waiting_ms, x.nodes, x.actors_elsewhere, x.waiting_elsewhere, x.unblocked_elsewhere,
            x.backpressure_ms, x.persist);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, MemberSilent& x) {
-  return f(caf::meta::type_name("troupe.MemberSilent"), x.generation, x.relay, x.member, x.evidence);
+  return sealed(f, "troupe.MemberSilent", x.generation, x.relay, x.member, x.evidence);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HeartbeatAck& x) {
-  return f(caf::meta::type_name("troupe.HeartbeatAck"), x.generation, x.seq, x.upstream_silent_ms);
+  return sealed(f, "troupe.HeartbeatAck", x.generation, x.seq, x.upstream_silent_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CoordinatorSilent& x) {
-  return f(caf::meta::type_name("troupe.CoordinatorSilent"), x.silent_ms);
+  return sealed(f, "troupe.CoordinatorSilent", x.silent_ms);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HealthTick&) {
-  return f(caf::meta::type_name("troupe.HealthTick"));
+  return sealed(f, "troupe.HealthTick");
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorDone& x) {
-  return f(caf::meta::type_name("troupe.ActorDone"), x.generation, x.actor, x.result);
+  return sealed(f, "troupe.ActorDone", x.generation, x.actor, x.result);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, ActorFailed& x) {
-  return f(caf::meta::type_name("troupe.ActorFailed"), x.generation, x.actor, x.reason, x.from_peer, x.kind);
+  return sealed(f, "troupe.ActorFailed", x.generation, x.actor, x.reason, x.from_peer, x.kind);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, TransferDone& x) {
-  return f(caf::meta::type_name("troupe.TransferDone"), x.event, x.chunk, x.index, x.ok, x.error, x.from_peer, x.at_ns,
+  return sealed(f, "troupe.TransferDone", x.event, x.chunk, x.index, x.ok, x.error, x.from_peer, x.at_ns,
            x.epoch);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PlaceAgain& x) {
-  return f(caf::meta::type_name("troupe.PlaceAgain"), x.generation);
+  return sealed(f, "troupe.PlaceAgain", x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RecoveryDeadline& x) {
-  return f(caf::meta::type_name("troupe.RecoveryDeadline"), x.generation);
+  return sealed(f, "troupe.RecoveryDeadline", x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CopiesDeadline& x) {
-  return f(caf::meta::type_name("troupe.CopiesDeadline"), x.generation);
+  return sealed(f, "troupe.CopiesDeadline", x.generation);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, CheckpointRollback&) {
-  return f(caf::meta::type_name("troupe.CheckpointRollback"));
+  return sealed(f, "troupe.CheckpointRollback");
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, LoaderRewind& x) {
-  return f(caf::meta::type_name("troupe.LoaderRewind"), x.step);
+  return sealed(f, "troupe.LoaderRewind", x.step);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BatchRequest& x) {
-  return f(caf::meta::type_name("troupe.BatchRequest"), x.step, x.replica);
+  return sealed(f, "troupe.BatchRequest", x.step, x.replica);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BatchSlot& x) {
-  return f(caf::meta::type_name("troupe.BatchSlot"), x.slot, x.block);
+  return sealed(f, "troupe.BatchSlot", x.slot, x.block);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BatchRelease& x) {
-  return f(caf::meta::type_name("troupe.BatchRelease"), x.step);
+  return sealed(f, "troupe.BatchRelease", x.step);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, HoldOver&) {
-  return f(caf::meta::type_name("troupe.HoldOver"));
+  return sealed(f, "troupe.HoldOver");
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, SnapshotTaken& x) {
-  return f(caf::meta::type_name("troupe.SnapshotTaken"), x.step, x.actor);
+  return sealed(f, "troupe.SnapshotTaken", x.step, x.actor);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, PersistDone& x) {
-  return f(caf::meta::type_name("troupe.PersistDone"), x.step, x.failure, x.bytes, x.seconds, x.committed);
+  return sealed(f, "troupe.PersistDone", x.step, x.failure, x.bytes, x.seconds, x.committed);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BlameDeadline&) {
-  return f(caf::meta::type_name("troupe.BlameDeadline"));
+  return sealed(f, "troupe.BlameDeadline");
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FabricReduced& x) {
-  return f(caf::meta::type_name("troupe.FabricReduced"), x.ok, x.checksum);
+  return sealed(f, "troupe.FabricReduced", x.ok, x.checksum);
 }
 
 }  // namespace troupe::msg

@@ -6,6 +6,7 @@ find_package(spdlog REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(tomlplusplus REQUIRED)
 find_package(ZLIB REQUIRED)  # crc32 of checkpoint files
+find_package(OpenSSL 3 REQUIRED COMPONENTS Crypto)  # HMAC-SHA256 of control messages (common/message_key)
 find_package(CLI11 CONFIG QUIET)
 if(NOT CLI11_FOUND)
   find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp REQUIRED)

@@ -4,11 +4,12 @@
 
 #include "common/decimal.hpp"
 #include "common/printable.hpp"
+#include "runtime/failure_domains.hpp"
 
 namespace troupe {
 namespace {
 
-constexpr const char* kHeader = "troupe-endpoint 1";
+constexpr const char* kHeader = "troupe-endpoint 2";
 constexpr std::size_t kMaxAddress = 64 * 1024;
 constexpr std::size_t kMaxLine = 1024;
 
@@ -47,7 +48,8 @@ bool number(const std::string& text, T& out) {
 std::string encode_endpoint(const NodeEndpoint& e) {
   std::string out = kHeader;
   out.append("\n").append(e.host).append(":").append(std::to_string(e.port)).append("\n");
-  out.append(e.system_id).append("\n").append(std::to_string(e.ucx.size())).append("\n");
+  out.append(e.system_id).append("\n").append(e.domain).append("\n");
+  out.append(std::to_string(e.ucx.size())).append("\n");
   for (auto& a : e.ucx) out.append(std::to_string(a.size())).append("\n").append(a);
   return out;
 }
@@ -71,6 +73,7 @@ Expected<NodeEndpoint> decode_endpoint(const std::string& bytes, const std::stri
     return bad("port '" + printable(line.substr(colon + 1)) + "'");
   e.port = static_cast<std::uint16_t>(port);
   if (!in.line(e.system_id) || e.system_id.empty()) return bad("no system id");
+  if (!in.line(e.domain) || !check_domain_name(e.domain, "")) return bad("failure domain");
   int k = 0;
   if (!in.line(line) || !number(line, k) || k < 0 || k > max_actors) return bad("actor count");
   for (int i = 0; i < k; ++i) {

@@ -18,9 +18,10 @@ struct NodeEndpoint {
   std::uint16_t port = 0;
   std::string system_id;          ///< the node's actor system identity (CAF node id, as text)
   std::vector<std::string> ucx;   ///< UCX worker addresses, one per work actor on the node
+  std::string domain;             ///< its failure domain (runtime/failure_domains.hpp; "" = unknown)
 };
 
-/// "troupe-endpoint 1\nHOST:PORT\nSYSTEM_ID\nK\n" then K times "LEN\n" + LEN bytes.
+/// "troupe-endpoint 2\nHOST:PORT\nSYSTEM_ID\nDOMAIN\nK\n" then K times "LEN\n" + LEN bytes.
 std::string encode_endpoint(const NodeEndpoint& e);
 
 /// Parses what encode_endpoint wrote; `who` (e.g. "node 3") names it in errors.

@@ -1,6 +1,7 @@
 // Job config parsing with toml++ against a table of known keys, each with its
 // type and range.
 #include "runtime/job_config.hpp"
+#include "runtime/failure_domains.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -149,6 +150,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"recovery.restarts", integer(rc.restarts, 0, 1000000)},
       {"recovery.buddy", boolean(rc.buddy)},
       {"recovery.spares", integer(rc.spares, 0, 1024)},
+      {"recovery.max_simultaneous_losses", integer(rc.max_simultaneous_losses, 1, 1 << 20)},
   };
 }
 
@@ -276,6 +278,32 @@ Status apply_fault_flag(const std::string& text, JobConfig& c) {
   return Status::success();
 }
 
+// [[topology]]: an array of tables, each a domain and its nodes; a node in one domain at most.
+Status apply_topology(const toml::node& node, JobConfig& c, const std::string& where) {
+  const auto* arr = node.as_array();
+  if (!arr) return make_error(where, ": topology must be an array of tables ([[topology]])");
+  std::map<int, std::string> seen;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const std::string at = where + ": topology[" + std::to_string(i) + "]";
+    const auto* table = arr->get(i)->as_table();
+    if (!table) return make_error(at, " must be a table ([[topology]])");
+    TopologyDomain d;
+    std::map<std::string, Reader> keys{{"domain", string(d.domain)}, {"nodes", int_list(d.nodes, 0, 1 << 20)}};
+    for (auto& [k, v] : *table) {
+      auto it = keys.find(std::string(k.str()));
+      if (it == keys.end()) return make_error(at, ": ", unknown_key(std::string(k.str()), keys));
+      if (auto wrong = it->second(v); !wrong.empty()) return make_error(at, ": key ", it->first, " ", wrong);
+    }
+    if (d.domain.empty() || d.nodes.empty()) return make_error(at, ": needs domain (a name) and nodes (their ranks)");
+    TROUPE_TRY(check_domain_name(d.domain, at + ": domain"));
+    for (int n : d.nodes)
+      if (auto [it, fresh] = seen.emplace(n, d.domain); !fresh)
+        return make_error(at, ": node ", std::to_string(n), " is in domain ", it->second, " already");
+    c.topology.push_back(std::move(d));
+  }
+  return Status::success();
+}
+
 // Walks the table; every leaf must be a known key with a value in range.
 Status apply_table(const toml::table& table, const std::string& prefix, std::map<std::string, Reader>& keys,
                    const std::string& where, JobConfig& c) {
@@ -283,6 +311,10 @@ Status apply_table(const toml::table& table, const std::string& prefix, std::map
     const std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (key == "faults") {
       TROUPE_TRY(apply_faults(node, c, where));
+      continue;
+    }
+    if (key == "topology") {
+      TROUPE_TRY(apply_topology(node, c, where));
       continue;
     }
     if (const auto* sub = node.as_table()) {
@@ -365,6 +397,18 @@ Expected<JobConfig> load_job_config(const std::string& path, const std::vector<s
   ss << in.rdbuf();
   if (in.bad()) return make_error(path, ": cannot read config");
   return parse_job_config(ss.str(), path, overrides);
+}
+
+Expected<std::vector<std::string>> topology_domains(const JobConfig& c, int nodes) {
+  std::vector<std::string> out(static_cast<std::size_t>(std::max(nodes, 0)));
+  for (const TopologyDomain& d : c.topology)
+    for (int n : d.nodes) {
+      if (n >= nodes)
+        return make_error(c.source, ": topology: domain ", d.domain, " lists node ", std::to_string(n), " but the job has ",
+                          std::to_string(nodes), " node", nodes == 1 ? "" : "s");
+      out[static_cast<std::size_t>(n)] = d.domain;
+    }
+  return out;
 }
 
 int resolved_threads(const TrainSection& t) { return resolved_threads(t, 1); }

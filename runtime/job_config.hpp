@@ -102,6 +102,19 @@ struct RecoverySection {
   /// troupe launch starts this many `troupe node --spare` processes; one takes
   /// a lost node's place when no restart is left.
   int spares = 0;
+  /// Node processes one recovery replaces when they are lost together (a
+  /// rack, a switch): a node lost before the recovery of another ends joins
+  /// it while the count stays within this (SV-11); one more ends the job.
+  int max_simultaneous_losses = 1;
+};
+
+/// A failure domain (`[[topology]]`): nodes lost together when it fails (a
+/// rack, a switch). Buddy copies go to a node in another domain when one
+/// exists (runtime/failure_domains.hpp); without it, each node's TROUPE_RACK
+/// (or Slurm's switch) names its domain.
+struct TopologyDomain {
+  std::string domain;
+  std::vector<int> nodes;  ///< node ranks
 };
 
 /// A fault drill: `[[faults]]` in the config or `--fault k=v,...` on the
@@ -135,6 +148,7 @@ struct JobConfig {
   CheckpointSection checkpoint;
   RecoverySection recovery;
   std::vector<FaultSpec> faults;
+  std::vector<TopologyDomain> topology;  ///< [[topology]], in the file's order
   std::string source;  ///< file it was read from (for messages)
   std::string text;    ///< the file's text as read (for the run's record)
   std::vector<std::string> overrides;  ///< --set and --fault, as applied after it
@@ -152,6 +166,11 @@ Expected<JobConfig> load_job_config(const std::string& path, const std::vector<s
 
 /// The override that adds fault drill `spec` (--fault SPEC).
 inline std::string fault_override(const std::string& spec) { return "faults+=" + spec; }
+
+/// The failure domain of every node of a `nodes`-node job from [[topology]]
+/// ("" where it names none); an error naming topology when a node it lists is
+/// not in the job.
+Expected<std::vector<std::string>> topology_domains(const JobConfig& c, int nodes);
 
 /// Compute threads to use: train.threads, or every core when 0.
 int resolved_threads(const TrainSection& t);

@@ -156,3 +156,45 @@ TEST_CASE("fault drills from the config and --fault are read, and wrong ones are
 }
 
 }  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("failure domains from [[topology]] and recovery.max_simultaneous_losses are read, wrong ones refused",
+          "[config][domains]") {
+  const std::string racks = R"(
+[recovery]
+max_simultaneous_losses = 2
+[[topology]]
+domain = "rack-a"
+nodes = [0, 1]
+[[topology]]
+domain = "rack-b"
+nodes = [3]
+)";
+  auto c = parse_job_config(racks, "job.toml");
+  REQUIRE(c.ok());
+  CHECK(c->recovery.max_simultaneous_losses == 2);
+  REQUIRE(c->topology.size() == 2);
+  CHECK(*topology_domains(*c, 4) == std::vector<std::string>{"rack-a", "rack-a", "", "rack-b"});
+  auto small = topology_domains(*c, 3);
+  REQUIRE(!small);
+  CHECK(small.error().message == "job.toml: topology: domain rack-b lists node 3 but the job has 3 nodes");
+  CHECK(parse_job_config("", "job.toml")->recovery.max_simultaneous_losses == 1);
+  for (const auto& [text, message] : std::vector<std::pair<std::string, std::string>>{
+           {"[[topology]]\ndomain = \"a\"\nnodes = [0]\n[[topology]]\ndomain = \"b\"\nnodes = [0]\n",
+            "job.toml: topology[1]: node 0 is in domain a already"},
+           {"[[topology]]\ndomain = \"a b\"\nnodes = [0]\n", "job.toml: topology[0]: domain: a failure domain's name must be printable ASCII without spaces"},
+           {"[[topology]]\nnodes = [0]\n", "job.toml: topology[0]: needs domain (a name) and nodes (their ranks)"},
+           {"[[topology]]\ndomain = \"a\"\nnode = [0]\n", "job.toml: topology[0]: unknown key node (did you mean nodes?)"},
+           {"[[topology]]\ndomain = \"a\"\nnodes = [-1]\n", "job.toml: topology[0]: key nodes has an entry that must be in [0, "},
+           {"topology = 3\n", "job.toml: topology must be an array of tables ([[topology]])"},
+           {"[recovery]\nmax_simultaneous_losses = 0\n", ""}}) {
+    auto bad = parse_job_config(text, "job.toml");
+    INFO(text);
+    REQUIRE(!bad);
+    CHECK(bad.error().message.rfind(message, 0) == 0);  // starts with it
+    CHECK(bad.error().message.find('\n') == std::string::npos);
+  }
+}
+
+}  // namespace troupe

@@ -1,5 +1,6 @@
 // RedisClient over hiredis 0.14.
 #include "runtime/redis_client.hpp"
+#include "common/private_file.hpp"
 
 #include <hiredis/hiredis.h>
 #include <sys/stat.h>
@@ -74,15 +75,7 @@ Expected<std::string> redis_password(const std::string& file) {
     const char* env = std::getenv(kRedisPasswordVariable);
     return std::string(env ? env : "");
   }
-  struct stat st {};
-  if (::stat(file.c_str(), &st) != 0) return make_error("--redis-password-file ", file, ": cannot read");
-  if (!S_ISREG(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 077) != 0)
-    return make_error("--redis-password-file ", file, ": must be a file of yours with mode 0600 (chmod 600 ", file, ")");
-  std::ifstream in(file);
-  std::string line;
-  std::getline(in, line);
-  if (line.empty()) return make_error("--redis-password-file ", file, ": is empty");
-  return line;
+  return read_private_line(file, "--redis-password-file");
 }
 
 Expected<RedisClient> RedisClient::connect(const std::string& url, std::chrono::milliseconds timeout,

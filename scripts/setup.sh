@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libcaf-dev libucx-dev ucx-utils libhiredis-dev redis-server libspdlog-dev catch2
-  libopenblas-dev libopenblas0-pthread libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
+  libopenblas-dev libopenblas0-pthread libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libssl-dev
   fortunes python3 python3-torch python3-numpy
   libjs-dygraphs chromium fonts-liberation
 )

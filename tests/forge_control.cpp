@@ -1,19 +1,23 @@
-// forge_control HOST PORT: a process that is not a member of the job connects
-// to a node's published actor and sends it every control message a member
-// could — with a huge generation, out-of-range indices, and a failure verdict.
-// The node must drop and count them all (P-2, P-3) and finish its job normally.
+// forge_control HOST PORT [KEY]: a process that is not a member of the job
+// connects to a node's published actor and sends it every control message a
+// member could — with a huge generation, out-of-range indices, and a failure
+// verdict. Without the job's KEY the node refuses them all for their MAC
+// (P-5); with it, they pass the MAC and the membership checks drop them
+// (P-2, P-3). Either way the node counts them and finishes its job normally.
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <cstdio>
 #include <thread>
 
 #include "actors/protocol.hpp"
+#include "common/message_key.hpp"
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: forge_control HOST PORT\n");
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: forge_control HOST PORT [KEY]\n");
     return 2;
   }
+  if (argc == 4) troupe::install_message_key(argv[3]);
   caf::actor_system_config cfg;
   cfg.load<caf::io::middleman>();
   troupe::announce_protocol(cfg);

@@ -163,7 +163,9 @@ TEST_CASE("a malformed endpoint in Redis ends the node that reads it, naming the
           "node 1 published a malformed endpoint");
 }
 
-TEST_CASE("forged control messages from a non-member are dropped and counted, and the job finishes", "[hostile]") {
+TEST_CASE("P-5: forged control messages without the job's key are refused and counted, with it they still meet the "
+          "membership checks, and the job finishes",
+          "[hostile][auth]") {
   Job job("[parallel]\nstage_actor = \"troupe.fabric_check\"\n");
   auto server = RedisServer::start();
   REQUIRE(server.ok());
@@ -172,19 +174,32 @@ TEST_CASE("forged control messages from a non-member are dropped and counted, an
   const std::string node = troupe_bin() + " node " + job.cfg + " --redis " + server->url() + " --nodes 2 --job members";
   const std::string log1 = job.dir / "node1.log";
   RunResult r0, r1;
-  std::thread n0([&] { r0 = run(node + " --node-rank 0 --hold 3"); });
+  std::thread n0([&] { r0 = run(node + " --node-rank 0 --hold 4"); });
   std::thread n1([&] { r1 = run("(" + node + " --node-rank 1 --port " + std::to_string(port) + " 2>" + log1 + ")"); });
   const bool joined = wait_for_text(log1, "joined job members", std::chrono::seconds(20));
-  auto forged = run(std::string(FORGE_CONTROL_PATH) + " 127.0.0.1 " + std::to_string(port));
+  // A process that knows the node's address and the actors' ids, but not the job's key ...
+  const std::string forge = std::string(FORGE_CONTROL_PATH) + " 127.0.0.1 " + std::to_string(port);
+  auto without_key = run(forge);
+  // ... and one that read the key from the job's Redis (whose password it has).
+  auto redis = server->connect();
+  REQUIRE(redis.ok());
+  auto key = redis->command({"GET", "troupe:members:secret"});
+  REQUIRE(key.ok());
+  auto with_key = run(forge + " " + key->str);
   n0.join();
   n1.join();
   REQUIRE(joined);
-  INFO("forger: " << forged.err << "\nnode 0: " << r0.err << "\nnode 1: " << slurp(log1));
-  CHECK(forged.exit_code == 0);
+  const std::string log = slurp(log1);
+  INFO("forger: " << without_key.err << with_key.err << "\nnode 0: " << r0.err << "\nnode 1: " << log);
+  CHECK(without_key.exit_code == 0);
+  CHECK(with_key.exit_code == 0);
   CHECK(r0.exit_code == 0);
   CHECK(r1.exit_code == 0);
-  CHECK(slurp(log1).find("non-member control messages") != std::string::npos);
-  CHECK(slurp(log1).find("forged") == std::string::npos);  // no forged reason was ever acted on
+  CHECK(log.find("refused a troupe.Plan whose MAC does not match the job's key") != std::string::npos);
+  // All 9 of the first forger's, none of the second's; those 9 met the membership checks instead.
+  CHECK(log.find("refused 9 without the job's key") != std::string::npos);
+  CHECK(log.find("dropped 0 stale and 9 non-member control messages") != std::string::npos);
+  CHECK(log.find("forged") == std::string::npos);  // no forged reason was ever acted on
 }
 
 }  // namespace troupe::testing

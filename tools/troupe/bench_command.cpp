@@ -132,10 +132,13 @@ void register_bench(CLI::App& app, Action& action) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   rc->add_option("--nodes", recovery->nodes, "Node processes")->check(CLI::Range(2, 64));
-  rc->add_option("--faults", recovery->faults, "Faults in the run (exception, stall, lost message, actor kill, node kill and coordinator kill in turn)")
+  rc->add_option("--faults", recovery->faults, "Faults in the run (exception, stall, lost message, actor kill, node kill, coordinator kill and, with --simultaneous, a simultaneous kill in turn)")
       ->check(CLI::Range(1, 1000));
   rc->add_option("--seed", recovery->seed, "Seed of the faults' actors, nodes and steps");
   rc->add_option("--steps-between", recovery->steps_between, "Steps from one fault to the next")->check(CLI::Range(3, 1000));
+  rc->add_option("--simultaneous", recovery->simultaneous,
+                 "With N >= 2, a seventh kind of fault: N node processes killed in the same step (a rack)")
+      ->check(CLI::Range(1, 64));
   rc->add_option("--log", recovery->log_path, "Write the run with faults' log to FILE");
   rc->callback([recovery, recovery_sim, &action] {
     action = [recovery, recovery_sim] {

@@ -20,14 +20,17 @@ namespace {
 
 struct PlannedFault {
   /// exception | stall | lose (one stage actor's next message: a transfer hang) | actor_kill (one stage actor) |
-  /// kill (a node process) | coordinator_kill (node 0's: SV-10)
+  /// kill (a node process) | coordinator_kill (node 0's: SV-10) | simultaneous_kill (several node processes: SV-11)
   std::string kind;
   int target = 0;    ///< the actor (exception, stall, lose, actor_kill) or the node (kill; 0 for coordinator_kill)
+  std::vector<int> also;  ///< simultaneous_kill: the other nodes killed in the same step
   int step = 0;
-  bool kills() const { return kind == "kill" || kind == "coordinator_kill"; }  // a node process
+  bool kills() const { return kind == "kill" || kind == "coordinator_kill" || kind == "simultaneous_kill"; }  // node processes
   std::string flag() const {
-    return "--fault kind=" + std::string(kills() || kind == "actor_kill" ? "kill" : kind) + "," +
-           (kills() ? "node=" : "actor=") + std::to_string(target) + ",step=" + std::to_string(step);
+    std::string out = "--fault kind=" + std::string(kills() || kind == "actor_kill" ? "kill" : kind) + "," +
+                      (kills() ? "node=" : "actor=") + std::to_string(target) + ",step=" + std::to_string(step);
+    for (int node : also) out += " --fault kind=kill,node=" + std::to_string(node) + ",step=" + std::to_string(step);
+    return out;
   }
   std::string drill_line() const {  // what the drill logs when it acts
     if (kills()) return "fault drill: node " + std::to_string(target) + " kills itself (SIGKILL) at step " + std::to_string(step) + " ";
@@ -83,10 +86,14 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
   if (!job) return job.error();
   const int actors = job->parallel.dp * job->parallel.pp * job->parallel.tp;
   if (a.nodes < 2) return make_error("--nodes must be at least 2 (a killed node's actors are restored from another node)");
+  if (a.simultaneous > 1 && a.simultaneous >= a.nodes)
+    return make_error("--simultaneous ", std::to_string(a.simultaneous), " needs more nodes than that (--nodes ",
+                      std::to_string(a.nodes), "; node 0 is not among them)");
   // The faults: kinds in turn, each at a random actor or node (a kill: not
   // node 0, whose process the coordinator_kill takes) and at a random step
   // in its own window of steps.
-  const std::vector<std::string> kinds{"exception", "stall", "lose", "actor_kill", "kill", "coordinator_kill"};
+  std::vector<std::string> kinds{"exception", "stall", "lose", "actor_kill", "kill", "coordinator_kill"};
+  if (a.simultaneous > 1) kinds.push_back("simultaneous_kill");
   std::mt19937 rng(a.seed);
   std::vector<PlannedFault> plan;
   int kills = 0;
@@ -97,7 +104,14 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
                : f.kind == "coordinator_kill" ? 0
                                               : static_cast<int>(rng() % static_cast<unsigned>(actors));
     f.step = a.steps_between * (i + 1) + static_cast<int>(rng() % 2);
-    kills += f.kills();
+    if (f.kind == "simultaneous_kill") {  // distinct nodes other than node 0
+      std::vector<int> others;
+      for (int n = 1; n < a.nodes; ++n) others.push_back(n);
+      std::shuffle(others.begin(), others.end(), rng);
+      f.target = others[0];
+      f.also.assign(others.begin() + 1, others.begin() + a.simultaneous);
+    }
+    kills += f.kills() ? 1 + static_cast<int>(f.also.size()) : 0;
     plan.push_back(f);
   }
   const int steps = a.steps_between * (a.faults + 2);
@@ -114,6 +128,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
   for (const std::string& o : {"train.steps=" + std::to_string(steps), std::string("train.eval_every=0"),
                                "recovery.max_failures_per_hour=" + std::to_string(a.faults + 1),
                                "recovery.restarts=" + std::to_string(kills), "checkpoint.every=" + std::to_string(a.checkpoint_every),
+                               "recovery.max_simultaneous_losses=" + std::to_string(std::max(1, a.simultaneous)),
                                std::string("health.progress_timeout_ms=2000")})
     spec.overrides.push_back(o);
   const int limit_s = 120 + 10 * steps + 20 * a.faults;
@@ -159,7 +174,14 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
       const auto& failed = recoveries[r]["failed"];
       const std::string kind = failed.value("kind", std::string());
       // A transfer hang names the actor that waited longest, not the one whose message was lost.
-      const bool match = f.kills()           ? (failed.value("node", -1) == f.target && failed.value("actor", 0) < 0)
+      const auto& replaced = recoveries[r].contains("replaced_nodes") ? recoveries[r]["replaced_nodes"] : nlohmann::json::array();
+      auto replaces = [&](int node) {
+        return std::any_of(replaced.begin(), replaced.end(), [&](const nlohmann::json& n) { return n.value("node", -1) == node; });
+      };
+      const bool match = f.kind == "simultaneous_kill"
+                             ? replaced.size() == 1 + f.also.size() && replaces(f.target) &&
+                                   std::all_of(f.also.begin(), f.also.end(), replaces)
+                         : f.kills()        ? (failed.value("node", -1) == f.target && failed.value("actor", 0) < 0)
                          : f.kind == "lose" ? kind == f.verdict()
                                             : failed.value("actor", -1) == f.target && kind == f.verdict();
       if (match) return taken[r] = true, &recoveries[r];
@@ -176,6 +198,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
     const double recovered = judged < 0 ? -1 : stamp_ms(faulty.log, "coordinator: recovered:", verdict_at, nullptr);
     if (drilled >= 0) from = at;
     nlohmann::json row{{"kind", f.kind}, {f.kills() ? "node" : "actor", f.target}, {"step", f.step}};
+    if (!f.also.empty()) row["also_nodes"] = f.also;
     if (const nlohmann::json* found = recovery_of(f)) {
       const auto& r = *found;
       row["source"] = r["source"];
@@ -262,6 +285,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
       {"faults", a.faults},
       {"seed", a.seed},
       {"settings", {{"checkpoint_every", a.checkpoint_every}, {"health_progress_timeout_ms", 2000},
+                    {"simultaneous", a.simultaneous},
                     {"recovery_buddy", job->recovery.buddy},
                     {"health_heartbeat_ms", job->health.heartbeat_ms}, {"health_miss_limit", job->health.miss_limit}}},
       {"recovered", recovered},
@@ -284,7 +308,8 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
       {"left_behind", {{"shared_memory", leftover_shm}, {"node_processes", troupe_node_processes()}}},
       {"goals", {{"every_fault_recovered", recovered >= plan.size() && faulty.exit_code == 0},
                  {"kill_resumed_within_1s_plus_detection", resumed_within_1s_plus_detection("kill")},
-                 {"coordinator_kill_resumed_within_1s_plus_detection", resumed_within_1s_plus_detection("coordinator_kill")}}},
+                 {"coordinator_kill_resumed_within_1s_plus_detection", resumed_within_1s_plus_detection("coordinator_kill")},
+                 {"simultaneous_kill_resumed_within_1s_plus_detection", resumed_within_1s_plus_detection("simultaneous_kill")}}},
   };
 }
 

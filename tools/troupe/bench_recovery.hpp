@@ -1,6 +1,8 @@
 // troupe bench recovery: hot replacement measured on real launched jobs — N
 // faults of every kind it recovers (an actor's exception, a stuck actor, a
-// killed node process) at random actors and steps in one run, beside the same
+// lost message, a killed actor, a killed node process, the coordinator's
+// process killed, several node processes killed at once) at random actors,
+// nodes and steps in one run, beside the same
 // job without faults: the time each fault cost split into its phases, where
 // the state came from, and whether the final weights and losses are the
 // fault-free run's, bit for bit; and that nothing is left behind.
@@ -22,6 +24,9 @@ struct BenchRecoveryArgs {
   unsigned seed = 1;         ///< of the random actors, nodes and steps
   int steps_between = 6;     ///< steps from one fault to the next (at least)
   int checkpoint_every = 2;  ///< for a killed node's restore from disk
+  /// With 2 or more: a seventh kind, `simultaneous_kill`, kills this many
+  /// node processes in the same step (a rack; recovery.max_simultaneous_losses).
+  int simultaneous = 1;
   std::string log_path;      ///< where the faulty run's log goes ("" = nowhere)
 };
 

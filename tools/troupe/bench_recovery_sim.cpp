@@ -64,7 +64,7 @@ caf::behavior stand_in(caf::event_based_actor* self, int rank, std::shared_ptr<S
       [=, &c](const msg::Recover& m) {
         ++c.received;
         *generation = m.generation;
-        send(msg::NodeAborted{m.generation, rank, {{9, 10}}, {}, {}, {}});
+        send(msg::NodeAborted{m.generation, rank, {{9, 10}}, {}, -1, {}, {}});
       },
       [=, &c](const msg::Rewire& m) {
         ++c.received;

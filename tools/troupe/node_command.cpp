@@ -31,6 +31,9 @@ void register_node(CLI::App& app, Action& action) {
   auto password_file = std::make_shared<std::string>();
   cmd->add_option("--redis-password-file", *password_file,
                   "File (mode 0600) holding the Redis password (default: $TROUPE_REDIS_PASSWORD)");
+  cmd->add_option("--job-secret-file", o->job_secret_file,
+                  "File (mode 0600, the same on every node) holding the job's key that every control message between "
+                  "nodes is signed with (default: a key the first node stores in the job's Redis)");
   cmd->add_option("--set", o->overrides, "Override a config key")
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
