@@ -31,8 +31,10 @@
 //  SV-10 A successor (succession.hpp) starts with no Plan: the node whose
 //        lease it took is lost, and it recovers that node at once like a
 //        killed one (a restart or a spare, SV-8), with the restarts and the
-//        hourly budget its predecessors used (LE-2, LE-3). Any other node it
-//        could not reach ends the job, named.
+//        hourly budget its predecessors used (LE-2, LE-3). Other nodes it
+//        could not reach were lost with it: within
+//        recovery.max_simultaneous_losses the same recovery replaces them
+//        (SV-11); beyond it the job ends, naming them.
 //  SV-11 A fault during a recovery: another stage actor's failure is
 //        replaced at the same Redo; a node process lost during a stage
 //        actor's recovery starts it over as that node's (a new generation,

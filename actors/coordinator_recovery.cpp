@@ -530,10 +530,15 @@ void succeed(Self* self) {
   if (!past) return finish(self, false, "the coordinator's successor on node " + std::to_string(st.cfg.rank) +
                                             " cannot read the job's recoveries: " + past.error().message);
   for (std::int64_t t : *past) st.recoveries.push_back(st.start - std::chrono::milliseconds(now_ms - t));
+  // Nodes it could not reach were lost with the coordinator's (a rack): within
+  // recovery.max_simultaneous_losses the same recovery replaces them (SV-11).
+  std::vector<int> unreachable;
   for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r)
-    if (static_cast<int>(r) != lost && !st.cfg.nodes[r])
-      return finish(self, false, "the coordinator's successor on node " + std::to_string(st.cfg.rank) +
-                                     " cannot reach node " + std::to_string(r));
+    if (static_cast<int>(r) != lost && !st.cfg.nodes[r]) unreachable.push_back(static_cast<int>(r));
+  if (!unreachable.empty() && 1 + static_cast<int>(unreachable.size()) > st.cfg.max_simultaneous_losses)
+    return finish(self, false, "the coordinator's successor on node " + std::to_string(st.cfg.rank) +
+                                   " cannot reach node " + node_list(unreachable) +
+                                   (st.cfg.max_simultaneous_losses > 1 ? "" : " (recovery.max_simultaneous_losses is 1)"));
   const Verdict v{"coordinator_loss", lost, -1,
                   "node " + std::to_string(st.cfg.rank) + " lost the process hosting the coordinator and took over its lease"};
   if (!recoverable(self, v)) {
@@ -541,6 +546,17 @@ void succeed(Self* self) {
     return conclude(self, v);
   }
   place_node(self, v);
+  for (int r : unreachable) {
+    if (st.finished) return;
+    st.alive[static_cast<std::size_t>(r)] = false;
+    const Verdict w{"process_death", r, -1,
+                    "the coordinator's successor on node " + std::to_string(st.cfg.rank) + " cannot reach it"};
+    if (!node_recoverable(self, w)) {
+      lose_node(self, r, "node " + std::to_string(r) + " lost (" + w.line() + ")");
+      return conclude(self, w);
+    }
+    place_node(self, w);
+  }
 }
 
 }  // namespace troupe::coordinator_detail

@@ -4,7 +4,7 @@
 
 namespace troupe {
 
-TEST_CASE("AU-1, AU-2: a MAC depends on the key, the type and every byte; no key seals with an empty MAC", "[auth]") {
+TEST_CASE("AU-1, AU-2: a MAC depends on the key, the type and every byte, and no key seals with an empty MAC", "[auth]") {
   const std::string fields = "generation 7, node 1";
   forget_message_key();
   CHECK(message_mac("troupe.Finish", fields.data(), fields.size()).empty());

@@ -159,7 +159,7 @@ TEST_CASE("fault drills from the config and --fault are read, and wrong ones are
 
 namespace troupe {
 
-TEST_CASE("failure domains from [[topology]] and recovery.max_simultaneous_losses are read, wrong ones refused",
+TEST_CASE("failure domains from the topology tables and recovery.max_simultaneous_losses are read, wrong ones refused",
           "[config][domains]") {
   const std::string racks = R"(
 [recovery]

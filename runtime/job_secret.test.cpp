@@ -12,7 +12,7 @@
 
 namespace troupe {
 
-TEST_CASE("AU-3: every process of a job reads the key the first one stored; another job gets another", "[auth][redis]") {
+TEST_CASE("AU-3: every process of a job reads the key the first one stored, and another job gets another", "[auth][redis]") {
   auto server = RedisServer::start();
   if (!server) testing::skip("no redis-server here: " + server.error().message);
   auto a = server->connect();
@@ -26,7 +26,7 @@ TEST_CASE("AU-3: every process of a job reads the key the first one stored; anot
   CHECK(*job_secret(*b, "job-b", "") != *first);
 }
 
-TEST_CASE("AU-3: a key file must be private and long enough; its first line is the key", "[auth]") {
+TEST_CASE("AU-3: a key file must be private and long enough, and its first line is the key", "[auth]") {
   auto folder = TemporaryFolder::create("job-secret-test");
   REQUIRE(folder);
   const std::string path = folder->path() + "/secret";

@@ -97,3 +97,31 @@ TEST_CASE("SV-11: when a lost node's copies were lost with it, every actor resto
   CHECK(ended.err.find("lost during the recovery of node ") != std::string::npos);
   CHECK(ended.err.find("which replaces 1 node process at most (recovery.max_simultaneous_losses)") != std::string::npos);
 }
+
+TEST_CASE("bench recovery --simultaneous 2: two nodes killed in one step among the other kinds, every fault "
+          "recovered, bit for bit",
+          "[recovery][bench][domains]") {
+  ScratchDir dir("benchrack");
+  const std::string cfg = tiny_job(dir, "");
+  const auto r = run("timeout 600 " + troupe_bin() + " bench recovery " + cfg +
+                     " --nodes 4 --faults 7 --simultaneous 2 --steps-between 6");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto j = nlohmann::json::parse(r.out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  INFO(j.dump());
+  CHECK(j["settings"]["simultaneous"] == 2);
+  CHECK(j["goals"]["every_fault_recovered"] == true);
+  CHECK(j["weights_identical"] == true);
+  CHECK(j["losses_identical"] == true);
+  REQUIRE(j["per_fault"].size() == 7);
+  const auto& rack = j["per_fault"][6];
+  CHECK(rack["kind"] == "simultaneous_kill");
+  CHECK(rack["also_nodes"].size() == 1);
+  CHECK(rack["node"] != 0);
+  CHECK(rack["also_nodes"][0] != 0);
+  CHECK(rack.contains("rollback_step"));  // its recovery was found: one that replaced both nodes
+  CHECK(j["by_kind"]["simultaneous_kill"]["abort_ms"]["max"].get<double>() > 0);
+  CHECK(j["left_behind"]["shared_memory"].empty());
+  CHECK(j["left_behind"]["node_processes"] == 0);
+}
