@@ -109,6 +109,7 @@ void start_next(Self* self) {
 }
 
 caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
+  ::pthread_setname_np(::pthread_self(), "troupe.ckptwrt");  // its detached thread, named in a stack dump (N-4)
   self->state.cfg = std::move(cfg);
   self->state.priority->node = self->state.cfg.node;
   self->state.cfg.pool->on_starved([priority = self->state.priority] { priority->raise(); });

@@ -1,6 +1,7 @@
 // The data loader actor.
 #include "actors/data_loader.hpp"
 
+#include <pthread.h>
 #include <spdlog/spdlog.h>
 
 #include <caf/all.hpp>
@@ -54,6 +55,7 @@ void fill_ahead(LoaderSelf* self) {
 }
 
 caf::behavior data_loader(LoaderSelf* self, std::shared_ptr<ShmRing> ring, DataLoaderSpec spec) {
+  ::pthread_setname_np(::pthread_self(), "troupe.loader");  // its detached thread, named in a stack dump (N-4)
   auto& st = self->state;
   st.ring = std::move(ring);
   st.spec = std::move(spec);

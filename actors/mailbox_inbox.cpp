@@ -8,7 +8,7 @@
 namespace troupe {
 
 MailboxInbox::MailboxInbox(caf::blocking_actor* self, int wait_timeout_ms, Transport* drive)
-    : self_(self), wait_timeout_ms_(wait_timeout_ms), handle_(caf::actor_cast<caf::actor>(self)), drive_(drive) {}
+    : self_(self), wait_timeout_ms_(wait_timeout_ms), handle_(self->address()), drive_(drive) {}
 
 Completion MailboxInbox::expect(EventKey key) {
   Entry& e = entries_[key];
@@ -17,10 +17,11 @@ Completion MailboxInbox::expect(EventKey key) {
   return [to = handle_, key, arrivals = arrivals_, epoch = epoch_](Status st) {
     const auto at = EventClock::now().time_since_epoch().count();
     arrivals->fetch_add(1, std::memory_order_release);
-    caf::anon_send(to, msg::TransferDone{static_cast<std::int32_t>(key.event), key.chunk, key.index, st.ok(),
-                                         st.ok() ? std::string() : st.error().message,
-                                         !st.ok() && st.error().origin == Origin::peer, static_cast<std::int64_t>(at),
-                                         epoch});
+    if (auto actor = caf::actor_cast<caf::actor>(to))  // MI-1: gone with its actor, it sends nothing
+      caf::anon_send(actor, msg::TransferDone{static_cast<std::int32_t>(key.event), key.chunk, key.index, st.ok(),
+                                              st.ok() ? std::string() : st.error().message,
+                                              !st.ok() && st.error().origin == Origin::peer,
+                                              static_cast<std::int64_t>(at), epoch});
   };
 }
 

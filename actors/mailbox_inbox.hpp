@@ -11,6 +11,7 @@
 
 #include <caf/fwd.hpp>
 #include <caf/actor.hpp>
+#include <caf/actor_addr.hpp>
 
 #include "training/inbox.hpp"
 
@@ -38,7 +39,12 @@ class MailboxInbox final : public Inbox {
   bool receive_one(int timeout_ms);
   caf::blocking_actor* self_;
   int wait_timeout_ms_;
-  caf::actor handle_;
+  /// MI-1: weak. A completion outlives its actor when its transfer never
+  /// completes (a receive posted when the job ended) and the transport
+  /// outlives the actor system; a strong handle there kept a detached actor
+  /// from being destroyed, and the actor system's teardown
+  /// (await_detached_threads) waited for it forever: N-4's shutdown hang.
+  caf::actor_addr handle_;
   Transport* drive_;
   // Completions count themselves here before they send, so that a driving
   // wait knows when to look at the mailbox.

@@ -40,6 +40,7 @@
 #include "runtime/failure_domains.hpp"
 #include "runtime/job_secret.hpp"
 #include "common/message_key.hpp"
+#include "common/thread_stacks.hpp"
 #include "runtime/job_config.hpp"
 #include "runtime/redis_session.hpp"
 #include "runtime/rendezvous.hpp"
@@ -64,7 +65,8 @@ int fail(const Error& e) {
 // N-4: a node that stopped exits within kShutdownGraceMs. Its shutdown (the
 // actor system, the middleman's connections, the transports) has been seen
 // to block, rarely, after a job that finished; the job's outcome is already
-// known then, so the process logs where it is stuck, removes its ring and
+// known then, so the process logs where it is stuck (every thread's stack),
+// removes its ring and
 // ends with that outcome instead of hanging its launcher. (N-5, below: a
 // failed node skips that teardown altogether.)
 constexpr int kShutdownGraceMs = 10000;
@@ -82,9 +84,11 @@ class ShutdownWatchdog {
             const auto now = std::chrono::steady_clock::now();
             if (since == std::chrono::steady_clock::time_point{}) since = now;
             if (now - since < std::chrono::milliseconds(kShutdownGraceMs)) continue;
-            spdlog::error("node {}: still shutting down {} ms after it stopped; exiting with the job's outcome", rank,
-                          kShutdownGraceMs);
+            spdlog::error("node {}: still shutting down {} ms after it stopped; its threads, then exiting with the job's "
+                          "outcome",
+                          rank, kShutdownGraceMs);
             spdlog::default_logger()->flush();
+            print_thread_stacks(2);  // where the shutdown is stuck
             if (!ring_path->empty()) ::unlink(ring_path->c_str());
             std::_Exit(code->load());
           }
@@ -167,6 +171,40 @@ CoordinatorConfig coordinator_config(const NodeOptions& o, const JobConfig& job,
   cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
   cc.rank = o.rank;
   return cc;
+}
+
+// The node actor of the node hosting the coordinator, as a restarted process finds it.
+struct RemoteCoordinator {
+  int rank = 0;
+  std::string system_id;  ///< its actor system, as that node published it
+  caf::actor node_actor;
+};
+
+// SV-10: the lease holder's node actor, reached at the endpoint it published;
+// while the lease is this node's own (its predecessor held it) or its holder
+// cannot be reached (lost too), read again every 100 ms until `within`.
+Expected<RemoteCoordinator> find_coordinator(caf::actor_system& sys, RedisClient& redis, const NodeOptions& o,
+                                             std::chrono::milliseconds within) {
+  const auto until = std::chrono::steady_clock::now() + within;
+  std::string why;
+  for (;;) {
+    auto host = lease_holder(redis, o.job_id, o.world);
+    if (!host) return host.error();
+    if (*host == o.rank) {
+      why = "node " + std::to_string(o.rank) + " held the coordinator's lease and no node took it over";
+    } else if (auto ep = published_endpoint(redis, o.job_id, *host); !ep) {
+      return ep.error();
+    } else if (auto remote = reach_actor(sys, ep->host, ep->port); !remote) {
+      why = "cannot reach the coordinator on node " + std::to_string(*host) + ": " + sys.render(remote.error());
+    } else if (caf::to_string(remote->node()) != ep->system_id) {
+      return make_error("--rejoin: node ", std::to_string(*host), "'s address answered as another actor system");
+    } else {
+      return RemoteCoordinator{*host, ep->system_id, *remote};
+    }
+    if (std::chrono::steady_clock::now() >= until)
+      return make_error("--rejoin: ", why, " (within health.rendezvous_timeout_ms, ", std::to_string(within.count()), " ms)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 // FD-2: where every node's buddy copies go, once per job (node 0), and a
@@ -370,12 +408,13 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     // 0's at the start; a restarted process asks the lease (a successor's,
     // SV-10). Only the coordinator's node connects out (to every node, below):
     // connections opened from both ends at once race in CAF 0.17's handshake.
-    auto host = o.rejoin ? lease_holder(*redis, o.job_id, o.world) : Expected<int>(0);
-    if (!host) return abort(host.error());
-    const NodeEndpoint& coordinator_node = peers[static_cast<std::size_t>(*host)];
-    if (o.rejoin && *host == o.rank)
-      return abort(make_error("--rejoin: node ", std::to_string(o.rank), " held the coordinator's lease and no node took it over"));
-    tell_members(sys, node, *host, coordinator_node.system_id, ucx, holders);
+    // A restarted process finds the coordinator through the lease (a
+    // successor's, SV-10), waiting while it moves: its holder may have been
+    // lost with this node (a rack) and a successor not have taken it yet.
+    auto coordinator = o.rejoin ? find_coordinator(sys, *redis, o, std::chrono::milliseconds(job->health.rendezvous_timeout_ms))
+                                : Expected<RemoteCoordinator>(RemoteCoordinator{0, peers.front().system_id, {}});
+    if (!coordinator) return abort(coordinator.error());
+    tell_members(sys, node, coordinator->rank, coordinator->system_id, ucx, holders);
     // a member connects to its relay itself (node 0, a relay too,
     // connects out to every node; a restarted process beats the coordinator).
     if (const int relay = relay_of(o.rank, o.world, job->health.relay_group); relay > 0 && !o.rejoin) {
@@ -384,14 +423,8 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
         spdlog::warn("node {}: cannot connect to its relay, node {} ({}); their traffic goes through node 0", o.rank,
                      relay, sys.render(linked.error()));
     }
-    if (o.rejoin) {  // back in a running job: the coordinator's node hands this node to the coordinator
-      const std::string who = "node " + std::to_string(*host);
-      auto remote = reach_actor(sys, coordinator_node.host, coordinator_node.port);
-      if (!remote) return abort(make_error("--rejoin: cannot reach the coordinator on ", who, ": ", sys.render(remote.error())));
-      if (caf::to_string(remote->node()) != coordinator_node.system_id)
-        return abort(make_error("--rejoin: ", who, "'s address answered as another actor system"));
-      announce_rejoin(sys, node, *remote);
-    }
+    // Back in a running job: the coordinator's node hands this node to the coordinator.
+    if (o.rejoin) announce_rejoin(sys, node, coordinator->node_actor);
     spdlog::info("node {}/{}: joined job {} (generation {}), actor on {}:{}, {} work actor{}", o.rank, o.world,
                  o.job_id, members->generation, o.host, *port, k, k > 1 ? "s" : "");
     if (o.rank == 0 && !o.rejoin) {

@@ -102,6 +102,7 @@ struct NodeState : NodeActorConfig {
   int withheld_rounds = 0;                 ///< copy rounds a test's fault withheld (TROUPE_WITHHOLD_BUDDY_COPIES)
   std::vector<std::string> ucx_addresses;  ///< every actor's UCX worker address (kept current: N-9)
   std::vector<int> holders;                ///< the holder of each node's buddy copies (FD-1), by node rank
+  caf::actor rejoin_host;                  ///< a restarted node's: the node actor its Rejoin goes through
   // N-9: the node processes this recovery lost (SV-11: several at once), and
   // what this node renewed for them: which local transports, and each one's
   // rank and address.
@@ -156,6 +157,16 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, RejoinVia& x) {
   return f(caf::meta::type_name("troupe.RejoinVia"), x.host);
 }
+
+// The node actor to itself (never announced): a restarted node's Rejoin not
+// answered yet (no Plan): sent again. The lease holder's node actor may not
+// have adopted a successor coordinator yet when the first one came (SV-10).
+struct RejoinAgain {};
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, RejoinAgain&) {
+  return f(caf::meta::type_name("troupe.RejoinAgain"));
+}
+constexpr int kRejoinAgainMs = 500;
 
 // A transport's completion -> the node actor (same process, never announced):
 // one buddy copy of a Rewire's refill or serve crossed, or failed.
@@ -718,7 +729,15 @@ caf::behavior running(NodeSelf* self) {
         auto& s = self->state;
         const auto& sender = self->current_sender();
         if (!sender || sender->node() != self->system().node() || !s.rejoining) return;
+        s.rejoin_host = m.host;
         self->send(m.host, msg::Rejoin{s.rank});
+        self->delayed_send(self, std::chrono::milliseconds(kRejoinAgainMs), RejoinAgain{});
+      },
+      [self](RejoinAgain) {
+        auto& s = self->state;
+        if (self->current_sender() != self->ctrl() || !s.rejoining || s.coordinator || !s.rejoin_host) return;
+        self->send(s.rejoin_host, msg::Rejoin{s.rank});
+        self->delayed_send(self, std::chrono::milliseconds(kRejoinAgainMs), RejoinAgain{});
       },
       [self](const msg::Rejoin& m) {  // on the coordinator's node: for the coordinator, which checks it
         auto& s = self->state;
