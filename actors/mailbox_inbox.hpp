@@ -41,9 +41,8 @@ class MailboxInbox final : public Inbox {
   int wait_timeout_ms_;
   /// MI-1: weak. A completion outlives its actor when its transfer never
   /// completes (a receive posted when the job ended) and the transport
-  /// outlives the actor system; a strong handle there kept a detached actor
-  /// from being destroyed, and the actor system's teardown
-  /// (await_detached_threads) waited for it forever: N-4's shutdown hang.
+  /// outlives the actor system; a strong handle there kept the ended actor
+  /// alive for as long.
   caf::actor_addr handle_;
   Transport* drive_;
   // Completions count themselves here before they send, so that a driving
