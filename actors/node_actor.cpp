@@ -44,9 +44,10 @@
 //       operations failed with a UCX error (faulted: a broken endpoint stays
 //       broken otherwise), and, in a transfer hang's (Recover's
 //       renew_transports, H-6), for every local transport.
-//  N-5  A failed node, once its actors have ended, closes its transports,
-//       removes its ring and exits without tearing its actor system down
-//       (node.cpp: that teardown can block on a stopped peer).
+//  N-5  A node, finished or failed, once its actors have ended, closes its
+//       transports, removes its ring and exits without tearing its actor
+//       system down (node.cpp: that teardown can wait forever for a detached
+//       actor's last reference: the health monitor's after a finished job).
 
 #include "actors/node_actor.hpp"
 
