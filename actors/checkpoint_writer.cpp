@@ -141,8 +141,7 @@ caf::behavior writer(Self* self, CheckpointWriterConfig cfg) {
         st.cancel = std::make_shared<std::atomic<bool>>(false);
         st.persisting_step = -1;
         st.ready.clear();
-        st.cfg.pool->abandon();
-        remove_partials(st.cfg.root);
+        st.cfg.pool->abandon();  // its partial directories go once every node aborted (C-3: the coordinator)
         return true;
       },
       [self](const msg::PersistDone& m) {

@@ -95,6 +95,7 @@ struct CoordinatorConfig {
   int restarts = 0;               ///< recovery.restarts: killed node processes the launcher brings back
   int max_simultaneous_losses = 1;  ///< recovery.max_simultaneous_losses: node processes one recovery replaces (SV-11)
   std::string checkpoint_root;    ///< checkpoint.dir: where a restarted node's actors restore from
+  std::string partials_root;      ///< where the nodes' writers persist (their .partial directories, C-3)
   int rejoin_timeout_ms = 30000;  ///< how long a restarted node may take to rejoin
   int rank = 0;                   ///< the node whose process hosts it
   int successor_of = -1;          ///< SV-10: the lost node whose lease it took (-1: the job's first coordinator)

@@ -402,6 +402,9 @@ void on_node_aborted(Self* self, const msg::NodeAborted& m) {
   if (std::find(r.aborted.begin(), r.aborted.end(), false) != r.aborted.end()) return;
   r.aborted_at = HealthJudge::Clock::now();
   r.aborted_us = st.verdicts->now_us();
+  // C-3: every node aborted, so every writer has cancelled its persist and no
+  // one writes into a partial directory: they go, and the steps redone write theirs afresh.
+  if (!st.cfg.partials_root.empty()) remove_partials(st.cfg.partials_root);
   r.step = rollback_step(r);
   std::string why_disk = "no host-memory snapshot every actor holds";
   for (const auto& [node, why] : r.no_copy)

@@ -20,6 +20,7 @@
 #include "actors/checkpoint_writer.hpp"
 #include "actors/data_loader.hpp"
 #include "training/checkpoint_store.hpp"
+#include "training/stage_checkpoint.hpp"
 #include "actors/fabric_check.hpp"
 #include "actors/gpt_stage_actor.hpp"
 #include "actors/node_actor.hpp"
@@ -165,6 +166,7 @@ CoordinatorConfig coordinator_config(const NodeOptions& o, const JobConfig& job,
   cc.restarts = job.recovery.restarts;
   cc.max_simultaneous_losses = job.recovery.max_simultaneous_losses;
   cc.checkpoint_root = job.checkpoint.dir;
+  cc.partials_root = checkpoint_root_for(job, files.save);
   cc.rejoin_timeout_ms = job.health.rendezvous_timeout_ms;
   cc.expected_checksum = static_cast<float>(o.world * (o.world + 1) / 2);
   cc.rank = o.rank;

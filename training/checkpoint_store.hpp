@@ -16,9 +16,11 @@
 //       whose part fails removes only the files it wrote and leaves a marker
 //       (node-N.failed, the reason) that the committer stops on; a partial
 //       directory goes whole only when every node has finished with it (its
-//       part or its marker in place), at the next commit (C-2), at a rollback,
-//       or when a job starts afresh, before any node can write (so a run
-//       resumed after a crash never meets the dead run's files).
+//       part or its marker in place), at the next commit (C-2), at a rollback
+//       once every node has aborted (its writer cancelled and joined its
+//       persist: the coordinator removes them, SV-8), or when a job starts
+//       afresh, before any node can write (so a run resumed after a crash
+//       never meets the dead run's files).
 #pragma once
 
 #include <functional>

@@ -126,7 +126,8 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
   } cleanup{dir};
   LaunchSpec spec{a.config, a.overrides, a.nodes, "recovery"};
   for (const std::string& o : {"train.steps=" + std::to_string(steps), std::string("train.eval_every=0"),
-                               "recovery.max_failures_per_hour=" + std::to_string(a.faults + 1),
+                               // Each node of a simultaneous kill counts, and a killed node may first be judged silent.
+                               "recovery.max_failures_per_hour=" + std::to_string(2 * a.faults * std::max(1, a.simultaneous) + 1),
                                "recovery.restarts=" + std::to_string(kills), "checkpoint.every=" + std::to_string(a.checkpoint_every),
                                "recovery.max_simultaneous_losses=" + std::to_string(std::max(1, a.simultaneous)),
                                std::string("health.progress_timeout_ms=2000")})
