@@ -45,7 +45,15 @@ void finish(Self* self, bool ok, const std::string& reason) {
                  st.cfg.job_id, st.cfg.generation, st.stale, st.foreign, unauthenticated_messages());
   else
     spdlog::error("coordinator: job {} failed: {} (generation {})", st.cfg.job_id, reason, st.cfg.generation);
-  self->quit();
+  // SV-4: its process ends with it (N-5: no teardown, so no flush of what the
+  // middleman still holds): it stays until every node actor has ended, each
+  // once it read the Finish, or until kFinishGraceMs.
+  if (std::none_of(st.alive.begin(), st.alive.end(), [](bool a) { return a; })) return self->quit();
+  self->set_default_handler(caf::drop);  // nothing but the nodes' ends counts any more
+  self->become(caf::behavior{[self](msg::FinishDeadline) {
+    if (self->current_sender() == self->ctrl()) self->quit();
+  }});
+  self->delayed_send(self, std::chrono::milliseconds(kFinishGraceMs), msg::FinishDeadline{});
 }
 
 // SV-2: bump the generation in Redis first, then tell the survivors that `node` is lost.
@@ -260,9 +268,14 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
     return caf::sec::unexpected_message;
   });
   self->set_down_handler([self](caf::down_msg& dm) {
-    auto& nodes = self->state.cfg.nodes;
-    for (std::size_t r = 0; r < nodes.size(); ++r)
-      if (nodes[r].address() == dm.source) return on_node_lost(self, static_cast<int>(r), dm.reason);
+    auto& st = self->state;
+    for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r) {
+      if (st.cfg.nodes[r].address() != dm.source) continue;
+      if (!st.finished) return on_node_lost(self, static_cast<int>(r), dm.reason);
+      st.alive[r] = false;  // SV-4: one more node ended after the Finish
+      if (std::none_of(st.alive.begin(), st.alive.end(), [](bool a) { return a; })) self->quit();
+      return;
+    }
   });
   if (st.cfg.successor_of >= 0)
     succeed(self);  // SV-10: its nodes are running already

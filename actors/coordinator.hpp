@@ -6,7 +6,10 @@
 //  SV-2  on a death the coordinator bumps the generation in Redis before it
 //        tells anyone, then tells every survivor (PeerLost) in the new generation.
 //  SV-3  messages of an older generation are dropped and counted, never acted on.
-//  SV-4  the coordinator alone ends the job (Finish), with its outcome and reason.
+//  SV-4  the coordinator alone ends the job (Finish), with its outcome and
+//        reason, and then waits, up to kFinishGraceMs, for every node actor to
+//        end before it does: a process exits without tearing its actor system
+//        down (N-5), which must not cut the Finish on its way to the others.
 //  SV-5  a node report (NodeDone, NodeFailed) counts only if it comes from the
 //        node actor of the rank it names; anything else is dropped and counted.
 //  SV-7  the nodes' heartbeats (from the health monitor of the node a report
@@ -75,6 +78,8 @@ namespace troupe {
 /// How long a from_peer failure waits for its root cause's report (SV-6):
 /// the root cause's report follows its transfers' failure within milliseconds.
 inline constexpr int kBlameGraceMs = 1000;
+/// How long the coordinator waits after its Finish for the nodes to end (SV-4).
+inline constexpr int kFinishGraceMs = 2000;
 /// How often the coordinator looks at the heartbeats (a verdict comes at most this late).
 inline constexpr int kHealthCheckMs = 50;
 

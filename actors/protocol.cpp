@@ -29,6 +29,7 @@ void announce_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<msg::BatchRelease>("troupe.BatchRelease");
   cfg.add_message_type<msg::HoldOver>("troupe.HoldOver");
   cfg.add_message_type<msg::BlameDeadline>("troupe.BlameDeadline");
+  cfg.add_message_type<msg::FinishDeadline>("troupe.FinishDeadline");
   cfg.add_message_type<msg::SnapshotTaken>("troupe.SnapshotTaken");
   cfg.add_message_type<msg::FabricReduced>("troupe.FabricReduced");
 }

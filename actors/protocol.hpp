@@ -281,6 +281,8 @@ struct HealthTick {};
 struct HoldOver {};
 /// The coordinator's wait for a failure's root cause is over (SV-6).
 struct BlameDeadline {};
+/// The coordinator's wait for the nodes to end after its Finish is over (SV-4).
+struct FinishDeadline {};
 /// The recovery of `generation` should have completed by now (SV-8). Local only.
 struct RecoveryDeadline {
   std::uint64_t generation = 0;
@@ -444,6 +446,10 @@ typename Inspector::result_type inspect(Inspector& f, PersistDone& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, BlameDeadline&) {
   return sealed(f, "troupe.BlameDeadline");
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, FinishDeadline&) {
+  return sealed(f, "troupe.FinishDeadline");
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, FabricReduced& x) {
