@@ -97,11 +97,7 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
   r.verdict = v;
   r.began = now;
   r.began_us = st.verdicts->now_us();
-  r.aborted.assign(n, false);
-  r.rewired.assign(n, false);
-  r.steps.assign(n, {});
-  r.wards.assign(n, {});
-  r.ward.assign(n, -1);
+  r.ask_again(n);
   const std::uint64_t gen = bump(st, true);
   r.first_generation = gen;
   st.judge->forget_actors();  // the failed actor's old beats name it no more
@@ -201,21 +197,7 @@ static void widen_recovery(Self* self, const Verdict& v, const std::string& repl
   r.replacement[v.node] = replacement;
   r.awaiting.push_back(v.node);
   r.addresses.erase(v.node);  // a rejoined process lost again
-  r.aborted.assign(n, false);
-  r.rewired.assign(n, false);
-  r.steps.assign(n, {});
-  r.wards.assign(n, {});
-  r.ward.assign(n, -1);
-  r.renewed_ranks.clear();  // every node sends its renewals again
-  r.renewed_addresses.clear();
-  r.no_copy.clear();
-  r.restored_by_node.clear();
-  r.step = -1;
-  r.refill = false;
-  r.checkpoint.clear();
-  r.rewires = 0;
-  r.dropped = 0;
-  r.restored_bytes = 0;
+  r.ask_again(n);
   const std::uint64_t gen = bump(st, true);
   r.first_generation = gen;
   spdlog::warn("coordinator: node {} lost during the recovery of node{} {}: one recovery replaces them together "

@@ -59,6 +59,25 @@ struct CoordinatorState {
     std::vector<std::string> renewed_addresses;  ///< ... and their addresses
     int actors_per_node = 1;                     ///< as the nodes' NodeAborted list them
     std::string checkpoint;              ///< where everyone restores from ("" = host memory)
+    /// What every node reports afresh in a generation of this recovery (its
+    /// first, or one that took in another lost node, SV-11), cleared for `nodes`.
+    void ask_again(std::size_t nodes) {
+      aborted.assign(nodes, false);
+      rewired.assign(nodes, false);
+      steps.assign(nodes, {});
+      wards.assign(nodes, {});
+      ward.assign(nodes, -1);
+      renewed_ranks.clear();  // every node sends its renewals again
+      renewed_addresses.clear();
+      no_copy.clear();
+      restored_by_node.clear();
+      step = -1;
+      refill = false;
+      checkpoint.clear();
+      rewires = 0;
+      dropped = 0;
+      restored_bytes = 0;
+    }
   };
   std::optional<Recovery> recovery;
   /// SV-13: a lost node whose replacement waits for the job's Redis, and until when.

@@ -36,10 +36,14 @@ class ActorRegistry;
 /// Registers the built-in work actors ("troupe.fabric_check").
 void register_builtin_actors(ActorRegistry& registry);
 
-/// Runs the node until the job finishes; returns the process exit code. The
-/// node's work is the actor type named by parallel.stage_actor in `registry`
-/// (a user's own types are registered before calling this).
-/// Errors are printed as one line naming the cause.
+/// Runs the node until the job finishes. The node's work is the actor type
+/// named by parallel.stage_actor in `registry` (a user's own types are
+/// registered before calling this). Once the node has joined the job it does
+/// not return: when the job ends the process exits with the job's outcome,
+/// without tearing CAF's actor system down (N-5: that teardown can wait
+/// forever), after its logs are flushed. Before that (bad options, a config
+/// refused, a rendezvous that fails) it returns the exit code, the error
+/// printed as one line naming the cause.
 int run_node(NodeOptions options, const ActorRegistry& registry);
 
 }  // namespace troupe
