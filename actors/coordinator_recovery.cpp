@@ -116,7 +116,7 @@ void begin_recovery(Self* self, const Verdict& v, int deadline_ms) {
 // told the rank to play. False if neither is left.
 Replacement place_replacement(Self* self, int node) {
   auto& st = self->state;
-  auto restart = on_redis(st, [&](RedisClient& redis) { return claim_restart(redis, st.cfg.job_id, st.cfg.restarts); });  // LE-2
+  auto restart = on_redis(st, [&](RedisClient& redis) { return claim_restart(redis, st.cfg.job_id, st.cfg.restarts, node); });  // LE-2
   if (!restart)
     return {std::nullopt,
             "the job's Redis, which counts the restarts and holds the spares, cannot be reached: " +
@@ -244,6 +244,9 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
   auto& r = *st.recovery;
   r.addresses[m.node] = ep->ucx;
   std::erase(r.awaiting, m.node);
+  if (auto used = on_redis(st, [&](RedisClient& redis) { return restart_arrived(redis, st.cfg.job_id, m.node); }); !used)
+    spdlog::warn("coordinator: node {}'s restart is still marked placed in Redis ({}): a later loss of node {} would "
+                 "not count against recovery.restarts", m.node, used.error().message, m.node);
   st.judge->watch(m.node, HealthJudge::Clock::now());
   spdlog::warn("coordinator: node {} rejoined (a new process); generation {}", m.node, st.cfg.generation);
   st.verdicts->phase("place", r.began_us, {{"node", m.node}, {"replacement", r.replacement[m.node]}});

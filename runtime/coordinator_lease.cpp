@@ -29,10 +29,13 @@ return 1
 )lua";
 
 // LE-2: a counter that never passes its limit.
+// KEYS: restarts_used, restarts_placed; ARGV: the limit, the node.
 constexpr const char* kRestartScript = R"lua(
+if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return 1 end
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
 if used >= tonumber(ARGV[1]) then return 0 end
 redis.call('SET', KEYS[1], used + 1)
+redis.call('HSET', KEYS[2], ARGV[2], '1')
 return 1
 )lua";
 
@@ -76,10 +79,17 @@ Expected<bool> take_lease(RedisClient& redis, const std::string& job_id, int los
   return r->kind == RedisValue::Kind::integer && r->integer == 1;
 }
 
-Expected<bool> claim_restart(RedisClient& redis, const std::string& job_id, int limit) {
-  auto r = redis.command({"EVAL", kRestartScript, "1", job_key(job_id, "restarts_used"), std::to_string(limit)});
+Expected<bool> claim_restart(RedisClient& redis, const std::string& job_id, int limit, int node) {
+  auto r = redis.command({"EVAL", kRestartScript, "2", job_key(job_id, "restarts_used"),
+                          job_key(job_id, "restarts_placed"), std::to_string(limit), std::to_string(node)});
   if (!r) return r.error();
   return r->kind == RedisValue::Kind::integer && r->integer == 1;
+}
+
+Status restart_arrived(RedisClient& redis, const std::string& job_id, int node) {
+  auto r = redis.command({"HDEL", job_key(job_id, "restarts_placed"), std::to_string(node)});
+  if (!r) return r.error();
+  return Status::success();
 }
 
 Status record_recovery(RedisClient& redis, const std::string& job_id, std::int64_t unix_ms) {

@@ -14,7 +14,10 @@
 //        script: of several nodes that saw the same loss exactly one takes it,
 //        and a taker that saw an older holder takes nothing.
 //  LE-2  The restarts placed never exceed recovery.restarts, whichever
-//        coordinator placed them (one script).
+//        coordinator placed them (one script), and a lost process is counted
+//        once: a successor that replaces a node whose restart its predecessor
+//        placed (lost together with it) finds it placed until the new process
+//        rejoins (troupe:<job>:restarts_placed).
 //  LE-3  A successor counts the recoveries its predecessors began within the
 //        last hour against the same budget.
 //  LE-4  A fence request names a rank of the job and the process id it saw
@@ -45,8 +48,12 @@ Status republish_ucx(RedisClient& redis, const std::string& job_id, int rank, in
 /// LE-1: `taker` becomes the holder if `lost` still is; true if it did.
 Expected<bool> take_lease(RedisClient& redis, const std::string& job_id, int lost, int taker);
 
-/// LE-2: one more launcher restart, if fewer than `limit` were placed; true if so.
-Expected<bool> claim_restart(RedisClient& redis, const std::string& job_id, int limit);
+/// LE-2: the launcher's restart of node `node`'s lost process: true if one is
+/// placed for it already (a predecessor placed it and the new process has not
+/// rejoined yet), else one more if fewer than `limit` were placed.
+Expected<bool> claim_restart(RedisClient& redis, const std::string& job_id, int limit, int node);
+/// LE-2: node `node`'s new process rejoined: its placed restart is used.
+Status restart_arrived(RedisClient& redis, const std::string& job_id, int node);
 
 /// LE-3: a recovery began at `unix_ms`.
 Status record_recovery(RedisClient& redis, const std::string& job_id, std::int64_t unix_ms);

@@ -38,14 +38,28 @@ TEST_CASE("LE-2: restarts are placed up to the limit, whoever places them", "[le
   REQUIRE(server.ok());
   auto c = *server->connect(3000ms);
   auto d = *server->connect(3000ms);  // a successor's own connection
-  CHECK_FALSE(*claim_restart(c, "j", 0));
-  CHECK(*claim_restart(c, "j", 2));
-  CHECK(*claim_restart(d, "j", 2));
-  CHECK_FALSE(*claim_restart(c, "j", 2));
-  CHECK_FALSE(*claim_restart(d, "j", 2));
-  CHECK(*claim_restart(d, "j", 3));  // a larger limit allows one more
+  CHECK_FALSE(*claim_restart(c, "j", 0, 1));
+  CHECK(*claim_restart(c, "j", 2, 1));
+  CHECK(*claim_restart(d, "j", 2, 2));
+  CHECK_FALSE(*claim_restart(c, "j", 2, 3));
+  CHECK_FALSE(*claim_restart(d, "j", 2, 3));
+  CHECK(*claim_restart(d, "j", 3, 3));  // a larger limit allows one more
   REQUIRE(forget_job(c, "j").ok());
-  CHECK(*claim_restart(c, "j", 1));
+  CHECK(*claim_restart(c, "j", 1, 1));
+}
+
+TEST_CASE("LE-2: a node lost with the coordinator is counted once, whichever coordinator places its restart",
+          "[lease][redis]") {
+  auto server = RedisServer::start();
+  REQUIRE(server.ok());
+  auto c = *server->connect(3000ms);
+  auto d = *server->connect(3000ms);  // the successor's
+  CHECK(*claim_restart(c, "j", 2, 3));  // the first coordinator places node 3's restart, then dies
+  CHECK(*claim_restart(d, "j", 2, 3));  // its successor replaces node 3 too: the same restart
+  CHECK(*claim_restart(d, "j", 2, 1));  // and the first coordinator's node: one more
+  CHECK_FALSE(*claim_restart(d, "j", 2, 2));  // two placed: none left
+  REQUIRE(restart_arrived(d, "j", 3).ok());   // node 3's new process rejoined
+  CHECK_FALSE(*claim_restart(d, "j", 2, 3));  // a later loss of node 3 counts again: none left
 }
 
 TEST_CASE("LE-3: a successor reads the recoveries of the last hour", "[lease][redis]") {

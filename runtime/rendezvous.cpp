@@ -187,7 +187,7 @@ Expected<Membership> rejoin(RedisClient& redis, const RendezvousRequest& req) {
 
 Status forget_job(RedisClient& redis, const std::string& job_id) {
   std::vector<std::string> del{"DEL"};
-  for (const char* name : {"nodes", "joined", "config", "version", "world", "generation", "release", "drills", "spares", "coordinator", "restarts_used", "recoveries", "fence", "secret"})
+  for (const char* name : {"nodes", "joined", "config", "version", "world", "generation", "release", "drills", "spares", "coordinator", "restarts_used", "restarts_placed", "recoveries", "fence", "secret"})
     del.push_back(job_key(job_id, name));
   auto r = redis.command(del);
   if (!r) return r.error();
