@@ -52,7 +52,11 @@ void SnapshotPool::on_starved(std::function<void()> starved) {
 std::optional<PersistOutcome> SnapshotPool::new_outcome(int local) {
   std::lock_guard<std::mutex> lock(mu_);
   if (local < 0 || local >= actors()) return std::nullopt;
-  return std::exchange(actors_[static_cast<std::size_t>(local)].unreported, std::nullopt);
+  auto& queue = actors_[static_cast<std::size_t>(local)].unreported;
+  if (queue.empty()) return std::nullopt;
+  PersistOutcome oldest = std::move(queue.front());
+  queue.pop_front();
+  return oldest;
 }
 
 bool SnapshotPool::filled(int local, int step) {
@@ -96,8 +100,7 @@ void SnapshotPool::persisted(const PersistOutcome& outcome) {
     for (auto& a : actors_) {
       for (auto& b : a.buffers)
         if (b.use == Use::persisting && b.step == outcome.step) b.use = Use::free;
-      // A failure is not overwritten by a later success before it was reported.
-      if (!a.unreported || a.unreported->failure.empty() || !outcome.failure.empty()) a.unreported = outcome;
+      a.unreported.push_back(outcome);  // none is lost to a later one before it was reported
     }
     if (!outcome.failure.empty()) failures_.push_back(outcome.failure), failed_steps_[outcome.step] = outcome.failure;
   }

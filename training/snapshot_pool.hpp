@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <deque>
 #include <vector>
 
 #include "common/expected.hpp"
@@ -48,7 +49,9 @@ class SnapshotPool {
   /// The node's persist as it goes: the checkpoint writer's persist thread
   /// writes it, a health monitor reads it while an actor waits (H-8).
   PersistProgress& persist_progress() { return progress_; }
-  /// The last persist that ended since actor `local` last asked, if one did.
+  /// The oldest persist outcome actor `local` has not been given yet: each
+  /// once, in the order they ended (two that end between two of its metrics
+  /// lines are both reported, one line after the other).
   std::optional<PersistOutcome> new_outcome(int local);
   /// Actor `local`'s buffer of `step` is filled; true for the one call that
   /// completes the step (every actor's buffer of it filled, B-2).
@@ -81,7 +84,7 @@ class SnapshotPool {
   struct Actor {
     std::vector<Buffer> buffers;
     ShardLayout layout;
-    std::optional<PersistOutcome> unreported;  ///< for this actor's next metrics line
+    std::deque<PersistOutcome> unreported;  ///< for this actor's next metrics lines, oldest first
   };
   std::function<void()> starved_;
   bool busy() const;

@@ -41,7 +41,7 @@ struct CheckpointSink {
   std::function<Status(const std::function<Status(StageSnapshot&)>& fill)> prepare;
   /// The snapshot of `step` is complete in the buffer acquire gave.
   std::function<void(int step)> filled;
-  /// The node's last persist that ended since the last call, if one did: for the metrics.
+  /// The oldest of the node's persist outcomes not given yet (each once, in order): for the metrics.
   std::function<std::optional<PersistOutcome>()> new_outcome;
   /// Waits until the snapshots of `step` are persisted (on node 0: the
   /// checkpoint committed); the error if that persist failed.

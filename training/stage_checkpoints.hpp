@@ -25,7 +25,7 @@ class StageCheckpoints {
   Expected<std::optional<double>> take_if_due(StageState& state, int done);
   /// Phase 1 after `done` steps unless the periodic checkpoint already took it (for --save).
   Status take_final(StageState& state, int done);
-  /// The node's last persist that ended since the last call, if one did.
+  /// The oldest of the node's persist outcomes not given yet (each once, in order).
   std::optional<PersistOutcome> new_outcome();
   /// Waits until the snapshots of `step` are persisted (on node 0: committed).
   Status persisted(int step);

@@ -58,7 +58,7 @@ struct StepFigures {
   double lr = 0;
   float global_sum_squares = 0;
   double checkpoint_stall_us = -1;  ///< phase 1 of a checkpoint taken after this step (< 0: none)
-  std::optional<PersistOutcome> persisted;  ///< the node's last persist that ended since the last step
+  std::vector<PersistOutcome> persisted;  ///< the node's persists that ended since the last step, in order
   std::vector<Straggler> stragglers;        ///< on the root: this step's (G-1 ... G-3)
   std::vector<double> actor_compute_ms;     ///< on the root: every stage actor's compute time, by rank
 };
@@ -130,7 +130,7 @@ class Trainer {
     TROUPE_TRY(state_->wait_gathered());
     drain_checkpoints();
     if (root_)  // RR-2: after the last persist ended
-      TROUPE_TRY(root_->metrics->write(run_end_line(job_.train.steps, loss, checkpoints_.new_outcome()).dump()));
+      TROUPE_TRY(root_->metrics->write(run_end_line(job_.train.steps, loss, newest_outcome()).dump()));
     abort_on_error.dismiss();  // every transfer has completed
     if (trace_) TROUPE_TRY(trace_->write(a_.trace_path));
     return loss;
@@ -309,10 +309,21 @@ class Trainer {
     return Status::success();
   }
 
+  // Every persist outcome not reported yet, in the order they ended, appended to `into`.
+  void take_outcomes(std::vector<PersistOutcome>& into) {
+    while (auto o = checkpoints_.new_outcome()) into.push_back(std::move(*o));
+  }
+  // The newest of them (the run's last checkpoint's, for its end line: RR-2).
+  std::optional<PersistOutcome> newest_outcome() {
+    std::vector<PersistOutcome> all;
+    take_outcomes(all);
+    return all.empty() ? std::nullopt : std::optional<PersistOutcome>(std::move(all.back()));
+  }
+
   // Phase 1 of a checkpoint at this step boundary: the state into the
   // writer's host buffer (the only stall); the writer persists it meanwhile.
   Status checkpoint_if_due(StepFigures& f) {
-    f.persisted = checkpoints_.new_outcome();  // for this step's metrics
+    take_outcomes(f.persisted);  // for this step's metrics
     const int done = state_->next_step();
     auto stall = checkpoints_.take_if_due(*state_, done);
     if (!stall) return stall.error();
@@ -322,9 +333,10 @@ class Trainer {
                              f.checkpoint_stall_us, {{"step", done - 1}});
     // The run's last checkpoint: no later step line would carry its outcome,
     // so the root waits for it (committed) and reports it in this one.
-    if (root_ && done == job_.train.steps && (!f.persisted || f.persisted->failure.empty())) {
+    const bool failed = std::any_of(f.persisted.begin(), f.persisted.end(), [](auto& o) { return !o.failure.empty(); });
+    if (root_ && done == job_.train.steps && !failed) {
       (void)checkpoints_.persisted(done);  // a failure is the outcome reported
-      if (auto last = checkpoints_.new_outcome()) f.persisted = last;
+      take_outcomes(f.persisted);
     }
     return Status::success();
   }
@@ -507,11 +519,19 @@ class Trainer {
                            {"grad_buckets_hidden", rep.hidden}};
     if (val_loss) line["val_loss"] = *val_loss;
     if (f.checkpoint_stall_us >= 0) line["checkpoint_stall_ms"] = f.checkpoint_stall_us / 1e3;
-    if (f.persisted && !f.persisted->failure.empty()) line["checkpoint_error"] = f.persisted->failure;
-    if (f.persisted && f.persisted->failure.empty())
-      line["checkpoint_persisted"] = {{"step", f.persisted->step},
-                                      {"node_mb", static_cast<double>(f.persisted->bytes) / 1e6},
-                                      {"s", f.persisted->seconds}};
+    // Every persist that ended since the last line: the newest success as
+    // checkpoint_persisted, all of them (when more than one) as
+    // checkpoints_persisted, oldest first; the last failure as checkpoint_error.
+    nlohmann::json successes = nlohmann::json::array();
+    for (const PersistOutcome& o : f.persisted) {
+      if (!o.failure.empty()) {
+        line["checkpoint_error"] = o.failure;
+        continue;
+      }
+      successes.push_back({{"step", o.step}, {"node_mb", static_cast<double>(o.bytes) / 1e6}, {"s", o.seconds}});
+    }
+    if (!successes.empty()) line["checkpoint_persisted"] = successes.back();
+    if (successes.size() > 1) line["checkpoints_persisted"] = successes;
     if (!resumed_.is_null()) line.update(std::exchange(resumed_, nullptr));
     if (snapshot_us_ >= 0) {
       line["recovery_snapshot_ms"] = std::exchange(snapshot_us_, -1.0) / 1e3;

@@ -88,8 +88,15 @@ void read_step_line(RunLog& log, std::map<int, std::size_t>& streaks, const nloh
         streaks[rank] = log.events.size();
         log.events.push_back(std::move(e));
       }
-  if (const auto it = j.find("checkpoint_persisted"); it != j.end() && it->is_object()) {
-    nlohmann::json e = *it;
+  // Every checkpoint that persisted since the last line (checkpoints_persisted when several did).
+  nlohmann::json persisted = nlohmann::json::array();
+  if (const auto all = j.find("checkpoints_persisted"); all != j.end() && all->is_array())
+    persisted = *all;
+  else if (const auto it = j.find("checkpoint_persisted"); it != j.end() && it->is_object())
+    persisted.push_back(*it);
+  for (const auto& p : persisted) {
+    if (!p.is_object()) continue;
+    nlohmann::json e = p;
     e["checkpoint_step"] = e.value("step", -1);
     e["step"] = step;
     e["kind"] = "checkpoint";

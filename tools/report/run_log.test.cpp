@@ -69,6 +69,20 @@ not json at all
   CHECK(heat["cells"].get<std::string>().size() == 8);  // base64 of 4 bytes
 }
 
+TEST_CASE("two checkpoints persisted between two step lines are both events, in order", "[report]") {
+  const std::string path = write_temp(
+      "run_log_two_persists",
+      R"({"step":11,"loss":1,"checkpoint_persisted":{"step":12,"node_mb":1,"s":0.1},)"
+      R"("checkpoints_persisted":[{"step":10,"node_mb":1,"s":7.5},{"step":12,"node_mb":1,"s":0.1}]})"
+      "\n");
+  auto log = read_run_log(path);
+  REQUIRE(log.ok());
+  REQUIRE(log->events.size() == 2);
+  CHECK(log->events[0]["checkpoint_step"] == 10);
+  CHECK(log->events[1]["checkpoint_step"] == 12);
+  CHECK(log->events[0]["step"] == 11);
+}
+
 TEST_CASE("an actor named in steps in a row is one event, from its first step to its last", "[report]") {
   std::string text;
   auto named = [](int step, int rank, double slowdown) {
