@@ -95,6 +95,11 @@ void conclude(Self* self, const Verdict& v) {
   finish(self, false, v.line() + resume);
 }
 
+void conclude_lost_node(Self* self, const Verdict& v) {
+  lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
+  conclude(self, v);
+}
+
 void on_node_lost(Self* self, int rank, const caf::error& reason) {
   auto& st = self->state;
   st.alive[static_cast<std::size_t>(rank)] = false;
@@ -105,8 +110,7 @@ void on_node_lost(Self* self, int rank, const caf::error& reason) {
                   "its actor system went away (" + self->system().render(reason) + ")"};
   // SV-8: a killed node process that the launcher restarts or a spare replaces.
   if (node_recoverable(self, v)) return place_node(self, v);
-  lose_node(self, rank, "node " + std::to_string(rank) + " lost (" + v.line() + ")");
-  conclude(self, v);
+  conclude_lost_node(self, v);
 }
 
 // A verdict of the health judge: a hung node is also a lost one for the
@@ -123,7 +127,7 @@ void on_judged(Self* self, const Verdict& v) {
   if (v.actor < 0 && awaits(st, v.node)) return;  // being replaced already
   if (v.actor < 0 && st.placing && st.placing->verdict.node == v.node) return;  // its replacement waits for Redis
   if (v.actor < 0 && node_recoverable(self, v)) return place_node(self, v);
-  if (v.actor < 0) lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
+  if (v.actor < 0) return conclude_lost_node(self, v);
   conclude(self, v);
 }
 
@@ -263,10 +267,7 @@ caf::behavior coordinator(Self* self, CoordinatorConfig cfg) {
   // SV-1: monitor before the plan goes out.
   for (auto& node : st.cfg.nodes)
     if (node) self->monitor(node);
-  self->set_default_handler([](caf::scheduled_actor* a, caf::message_view& m) -> caf::result<caf::message> {
-    if (!refused_remnant(m)) ++static_cast<Self*>(a)->state.foreign;  // AU-5: counted as refused
-    return caf::sec::unexpected_message;
-  });
+  self->set_default_handler(count_unexpected_in(st.foreign));
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     for (std::size_t r = 0; r < st.cfg.nodes.size(); ++r) {

@@ -134,8 +134,7 @@ Replacement place_replacement(Self* self, int node) {
 void place_node(Self* self, Verdict v) {  // by value: st.placing, which may hold it, is reset here
   auto& st = self->state;
   if (st.placing && st.placing->verdict.node != v.node) {  // a second node lost while the first waits: the job ends
-    lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + v.line() + ")");
-    return conclude(self, v);
+    return conclude_lost_node(self, v);
   }
   const Replacement r = place_replacement(self, v.node);
   if (r.who) {
@@ -167,8 +166,7 @@ void conclude_unreplaced(Self* self, const Verdict& v, const std::string& why_no
   spdlog::error("coordinator: no replacement for node {}: {}", v.node, why_none);
   Verdict w = v;
   w.evidence += "; not replaced: " + why_none;
-  lose_node(self, v.node, "node " + std::to_string(v.node) + " lost (" + w.line() + ")");
-  conclude(self, w);
+  conclude_lost_node(self, w);
 }
 
 // SV-8: node `v.node`'s process died (or hangs); `replacement` (a restarted process or a spare) takes its rank back.
@@ -529,20 +527,14 @@ void succeed(Self* self) {
                                    (st.cfg.max_simultaneous_losses > 1 ? "" : " (recovery.max_simultaneous_losses is 1)"));
   const Verdict v{"coordinator_loss", lost, -1,
                   "node " + std::to_string(st.cfg.rank) + " lost the process hosting the coordinator and took over its lease"};
-  if (!recoverable(self, v)) {
-    lose_node(self, lost, "node " + std::to_string(lost) + " lost (" + v.line() + ")");
-    return conclude(self, v);
-  }
+  if (!recoverable(self, v)) return conclude_lost_node(self, v);
   place_node(self, v);
   for (int r : unreachable) {
     if (st.finished) return;
     st.alive[static_cast<std::size_t>(r)] = false;
     const Verdict w{"process_death", r, -1,
                     "the coordinator's successor on node " + std::to_string(st.cfg.rank) + " cannot reach it"};
-    if (!node_recoverable(self, w)) {
-      lose_node(self, r, "node " + std::to_string(r) + " lost (" + w.line() + ")");
-      return conclude(self, w);
-    }
+    if (!node_recoverable(self, w)) return conclude_lost_node(self, w);
     place_node(self, w);
   }
 }

@@ -116,6 +116,8 @@ void lose_node(Self* self, int node, const std::string& why);
 std::uint64_t bump(CoordinatorState& st, bool began_recovery = false);
 // SV-7: a verdict that ends the job.
 void conclude(Self* self, const Verdict& v);
+// SV-2, SV-7: node `v.node` is lost for good: the survivors told (PeerLost), then `v` ends the job.
+void conclude_lost_node(Self* self, const Verdict& v);
 
 // --- coordinator_recovery.cpp ----------------------------------------------
 

@@ -165,10 +165,7 @@ caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
   if (!st.cfg.members.empty() && st.cfg.members.size() == st.cfg.member_ranks.size())
     st.relay.emplace(st.cfg.member_ranks, st.cfg.limits, Clock::now());
   self->send(self, msg::HealthTick{});
-  self->set_default_handler([](caf::scheduled_actor* a, caf::message_view& m) -> caf::result<caf::message> {
-    if (!refused_remnant(m)) ++static_cast<Self*>(a)->state.dropped;  // AU-5: counted as refused
-    return caf::sec::unexpected_message;
-  });
+  self->set_default_handler(count_unexpected_in(st.dropped));
   // What the heartbeats cost this node, for bench health.
   self->attach_functor([node = st.cfg.node, beats = st.beats, pauses = st.pauses_seen, paused = st.paused_ms, cpu = st.cpu_ns] {
     spdlog::info("health monitor of node {}: {} heartbeats, {}{:.2f} ms CPU", node, beats->load(),

@@ -563,10 +563,7 @@ caf::behavior node_actor(NodeSelf* self, NodeActorConfig config) {
         self->state.coordinator_system = m.coordinator_system;
         self->state.ucx_addresses = m.ucx;
         self->state.holders = m.holders;
-        self->set_default_handler([](caf::scheduled_actor* a, caf::message_view& m) -> caf::result<caf::message> {
-          if (!refused_remnant(m)) ++static_cast<NodeSelf*>(a)->state.foreign;  // AU-5: counted as refused
-          return caf::sec::unexpected_message;
-        });
+        self->set_default_handler(count_unexpected_in(self->state.foreign));
         self->delayed_send(self, std::chrono::milliseconds(self->state.job.health.rendezvous_timeout_ms),
                            msg::HoldOver{});
         self->become(running(self));

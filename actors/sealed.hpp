@@ -19,6 +19,8 @@
 
 #include <caf/binary_serializer.hpp>
 #include <caf/message_view.hpp>
+#include <caf/result.hpp>
+#include <caf/scheduled_actor.hpp>
 #include <caf/type_erased_tuple.hpp>
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/save_callback.hpp>
@@ -56,6 +58,16 @@ inline caf::error refuse(const char* type) {
 
 /// AU-5: a message with no content, what CAF delivers of one refused for its MAC.
 inline bool refused_remnant(caf::message_view& m) { return m.content().empty(); }
+
+/// AU-5: a default handler that counts each unexpected message in `counter`
+/// (a member of the actor's state: the handler runs only while it lives),
+/// but not the remnant of a refused one, which count_unauthenticated counted.
+inline auto count_unexpected_in(std::uint64_t& counter) {
+  return [&counter](caf::scheduled_actor*, caf::message_view& m) -> caf::result<caf::message> {
+    if (!refused_remnant(m)) ++counter;
+    return caf::sec::unexpected_message;
+  };
+}
 
 /// inspect() of a control message: `fields` under `type`, sealed for the
 /// network by serializers and checked by deserializers (AU-1, AU-4).
