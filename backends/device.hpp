@@ -119,6 +119,9 @@ class Device {
   /// Enqueues setting `bytes` bytes at `dst` (device memory) to zero on `s`.
   virtual Status fill_zero(void* dst, std::size_t bytes, Stream& s) = 0;
   virtual Stream& default_stream() = 0;
+  /// A new in-order stream of this device, independent of the others (a
+  /// communicator's copies run on one of their own beside the compute).
+  virtual Expected<std::unique_ptr<Stream>> create_stream() = 0;
 };
 
 }  // namespace troupe

@@ -47,6 +47,8 @@ class CpuDevice final : public Device {
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
   Status fill_zero(void* dst, std::size_t bytes, Stream& s) override;
   Stream& default_stream() override { return *stream_; }
+  /// A stream of one thread (copies and waits; kernels run on the default stream's pool).
+  Expected<std::unique_ptr<Stream>> create_stream() override { return std::unique_ptr<Stream>(std::make_unique<CpuStream>(*this, 1)); }
   CpuStream& cpu_stream() { return *stream_; }
 
  private:

@@ -84,6 +84,7 @@ class CudaDevice final : public Device {
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
   Status fill_zero(void* dst, std::size_t bytes, Stream& s) override;
   Stream& default_stream() override { return *stream_; }
+  Expected<std::unique_ptr<Stream>> create_stream() override { return std::unique_ptr<Stream>(std::make_unique<CudaStream>(*this)); }
   CudaStream& cuda_stream() { return *stream_; }
 
   int index() const { return index_; }
