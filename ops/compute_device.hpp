@@ -4,11 +4,13 @@
 // rest of the tree sees the ExecContext it hands out.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "backends/comm/communicator.hpp"
 #include "common/expected.hpp"
 #include "ops/exec_context.hpp"
 
@@ -59,6 +61,22 @@ class ComputeDevice {
   /// Makes the device's compute take `cpu_us` µs longer (a fault drill's slow
   /// step, as a slower core would); empty where the device cannot.
   virtual std::function<void(double cpu_us)> compute_burner() { return {}; }
+
+  /// What names this device's hardware across the job's processes and hosts
+  /// (a GPU's UUID), so that a group can tell whether two members share one
+  /// (NCCL refuses two ranks on one GPU); "" where memory is the host's.
+  virtual std::string hardware_id() const { return ""; }
+  /// NCCL for this device's tensors, where the device has it (the CUDA
+  /// module, built with NCCL, on a machine where it loads): a unique id that
+  /// member 0 of a group makes and hands the others (bytes), then each
+  /// member's communicator from it (collective: every member calls it; its
+  /// start bounded by `bound`). Elsewhere an error saying why there is none.
+  virtual Expected<std::string> nccl_unique_id() { return make_error("NCCL needs train.device = \"cuda\""); }
+  virtual Expected<std::unique_ptr<Communicator>> nccl_communicator(GroupMembers members, const std::string& unique_id,
+                                                                    std::chrono::milliseconds bound) {
+    (void)members, (void)unique_id, (void)bound;
+    return make_error("NCCL needs train.device = \"cuda\"");
+  }
 };
 
 }  // namespace troupe

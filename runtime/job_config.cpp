@@ -110,6 +110,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"parallel.stage_actor", string(p.stage_actor)},
       {"parallel.bucket_mb", real(p.bucket_mb, 0, 1 << 20, true)},
       {"parallel.max_activations", real(p.max_activations, 0, 1e6)},
+      {"parallel.device_transport", string(p.device_transport)},
       {"train.steps", integer(t.steps, 0, kMaxInt / 2)},
       {"train.batch", integer(t.batch, 1, 1 << 20)},
       {"train.optimizer", string(t.optimizer)},
@@ -344,6 +345,11 @@ Status check_relations(const JobConfig& c) {
     return make_error(where, ": train.device must be cpu or cuda (got ", t.device, ")");
   if (t.precision != "fp32" && t.precision != "bf16")
     return make_error(where, ": train.precision must be fp32 or bf16 (got ", t.precision, ")");
+  const std::string& transport = c.parallel.device_transport;
+  if (transport != "auto" && transport != "nccl" && transport != "staged")
+    return make_error(where, ": parallel.device_transport must be auto, nccl or staged (got ", transport, ")");
+  if (transport == "nccl" && t.device != "cuda")
+    return make_error(where, ": parallel.device_transport = \"nccl\" needs train.device = \"cuda\" (NCCL moves GPU memory)");
   if (t.min_lr > t.lr)
     return make_error(where, ": train.min_lr (", std::to_string(t.min_lr), ") must not exceed train.lr (",
                       std::to_string(t.lr), ")");

@@ -35,6 +35,10 @@ struct ParallelSection {
   double bucket_mb = 4;      ///< ZeRO-1 gradient bucket size (MiB of f32 gradients)
   /// schedule = auto: activation memory a stage may hold, in whole-stage microbatches (0 = unlimited).
   double max_activations = 0;
+  /// How device tensors move between a group's members: "auto" (NCCL where
+  /// every member has a GPU of its own and NCCL loads, else staged), "nccl",
+  /// or "staged" (through pinned host memory and the host rings).
+  std::string device_transport = "auto";
 };
 
 struct TrainSection {

@@ -58,6 +58,16 @@ TEST_CASE("config errors name the file, key or flag", "[config]") {
   REQUIRE_FALSE(range.ok());
   CHECK(range.error().message.find("train.optimizer") != std::string::npos);
 
+  auto transport = parse_job_config("", "job.toml", {"parallel.device_transport=gloo"});
+  REQUIRE_FALSE(transport.ok());
+  CHECK(transport.error().message == "job.toml: parallel.device_transport must be auto, nccl or staged (got gloo)");
+  auto nccl_on_cpu = parse_job_config("[parallel]\ndevice_transport = \"nccl\"\n", "job.toml");
+  REQUIRE_FALSE(nccl_on_cpu.ok());
+  CHECK(nccl_on_cpu.error().message.find("needs train.device = \"cuda\"") != std::string::npos);
+  auto nccl = parse_job_config("[parallel]\ndevice_transport = \"nccl\"\n[train]\ndevice = \"cuda\"\n", "job.toml");
+  REQUIRE(nccl.ok());
+  CHECK(nccl->parallel.device_transport == "nccl");
+
   auto missing = load_job_config("/nonexistent/job.toml");
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().message.find("/nonexistent/job.toml") != std::string::npos);

@@ -136,6 +136,10 @@ TEST_CASE("a parallel layout that cannot run is refused before training, in one 
                         "parallel.layers sums to 3");
   expect_one_line_error(run(t + " --set parallel.pp=2 --set parallel.microbatches=1"),
                         "parallel.microbatches = 1 is fewer than the 2 stages");
+  expect_one_line_error(run(t + " --set parallel.chunks=2 --set parallel.schedule=interleaved-1f1b"),
+                        "parallel.chunks = 2 needs parallel.pp >= 2");
+  expect_one_line_error(run(t + " --set parallel.device_transport=nccl"),
+                        "parallel.device_transport = \"nccl\" needs train.device = \"cuda\"");
   expect_one_line_error(run(t + " --set parallel.stage_actor=user.nope"), "actor type 'user.nope' is not registered");
   expect_one_line_error(run(t + " --set parallel.schedule=zigzag"), "parallel.schedule");
   expect_one_line_error(run(t + " --set parallel.bucket_mb=0"), "parallel.bucket_mb");

@@ -272,10 +272,11 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
 // No hot replacement yet: a stage actor whose work fails mid-step fails the
 // job, and the actors waiting on it stop waiting (transfers involving it fail)
 // instead of hanging; in one process and across node processes.
-// DV-1: a device whose memory the host cannot read (a GPU) reaches the
-// transports through pinned host copies: received activations and gradients
-// are copied to the device, outputs copied off it, ZeRO-1 buckets reduced and
-// gathered over host mirrors, the tied embedding summed through a host copy.
+// DV-1: a device whose memory the host cannot read (a GPU), in processes that
+// share it, reaches the transports through the staged communicators (pinned
+// host copies around the host rings: activations and gradients between the
+// pipeline's stages, ZeRO-1's buckets over the replicas, the tied embedding's
+// sum).
 // TROUPE_CPU_AS_DEVICE=1 runs those paths on CPU memory; they must change
 // nothing: every schedule, in one process and over two node processes, and
 // the saved weights, bit for bit.

@@ -147,22 +147,21 @@ Status check_resumable(const std::string& dir, const GptConfig& cfg) {
   return Status::success();
 }
 
-Expected<RestoreFigures> restore_stage(StageState& state, const StagePlan& plan, int rank, Collectives& collectives,
-                                       Transport& transport, const std::string& dir, std::chrono::milliseconds limit) {
+Expected<RestoreFigures> restore_stage(StageState& state, HostCommunicator& replicas, const std::string& dir,
+                                       const StagePlan& plan, std::chrono::milliseconds limit) {
   const auto start = Clock::now();
   auto m = resumable_manifest(dir, plan.cfg);
   if (!m) return m.error();
-  const Coord me = coord_of(plan.dims, rank);
-  const ShardLayout layout = shard_layout(state, me.dp);
+  const int replica = replicas.index();
+  const ShardLayout layout = shard_layout(state, replica);
   StageSnapshot snapshot;
   // One reader per data-parallel group: replica 0 reads the parameters.
-  auto bytes = read_shard(dir, *m, layout, me.dp == 0 ? ShardPart::both : ShardPart::moments, snapshot);
+  auto bytes = read_shard(dir, *m, layout, replica == 0 ? ShardPart::both : ShardPart::moments, snapshot);
   if (!bytes) return make_error("--resume ", dir, ": ", bytes.error().message);
-  const std::vector<int> group = dp_group(plan.dims, rank);
-  if (group.size() > 1)
+  if (replicas.shared())
     for (auto& params : snapshot.params)
-      TROUPE_TRY(wait_for([&](Completion c) { collectives.broadcast(group, 0, params.data(), params.size(), std::move(c)); },
-                          limit, transport, "the restored parameters' broadcast"));
+      TROUPE_TRY(wait_for([&](Completion c) { replicas.broadcast(params.data(), params.size(), 0, std::move(c)); },
+                          limit, replicas.transport(), "the restored parameters' broadcast"));
   TROUPE_TRY(state.restore(snapshot));
   return RestoreFigures{m->step, *bytes, seconds_since(start), m->config_hash == resume_hash(plan.job)};
 }

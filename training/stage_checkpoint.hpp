@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/transport/collectives.hpp"
+#include "backends/comm/host_communicator.hpp"
 #include "common/expected.hpp"
 #include "training/progress.hpp"
 #include "training/checkpoint_shard.hpp"
@@ -107,12 +107,12 @@ struct RestoreFigures {
   bool same_config = true;  ///< optimizer, learning rate, seed, batch and data as saved (resume_hash)
 };
 
-/// Restores `state` (actor `rank` of `plan`) from checkpoint `dir`: replica 0
-/// of each stage reads the parameters and broadcasts them over `collectives`
-/// to its replicas; every replica reads the moments it owns. Any layout's
+/// Restores `state` (a stage of `plan`) from checkpoint `dir`: replica 0 of
+/// the stage's data-parallel group `replicas` reads the parameters and
+/// broadcasts them to the others; every replica reads the moments it owns. Any layout's
 /// checkpoint restores into any other; a different model is refused naming
 /// the key. Waits at most `limit`.
-Expected<RestoreFigures> restore_stage(StageState& state, const StagePlan& plan, int rank, Collectives& collectives,
-                                       Transport& transport, const std::string& dir, std::chrono::milliseconds limit);
+Expected<RestoreFigures> restore_stage(StageState& state, HostCommunicator& replicas, const std::string& dir,
+                                       const StagePlan& plan, std::chrono::milliseconds limit);
 
 }  // namespace troupe

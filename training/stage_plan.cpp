@@ -33,7 +33,7 @@ Expected<StagePlan> make_stage_plan(const JobConfig& job, int actors) {
     req.costs = schedules::Costs{1, 1, 1, 0};  // F = B = W: the usual transformer proportions
     if (par.max_activations > 0) req.memory_limit = par.max_activations;
     // Chunks need layers: at most layers / pp per stage.
-    req.max_chunks = std::max(1, std::min(4, plan.cfg.layers / par.pp));
+    req.max_chunks = par.pp == 1 ? 1 : std::max(1, std::min(4, plan.cfg.layers / par.pp));
     auto pick = schedules::auto_pick(req);
     if (!pick) return make_error("parallel.schedule = auto: ", pick.error().message);
     kind = pick->chosen.kind;
@@ -48,6 +48,12 @@ Expected<StagePlan> make_stage_plan(const JobConfig& job, int actors) {
     return make_error("parallel.microbatches = ", std::to_string(par.microbatches), " is fewer than the ",
                       std::to_string(par.pp), " stages ", std::string(schedules::kind_name(kind)),
                       " needs to fill the pipeline");
+  // One stage holding several chunks would pass activations to itself and
+  // hold both halves of the tied embedding: nothing for interleaving to
+  // shrink, and the tied gradient's sum is a pipeline group's (first and last stage).
+  if (par.pp == 1 && chunks > 1)
+    return make_error("parallel.chunks = ", std::to_string(chunks),
+                      " needs parallel.pp >= 2 (interleaving splits a pipeline's stages)");
   auto schedule = schedules::build_schedule(kind, par.pp, par.microbatches, chunks);
   if (!schedule) return make_error("parallel: ", schedule.error().message);
   plan.schedule = std::move(*schedule);

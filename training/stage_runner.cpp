@@ -34,30 +34,11 @@ struct StageRunner::Impl {
   schedules::StageProgram program;
   int stage = 0, stages = 1, microbatches = 1, slots = 1, replicas = 1;
   StageLinks links;
-  // Indexed by chunk * microbatches + mb. Where the device's memory is not
-  // the host's (staged), the transport's buffers are pinned host memory:
-  // act_in and grad_in land there and are copied to act_dev and grad_dev for
-  // the compute, an output is copied to act_out before it is sent.
+  // Indexed by chunk * microbatches + mb, in device memory: the pipeline's
+  // communicator receives into act_in and grad_in and sends grad_out (and
+  // the outputs) from the device, staging them through host memory where its
+  // path does (CM-2: a send reads after the work enqueued before it).
   std::vector<Tensor> act_in, grad_in, grad_out;
-  bool staged = false;
-  std::vector<Tensor> act_dev, grad_dev, act_out;
-  // What the compute reads of a received buffer: itself, or its device copy (enqueued).
-  Expected<Tensor> received(const ExecContext& ctx, const std::vector<Tensor>& host, const std::vector<Tensor>& dev,
-                            std::size_t i) const {
-    if (!staged) return host[i];
-    TROUPE_TRY(ctx.copy(dev[i], host[i]));
-    return dev[i];
-  }
-  // What the transport sends of an output: itself, or a host copy (waited for).
-  Expected<Tensor> outgoing(const ExecContext& ctx, const Tensor& output, std::size_t i) const {
-    if (!staged) {
-      ctx.stream.record()->synchronize();  // the output is in memory before the transport reads it
-      return output;
-    }
-    TROUPE_TRY(ctx.copy(act_out[i], output));
-    ctx.stream.record()->synchronize();
-    return act_out[i];
-  }
   std::vector<MicroBatch> batches;
   Inbox* inbox = nullptr;
   std::vector<std::size_t> last_backward;  // per chunk: program index of the step's last (weight) backward
@@ -101,8 +82,15 @@ struct StageRunner::Impl {
     ctx.stream.synchronize();
     return out;
   }
-  // Transport rank of the stage holding virtual stage vs.
-  int rank_of_virtual(int vs) const { return links.stage_ranks[static_cast<std::size_t>(vs % stages)]; }
+  // Pipeline group member (stage) holding virtual stage vs.
+  int stage_of_virtual(int vs) const { return vs % stages; }
+  // Transfers with the pipeline's neighbours, completing into the inbox.
+  void recv(const ExecContext& ctx, const Tensor& t, int from_vs, Tag tag, EventKey key) const {
+    links.pipeline->recv(t, stage_of_virtual(from_vs), tag, ctx.stream, inbox->expect(key));
+  }
+  void send(const ExecContext& ctx, const Tensor& t, int to_vs, Tag tag, EventKey key) const {
+    links.pipeline->send(t, stage_of_virtual(to_vs), tag, ctx.stream, inbox->expect(key));
+  }
 };
 
 StageRunner::~StageRunner() = default;
@@ -115,8 +103,8 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
     return make_error("stage runner: ", std::to_string(chunk_specs.size()), " model chunks for a schedule with ",
                       std::to_string(schedule.chunks));
   if (stage < 0 || stage >= schedule.stages) return make_error("stage runner: stage out of range");
-  if (static_cast<int>(links.stage_ranks.size()) != schedule.stages)
-    return make_error("stage runner: stage_ranks must name every stage");
+  if (!links.pipeline || links.pipeline->size() != schedule.stages || links.pipeline->index() != stage)
+    return make_error("stage runner: the pipeline group must hold every stage, this one at its index");
   if (schedule.chunks > (1 << kChunkBits) || schedule.microbatches > (1 << kMbBits))
     return make_error("stage runner: too many chunks or microbatches for the message tags");
   auto impl = std::make_unique<Impl>();
@@ -143,17 +131,11 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
   const std::size_t n = static_cast<std::size_t>(schedule.chunks * schedule.microbatches);
   const std::int64_t C = cfg.dim;
   std::unique_ptr<StageRunner> r(new StageRunner());
-  impl->staged = !ctx.device.host_accessible();
-  // A transport buffer (pinned host memory where staged), or a device twin.
-  auto make = [&](std::vector<Tensor>& v, bool transport = true) -> Status {
-    auto t = impl->staged && transport ? Tensor::pinned_host(ctx.device, {B, T, C}) : Tensor::empty(ctx.device, {B, T, C});
+  auto make = [&](std::vector<Tensor>& v, bool needed) -> Status {
+    if (!needed) return v.emplace_back(), Status::success();  // a chunk without a neighbour on that side
+    auto t = Tensor::empty(ctx.device, {B, T, C});
     if (!t) return t.error();
     v.push_back(*t);
-    return Status::success();
-  };
-  auto twin = [&](std::vector<Tensor>& v, bool needed) -> Status {
-    if (impl->staged && needed) return make(v, false);
-    v.emplace_back();
     return Status::success();
   };
   for (int c = 0; c < schedule.chunks; ++c) {
@@ -162,13 +144,9 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
     if (!model) return model.error();
     r->models_.push_back(std::move(*model));
     for (int mb = 0; mb < schedule.microbatches; ++mb) {
-      // Chunks without a neighbour on one side keep an empty tensor there.
-      if (!spec.embedding) TROUPE_TRY(make(impl->act_in)); else impl->act_in.emplace_back();
-      if (!spec.head) TROUPE_TRY(make(impl->grad_in)); else impl->grad_in.emplace_back();
-      if (!spec.embedding) TROUPE_TRY(make(impl->grad_out)); else impl->grad_out.emplace_back();
-      TROUPE_TRY(twin(impl->act_dev, !spec.embedding));
-      TROUPE_TRY(twin(impl->grad_dev, !spec.head));
-      if (impl->staged && !spec.head) TROUPE_TRY(make(impl->act_out)); else impl->act_out.emplace_back();
+      TROUPE_TRY(make(impl->act_in, !spec.embedding));
+      TROUPE_TRY(make(impl->grad_in, !spec.head));
+      TROUPE_TRY(make(impl->grad_out, !spec.embedding));
     }
   }
   impl->batches.resize(n);
@@ -243,7 +221,7 @@ void StageRunner::record_transfers(int step) const {
 
 Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
   Impl& m = *impl_;
-  Transport& t = *m.links.transport;
+  Transport& t = *m.links.transport;  // for the fault drills
   const GptStage& any = *models_.front();
   const float dloss = 1.0f / static_cast<float>(any.batch() * any.seq() * m.microbatches * m.replicas);
   for (auto& g : models_) g->zero_grads(ctx);
@@ -252,11 +230,11 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
     const std::size_t i = m.at(in.chunk, in.mb);
     const int vs = in.chunk * m.stages + m.stage;
     if (in.op == Op::recv_act)
-      t.recv(m.rank_of_virtual(vs - 1), tag_of(step, false, in.chunk, in.mb), m.act_in[i].raw(), m.act_in[i].nbytes(),
-             m.inbox->expect({StageEvent::activation_arrived, in.chunk, in.mb}));
+      m.recv(ctx, m.act_in[i], vs - 1, tag_of(step, false, in.chunk, in.mb),
+             {StageEvent::activation_arrived, in.chunk, in.mb});
     if (in.op == Op::recv_grad)
-      t.recv(m.rank_of_virtual(vs + 1), tag_of(step, true, in.chunk, in.mb), m.grad_in[i].raw(),
-             m.grad_in[i].nbytes(), m.inbox->expect({StageEvent::gradient_arrived, in.chunk, in.mb}));
+      m.recv(ctx, m.grad_in[i], vs + 1, tag_of(step, true, in.chunk, in.mb),
+             {StageEvent::gradient_arrived, in.chunk, in.mb});
   }
   StepTimes times;
   times.instruction_us.assign(m.program.size(), 0.0);
@@ -321,20 +299,15 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
           if (!staged) return staged.error();
           m.batches[i] = std::move(*staged);
         }
-        auto activations = first ? Expected<Tensor>(m.batches[i].tokens) : m.received(ctx, m.act_in, m.act_dev, i);
-        if (!activations) return activations.error();
-        g.forward(slot, *activations, last ? &m.batches[i].targets : nullptr, dloss, ctx, needs,
-                  GptStage::LossRead::later);
+        g.forward(slot, first ? m.batches[i].tokens : m.act_in[i], last ? &m.batches[i].targets : nullptr, dloss, ctx,
+                  needs, GptStage::LossRead::later);
         if (last) ctx.kernels.sum_into(m.loss_sums, in.mb, g.token_losses(slot));
         break;
       }
-      case Op::send_act: {
-        auto out = m.outgoing(ctx, g.output(slot), i);
-        if (!out) return out.error();
-        t.send(m.rank_of_virtual(vs + 1), tag_of(step, false, (vs + 1) / m.stages, in.mb), out->raw(), out->nbytes(),
-               m.inbox->expect({StageEvent::activation_sent, in.chunk, in.mb}));
+      case Op::send_act:
+        m.send(ctx, g.output(slot), vs + 1, tag_of(step, false, (vs + 1) / m.stages, in.mb),
+               {StageEvent::activation_sent, in.chunk, in.mb});
         break;
-      }
       case Op::backward:
       case Op::backward_weight: {
         GptStage::GradsReady ready;
@@ -344,22 +317,17 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
           g.backward_weight(slot, ctx, ready);
           break;
         }
-        auto dout = last ? Expected<Tensor>(Tensor{}) : m.received(ctx, m.grad_in, m.grad_dev, i);
-        if (!dout) return dout.error();
-        g.backward(slot, *dout, ctx, ready);
+        g.backward(slot, last ? Tensor{} : m.grad_in[i], ctx, ready);
         break;
       }
-      case Op::backward_input: {
-        auto dout = last ? Expected<Tensor>(Tensor{}) : m.received(ctx, m.grad_in, m.grad_dev, i);
-        if (!dout) return dout.error();
-        g.backward_input(slot, *dout, ctx);
+      case Op::backward_input:
+        g.backward_input(slot, last ? Tensor{} : m.grad_in[i], ctx);
         break;
-      }
       case Op::send_grad:
+        // Into the microbatch's own buffer: the stage's input gradient is overwritten by the next backward.
         TROUPE_TRY(ctx.copy(m.grad_out[i], g.input_grad()));
-        ctx.stream.record()->synchronize();  // the copy is in memory before the transport reads it
-        t.send(m.rank_of_virtual(vs - 1), tag_of(step, true, (vs - 1) / m.stages, in.mb), m.grad_out[i].raw(),
-               m.grad_out[i].nbytes(), m.inbox->expect({StageEvent::gradient_sent, in.chunk, in.mb}));
+        m.send(ctx, m.grad_out[i], vs - 1, tag_of(step, true, (vs - 1) / m.stages, in.mb),
+               {StageEvent::gradient_sent, in.chunk, in.mb});
         break;
       case Op::grad_sync:
       case Op::optimizer_step: break;  // the caller's
@@ -419,7 +387,6 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
                                                const std::function<Expected<MicroBatch>(int mb)>& batch,
                                                const std::function<int(int mb)>& rows, const ExecContext& ctx) {
   Impl& m = *impl_;
-  Transport& t = *m.links.transport;
   const int chunks = static_cast<int>(models_.size());
   // Rounds small enough that every microbatch has its own receive buffer and
   // output slot; a round's sends complete before the next round reuses them.
@@ -432,13 +399,12 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
   }
   for (int first_mb = 0; first_mb < batches; first_mb += round) {
     const int end_mb = std::min(batches, first_mb + round);
-    if (m.staged) ctx.stream.synchronize();  // the last round's copies have left the receive buffers
     for (int mb = first_mb; mb < end_mb; ++mb)
       for (int c = 0; c < chunks; ++c)
         if (!models_[static_cast<std::size_t>(c)]->spec().embedding) {
           const std::size_t i = m.at(c, mb - first_mb);
-          t.recv(m.rank_of_virtual(c * m.stages + m.stage - 1), tag_of(tag_step, false, c, mb), m.act_in[i].raw(),
-                 m.act_in[i].nbytes(), m.inbox->expect({StageEvent::activation_arrived, c, mb}));
+          m.recv(ctx, m.act_in[i], c * m.stages + m.stage - 1, tag_of(tag_step, false, c, mb),
+                 {StageEvent::activation_arrived, c, mb});  // CM-2: after the last round's reads
         }
     for (int mb = first_mb; mb < end_mb; ++mb)
       for (int c = 0; c < chunks; ++c) {
@@ -455,18 +421,15 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
           data = std::move(*staged);
         }
         if (!first) TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, c, mb}));
-        auto activations = first ? Expected<Tensor>(data.tokens) : m.received(ctx, m.act_in, m.act_dev, i);
-        if (!activations) return activations.error();
-        g.forward(slot, *activations, last ? &data.targets : nullptr, 0.0f, ctx, {}, GptStage::LossRead::later);
+        g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, ctx, {},
+                  GptStage::LossRead::later);
         if (m.links.progress) m.links.progress->advanced(m.links.progress->step.load(std::memory_order_relaxed), -1);
         if (last) {
           const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();
           ctx.kernels.sum_into(sums, mb, g.token_losses(slot).view(0, {n}));
         } else {
-          auto out = m.outgoing(ctx, g.output(slot), i);
-          if (!out) return out.error();
-          t.send(m.rank_of_virtual(vs + 1), tag_of(tag_step, false, (vs + 1) / m.stages, mb), out->raw(),
-                 out->nbytes(), m.inbox->expect({StageEvent::activation_sent, c, mb}));
+          m.send(ctx, g.output(slot), vs + 1, tag_of(tag_step, false, (vs + 1) / m.stages, mb),
+                 {StageEvent::activation_sent, c, mb});
         }
       }
     for (int mb = first_mb; mb < end_mb; ++mb)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "training/inbox.hpp"
+#include "backends/comm/communicator.hpp"
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
@@ -30,12 +31,14 @@ struct MicroBatch {
 };
 
 struct StageLinks {
+  /// The actor's transport: its fault drills act on it.
   Transport* transport = nullptr;
   /// Where transfer completions arrive (the stage actor's mailbox); null: the
   /// runner uses futex flags of its own.
   Inbox* inbox = nullptr;
-  /// Transport rank of every pipeline stage of this replica, by stage.
-  std::vector<int> stage_ranks;
+  /// The replica's pipeline group (member i holds stage i): activations and
+  /// their gradients move between stages through it, in device memory.
+  Communicator* pipeline = nullptr;
   /// Microbatch `mb` of `step`, for the chunks with the embedding or the head.
   /// The tensors must stay unchanged until run_step returns (they are read in place).
   std::function<Expected<MicroBatch>(int step, int mb)> batch;

@@ -5,6 +5,8 @@
 // instruction is not its compute time (G-1).
 #include "training/stage_runner.hpp"
 
+#include "backends/comm/host_communicator.hpp"
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <thread>
@@ -89,7 +91,10 @@ std::vector<double> pipeline_losses(schedules::Kind kind, int p, int v = 1) {
         batch(step, mb, d.tokens, d.targets);
         return d;
       };
-      for (int r = 0; r < p; ++r) links.stage_ranks.push_back(r);
+      std::vector<int> stages;
+      for (int r = 0; r < p; ++r) stages.push_back(r);
+      HostCommunicator pipeline(GroupMembers{"pipeline", stages, st}, coll, *transport);
+      links.pipeline = &pipeline;
       std::vector<StageSpec> mine;
       for (int c = 0; c < v; ++c) mine.push_back(specs[static_cast<std::size_t>(c * p + st)]);
       auto runner = StageRunner::create(dev, cfg, mine, schedule, st, kB, kT, links);
@@ -169,7 +174,9 @@ TEST_CASE("G-1: CPU time spent waiting inside a compute instruction is not its c
   double clock_us = 0;
   StageLinks links;
   links.transport = transport.get();
-  links.stage_ranks = {0};
+  Collectives coll(*transport);
+  HostCommunicator pipeline(GroupMembers{"pipeline", {0}, 0}, coll, *transport);
+  links.pipeline = &pipeline;
   links.cpu_clock_us = [&] { return clock_us; };
   links.batch = [&](int step, int mb) -> Expected<MicroBatch> {
     clock_us += 1e6;

@@ -37,6 +37,7 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
   StageState* self = st.get();  // stable: the object lives on the heap
   links.grads_ready = [self](int c) { return self->zero(c).grads_ready(); };
   links.params_needed = [self](int c) { return self->zero(c).params_needed(); };
+  links.pipeline = &a.groups->pipeline().tensors();
   auto runner = StageRunner::create(*a.ctx, plan.cfg, plan.chunks_of(me.pp), plan.schedule, me.pp, job.train.batch,
                                     plan.cfg.ctx, links, job.parallel.dp);
   if (!runner) return runner.error();
@@ -51,8 +52,9 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
       TROUPE_TRY(load_weights(model, a.init_path, unused));
     }
     const bool tied_end = st->tied_split_ && (model.spec().embedding || model.spec().head);
-    auto z = ZeroChunk::create(*a.ctx, model, *a.collectives, dp_group(plan.dims, a.rank), me.dp,
-                               optimizer_config(job), ZeroOptions{bucket, tied_end ? "wte.weight" : "", links.inbox, c});
+    ProcessGroup& replicas = a.groups->data_parallel();
+    auto z = ZeroChunk::create(*a.ctx, model, replicas.tensors(), replicas.host(), optimizer_config(job),
+                               ZeroOptions{bucket, tied_end ? "wte.weight" : "", links.inbox, c});
     if (!z) return z.error();
     st->zero_.push_back(std::move(*z));
   }

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/transport/collectives.hpp"
 #include "common/expected.hpp"
+#include "training/process_groups.hpp"
 #include "training/stage_plan.hpp"
 #include "training/stage_runner.hpp"
 #include "training/zero_sync.hpp"
@@ -34,11 +34,11 @@ struct StageSnapshot {
 
 struct StageStateArgs {
   const ExecContext* ctx = nullptr;  ///< the stage actor's device and stream; outlives the state
-  Collectives* collectives = nullptr;  ///< over the stage's transport
+  ProcessGroups* groups = nullptr;  ///< the actor's groups (data-parallel, pipeline); outlive the state
   const StagePlan* plan = nullptr;
   int rank = 0;  ///< the stage actor's rank (Megatron order over dp x pp)
-  /// Transport, inbox, the replica's stage ranks, batches and trace; the ZeRO
-  /// hooks (grads_ready, params_needed) are filled in by build().
+  /// Transport, inbox, batches and trace; the pipeline's communicator and the
+  /// ZeRO hooks (grads_ready, params_needed) are filled in by build().
   StageLinks links;
   std::string init_path;  ///< start from these weights ("" = initialise from the seed)
 };

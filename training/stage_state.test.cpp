@@ -40,6 +40,7 @@ struct Stage {
   std::unique_ptr<Transport> transport = fabric->endpoint(0);
   Collectives collectives{*transport};
   StagePlan plan;
+  std::unique_ptr<ProcessGroups> groups;
   std::vector<MicroBatch> batches;
   std::unique_ptr<StageState> state;
 
@@ -48,7 +49,6 @@ struct Stage {
       batches.push_back({*Tensor::empty(device, {kB, kT}, DType::i32), *Tensor::empty(device, {kB, kT}, DType::i32)});
     StageLinks links;
     links.transport = transport.get();
-    links.stage_ranks = {0};
     links.batch = [this](int step, int mb) -> Expected<MicroBatch> {
       auto& m = batches[static_cast<std::size_t>(mb)];
       for (int i = 0; i < kB * kT; ++i) {
@@ -58,7 +58,10 @@ struct Stage {
       }
       return m;
     };
-    auto built = StageState::build(StageStateArgs{&device.ctx, &collectives, &plan, 0, links, ""});
+    auto g = ProcessGroups::build(ProcessGroupArgs{&plan, 0, &collectives, transport.get(), device.owner.get()});
+    REQUIRE(g.ok());
+    groups = std::move(*g);
+    auto built = StageState::build(StageStateArgs{&device.ctx, groups.get(), &plan, 0, links, ""});
     REQUIRE(built.ok());
     state = std::move(*built);
   }

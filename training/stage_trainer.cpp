@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "backends/transport/collectives.hpp"
+#include "training/process_groups.hpp"
 #include "backends/transport/lossy_transport.hpp"
 #include "backends/transport/wait.hpp"
 #include "common/cpu_time.hpp"
@@ -77,10 +78,7 @@ class Trainer {
         coll_(transport_),
         limit_(a.wait_timeout_ms),
         lrs_(lr_schedule(job_)),
-        checkpoints_(a.checkpoints, job_.checkpoint.every, me_.dp) {
-    for (int st = 0; st < plan_.dims.pp; ++st) stage_ranks_.push_back(rank_of(plan_.dims, Coord{me_.dp, st, 0}));
-    for (int r = 0; r < plan_.actors(); ++r) everyone_.push_back(r);
-  }
+        checkpoints_(a.checkpoints, job_.checkpoint.every, me_.dp) {}
 
   Expected<double> run() {
     auto loss = train();
@@ -177,7 +175,7 @@ class Trainer {
   // others in the start barrier.
   Status recover(const Error& why) {
     const int failed_at = state_->next_step();
-    transport_.abort_all();
+    groups_->abort();
     a_.inbox->forget_all();
     coll_.restart_sequences();  // as the replacement's fresh ones
     if (a_.batches.forget) a_.batches.forget();
@@ -239,36 +237,50 @@ class Trainer {
 
   bool tied_split() const { return plan_.schedule.virtual_stages() > 1; }
 
-  // A collective over `ranks` of `count` floats at `data`, waited for within the bound.
-  Status all_reduce(const std::vector<int>& ranks, float* data, std::size_t count, const std::string& what) {
+  // An all-reduce of `count` host floats at `data` over `group`, waited for within the bound.
+  Status all_reduce(HostCommunicator& group, float* data, std::size_t count, const std::string& what) {
     WaitScope waiting(a_.progress);  // H-1
-    return wait_for([&](Completion c) { coll_.all_reduce(ranks, data, count, std::move(c)); }, limit_, transport_,
-                    what);
+    return wait_for([&](Completion c) { group.all_reduce(data, count, std::move(c)); }, limit_, transport_, what);
+  }
+  Status all_reduce(float* data, std::size_t count, const std::string& what) {
+    return all_reduce(groups_->world().host(), data, count, what);
   }
 
-  // The same over a tensor on the device: in place where the host reads it,
-  // else through a host copy (the staged path: device -> host -> peers -> device).
-  Status all_reduce_tensor(const std::vector<int>& ranks, Tensor& t, const std::string& what) {
-    const auto n = static_cast<std::size_t>(t.numel());
-    ctx().stream.synchronize();  // the gradients are final in memory
-    if (ctx().device.host_accessible()) return all_reduce(ranks, t.f32(), n, what);
-    std::vector<float>& host = staged_sum_;  // kept: the tied embedding is summed every step
-    host.resize(n);
-    TROUPE_TRY(ctx().device.copy(host.data(), t.raw(), t.nbytes(), ctx().stream));
-    ctx().stream.synchronize();
-    TROUPE_TRY(all_reduce(ranks, host.data(), n, what));
-    TROUPE_TRY(ctx().device.copy(t.raw(), host.data(), t.nbytes(), ctx().stream));
-    ctx().stream.synchronize();  // the next step's sum may overwrite `host`
+  // The same over a tensor on the device, through the group's device path.
+  Status all_reduce(Communicator& group, const Tensor& t, const std::string& what) {
+    WaitScope waiting(a_.progress);  // H-1
+    return wait_for([&](Completion c) { group.all_reduce(t, ctx().stream, std::move(c)); }, limit_, transport_, what);
+  }
+
+  // The actor's process groups, built (again after a recovery: the new
+  // generation's) before the state whose collectives run over them; the
+  // paths they took are logged once.
+  Status build_groups() {
+    groups_.reset();
+    auto built = ProcessGroups::build(ProcessGroupArgs{&plan_, a_.rank, &coll_, &transport_, compute_->get(), limit_});
+    if (!built) return built.error();
+    groups_ = std::move(*built);
+    if (groups_logged_) return Status::success();
+    groups_logged_ = true;
+    if (ctx().device.host_accessible()) {
+      if (a_.rank == plan_.root_rank()) spdlog::info("communicators: host rings over the transport for every group");
+      return Status::success();
+    }
+    const auto lines = groups_->describe();
+    std::size_t i = 0;
+    for (ProcessGroup* g : {&groups_->data_parallel(), &groups_->tensor_parallel(), &groups_->pipeline(), groups_->tied()})
+      if (g && i < lines.size() && g->index() == 0 && g->size() > 1) spdlog::info("communicators: {}", lines[i++]);
+      else if (g) ++i;
     return Status::success();
   }
 
   Status build_state() {
+    TROUPE_TRY(build_groups());
     Inbox* inbox = a_.inbox;
     if (inbox && a_.progress) inbox = &progress_inbox_.emplace(*a_.inbox, a_.progress);  // H-1
     StageLinks links;
     links.transport = &transport_;
     links.inbox = inbox;
-    links.stage_ranks = stage_ranks_;
     links.batch = a_.batches.get;
     links.progress = a_.progress;
     links.drill = &drill_;
@@ -285,7 +297,7 @@ class Trainer {
       links.trace_track = links_.trace_track;
       links.transfer_track = links_.transfer_track;
     }
-    auto st = StageState::build(StageStateArgs{&ctx(), &coll_, &plan_, a_.rank, links, a_.init_path});
+    auto st = StageState::build(StageStateArgs{&ctx(), groups_.get(), &plan_, a_.rank, links, a_.init_path});
     if (!st) return st.error();
     state_ = std::move(*st);
     links_ = links;
@@ -294,10 +306,10 @@ class Trainer {
 
   // Continues from a checkpoint (of any layout): one reader per replica group, then a broadcast.
   Status resume(const std::string& dir) {
-    auto r = restore_stage(*state_, plan_, a_.rank, coll_, transport_, dir, limit_);
+    auto r = restore_stage(*state_, groups_->data_parallel().host(), dir, plan_, limit_);
     if (!r) return r.error();
     float read_mb = static_cast<float>(r->bytes_read / 1e6);
-    TROUPE_TRY(all_reduce(everyone_, &read_mb, 1, "the restore figures' all-reduce"));
+    TROUPE_TRY(all_reduce(&read_mb, 1, "the restore figures' all-reduce"));
     if (!root_) return Status::success();
     if (!r->same_config)
       spdlog::warn("--resume {}: the optimizer, learning rate, seed, batch or data differ from the run that saved it; "
@@ -380,7 +392,7 @@ class Trainer {
   Status start_together() {
     if (drill_.any()) TROUPE_TRY(drill_.at_start(state_->next_step(), transport_));
     float barrier = 0;
-    return all_reduce(everyone_, &barrier, 1, "the start barrier");
+    return all_reduce(&barrier, 1, "the start barrier");
   }
 
   Status forward_backward(StepFigures& f) {
@@ -396,9 +408,9 @@ class Trainer {
     const auto backward_end = Clock::now();
     for (int c = 0; c < state_->chunks(); ++c)
       f.hidden += state_->zero(c).finished_buckets(), f.buckets += state_->zero(c).bucket_count();
-    if (tied_split() && (me_.pp == 0 || me_.pp == plan_.dims.pp - 1)) {
+    if (ProcessGroup* tied = groups_->tied()) {  // PG-2: the first and last stage
       Tensor& wte = state_->model(me_.pp == 0 ? 0 : state_->chunks() - 1).find("wte.weight")->grad;
-      TROUPE_TRY(all_reduce_tensor({stage_ranks_.front(), stage_ranks_.back()}, wte, "the tied embedding's gradient sum"));
+      TROUPE_TRY(all_reduce(tied->tensors(), wte, "the tied embedding's gradient sum"));
     }
     f.tied_sync_us = us_since(backward_end);
     TROUPE_TRY(state_->sync_gradients());
@@ -417,7 +429,7 @@ class Trainer {
   Status update(StepFigures& f) {
     const auto start = Clock::now();
     f.global_sum_squares = static_cast<float>(state_->sum_squares(ctx()));
-    TROUPE_TRY(all_reduce(everyone_, &f.global_sum_squares, 1, "the gradient norm all-reduce"));
+    TROUPE_TRY(all_reduce(&f.global_sum_squares, 1, "the gradient norm all-reduce"));
     f.lr = learning_rate(lrs_, state_->next_step());
     TROUPE_TRY(state_->update(static_cast<float>(f.lr), f.global_sum_squares, ctx()));
     f.sync_us = f.tied_sync_us + f.exposed_sync_us + us_since(start);
@@ -440,7 +452,7 @@ class Trainer {
     table.add(a_.rank, ActorStepFigures{t.loss, t.forward_us + t.backward_us + t.weight_us, t.blocked_us, t.wall_us,
                                         t.instruction_us, t.instruction_cpu_us, f.tied_sync_us, f.exposed_sync_us,
                                         f.buckets, f.hidden});
-    TROUPE_TRY(all_reduce(everyone_, table.data(), table.size(), "the step report all-reduce"));
+    TROUPE_TRY(all_reduce(table.data(), table.size(), "the step report all-reduce"));
     if (root_) {
       f.stragglers = root_->stragglers.observe(table);
       f.actor_compute_ms.resize(static_cast<std::size_t>(plan_.actors()));
@@ -465,7 +477,7 @@ class Trainer {
     auto share = eval_->run(state_->runner(), step, ctx());
     if (!share) return share.error();
     float sum = static_cast<float>(*share);
-    TROUPE_TRY(all_reduce(everyone_, &sum, 1, "the validation loss all-reduce"));
+    TROUPE_TRY(all_reduce(&sum, 1, "the validation loss all-reduce"));
     if (!root_) return std::optional<double>();
     const double loss = static_cast<double>(sum) / static_cast<double>(eval_->tokens());
     spdlog::info("step {:5d} | val loss {:.4f} ({} windows)", step, loss, eval_->windows());
@@ -584,15 +596,15 @@ class Trainer {
   const JobConfig& job_;
   const Coord me_;
   Expected<std::unique_ptr<ComputeDevice>> compute_;  ///< this actor's device, stream and kernels
-  std::vector<float> staged_sum_;  ///< all_reduce_tensor's host copy, where the device is not host memory
   const ExecContext& ctx() const { return (*compute_)->context(); }
   const FaultDrill drill_;                        ///< this actor's fault drills (none: no cost, D-1)
   std::unique_ptr<LossyTransport> lossy_;        ///< a lose drill's: every transfer goes through it (else none)
   Transport& transport_;                          ///< the actor's transport (or lossy_ over it)
-  Collectives coll_;
+  Collectives coll_;                              ///< the ring collectives every group's host path runs
   const std::chrono::milliseconds limit_;
   const LrSchedule lrs_;
-  std::vector<int> stage_ranks_, everyone_;
+  std::unique_ptr<ProcessGroups> groups_;         ///< built with the state (each generation); outlives it
+  bool groups_logged_ = false;
   StageLinks links_;
   std::unique_ptr<TraceWriter> trace_;
   std::unique_ptr<StageState> state_;

@@ -30,9 +30,9 @@ std::vector<ElementRange> make_buckets(const GptStage& model, std::int64_t bucke
 
 struct ZeroChunk::Impl {
   GptStage* model = nullptr;
-  Collectives* coll = nullptr;
-  std::vector<int> replicas;
-  int me = 0;
+  Communicator* replicas = nullptr;  // the gradients and parameters (device tensors)
+  HostCommunicator* norms = nullptr;  // LAMB's norms (host floats)
+  const ExecContext* ctx = nullptr;
   ZeroOptions options;
   std::vector<ElementRange> buckets;
   std::vector<std::int64_t> remaining;  // gradient elements not yet final, per bucket
@@ -43,48 +43,26 @@ struct ZeroChunk::Impl {
   EventKey gathered(std::size_t b) const { return {StageEvent::params_gathered, options.chunk, static_cast<int>(b)}; }
   std::vector<bool> launched;
   std::optional<StageOptimizer> optimizer;
-  bool sharded() const { return replicas.size() > 1; }
-
-  // Where the device's memory is not the host's (staged): the collectives run
-  // over pinned host mirrors of the flat gradients and parameters. A bucket's
-  // gradients go down before its reduce-scatter and this replica's shard comes
-  // back up before the update; the shard goes down after the update and the
-  // gathered bucket comes back up before a forward reads it.
-  const ExecContext* ctx = nullptr;
-  bool staged = false;
-  Tensor grads_host, params_host;
-  std::vector<bool> uploaded;  // per bucket: gathered parameters copied back this step
-  ElementRange owned(std::size_t b) const {
-    auto [lo, hi] = Collectives::chunk(static_cast<std::size_t>(buckets[b].size()), static_cast<int>(replicas.size()), me);
-    return {buckets[b].begin + static_cast<std::int64_t>(lo), buckets[b].begin + static_cast<std::int64_t>(hi)};
-  }
-  // Enqueues dst[r] = src[r] over element range r of two flat f32 tensors.
-  Status copy_range(Tensor& dst, const Tensor& src, ElementRange r) const {
-    if (r.size() <= 0) return Status::success();
-    return ctx->copy(dst.view(r.begin, {r.size()}), src.view(r.begin, {r.size()}));
-  }
-  float* grads_for_collectives() { return staged ? grads_host.f32() : model->flat_grads().f32(); }
-  float* params_for_collectives() { return staged ? params_host.f32() : model->flat_params().f32(); }
-  // Copies gathered bucket b back to the device once per step (enqueued).
-  Status upload(std::size_t b) {
-    if (!staged || uploaded[b]) return Status::success();
-    uploaded[b] = true;
-    return copy_range(model->flat_params(), params_host, buckets[b]);
+  bool sharded() const { return replicas->shared(); }
+  // Bucket b of a flat buffer, as the tensor its collective runs over (the
+  // communicator moves device memory as its path does: CM-2).
+  Tensor bucket(const Tensor& flat, std::size_t b) const {
+    return flat.view(buckets[b].begin, {buckets[b].size()});
   }
 };
 
 ZeroChunk::ZeroChunk(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 ZeroChunk::~ZeroChunk() = default;
 
-Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(const ExecContext& ctx, GptStage& model, Collectives& collectives,
-                                                       std::vector<int> replicas, int me, OptimizerConfig optimizer,
+Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(const ExecContext& ctx, GptStage& model, Communicator& replicas,
+                                                       HostCommunicator& norms, OptimizerConfig optimizer,
                                                        ZeroOptions options) {
   if (options.bucket_elements < 1) return make_error("parallel.bucket_mb must be > 0");
   auto impl = std::make_unique<Impl>();
   impl->model = &model;
-  impl->coll = &collectives;
-  impl->replicas = std::move(replicas);
-  impl->me = me;
+  impl->replicas = &replicas;
+  impl->norms = &norms;
+  impl->ctx = &ctx;
   impl->options = options;
   impl->buckets = make_buckets(model, options.bucket_elements, options.deferred_param);
   if (!options.deferred_param.empty()) {
@@ -96,17 +74,6 @@ Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(const ExecContext& ctx, G
   const std::size_t n = impl->buckets.size();
   impl->remaining.assign(n, 0);
   impl->launched.assign(n, false);
-  impl->uploaded.assign(n, true);
-  impl->ctx = &ctx;
-  impl->staged = !ctx.device.host_accessible() && impl->sharded();
-  if (impl->staged) {
-    auto g = Tensor::pinned_host(ctx.device, model.flat_grads().shape());
-    auto p = Tensor::pinned_host(ctx.device, model.flat_params().shape());
-    if (!g) return g.error();
-    if (!p) return p.error();
-    impl->grads_host = *g;
-    impl->params_host = *p;
-  }
   impl->inbox = options.inbox;
   if (!impl->inbox) {
     impl->own_inbox = std::make_unique<FlagInbox>();
@@ -114,9 +81,9 @@ Expected<std::unique_ptr<ZeroChunk>> ZeroChunk::create(const ExecContext& ctx, G
   }
   // This replica's shard of every bucket, in ascending offset order.
   std::vector<ElementRange> owned;
-  const int group = static_cast<int>(impl->replicas.size());
+  const int group = replicas.size(), me = replicas.index();
   for (const auto& b : impl->buckets) {
-    auto [lo, hi] = Collectives::chunk(static_cast<std::size_t>(b.size()), group, me);
+    auto [lo, hi] = comm_chunk(static_cast<std::size_t>(b.size()), group, me);
     if (hi > lo) owned.push_back({b.begin + static_cast<std::int64_t>(lo), b.begin + static_cast<std::int64_t>(hi)});
   }
   std::sort(owned.begin(), owned.end(), [](const ElementRange& a, const ElementRange& b) { return a.begin < b.begin; });
@@ -135,16 +102,7 @@ void ZeroChunk::start_reduce(std::size_t b) {
   Impl& m = *impl_;
   m.launched[b] = true;
   if (!m.sharded()) return;
-  const ElementRange r = m.buckets[b];
-  if (m.staged) {
-    if (Status st = m.copy_range(m.grads_host, m.model->flat_grads(), r); !st) {
-      m.inbox->expect(m.reduced(b))(st);  // the wait for this bucket reports it
-      return;
-    }
-    m.ctx->stream.synchronize();
-  }
-  m.coll->reduce_scatter(m.replicas, m.grads_for_collectives() + r.begin, static_cast<std::size_t>(r.size()),
-                         m.inbox->expect(m.reduced(b)));
+  m.replicas->reduce_scatter(m.bucket(m.model->flat_grads(), b), m.ctx->stream, m.inbox->expect(m.reduced(b)));
 }
 
 GptStage::GradsReady ZeroChunk::grads_ready() {
@@ -161,7 +119,7 @@ GptStage::GradsReady ZeroChunk::grads_ready() {
       if (hi <= lo) continue;
       z.remaining[b] -= hi - lo;
       if (z.remaining[b] != 0 || b == z.deferred) continue;
-      if (z.sharded() && !in_memory) done.synchronize(), in_memory = true;  // a reduction reads them
+      if (z.sharded() && !in_memory) done.synchronize(), in_memory = true;  // the bucket's gradients are final
       start_reduce(b);
     }
   };
@@ -183,7 +141,6 @@ Status ZeroChunk::wait_grads() {
   for (std::size_t b = 0; b < m.buckets.size(); ++b) {
     if (!m.launched[b]) return make_error("zero: bucket ", std::to_string(b), " was never reduced this step");
     TROUPE_TRY(m.inbox->wait(m.reduced(b)));
-    if (m.staged) TROUPE_TRY(m.copy_range(m.model->flat_grads(), m.grads_host, m.owned(b)));  // this shard's sum
   }
   return Status::success();
 }
@@ -199,7 +156,7 @@ Status ZeroChunk::step(float lr, int t, double global_sum_squares, const ExecCon
   if (m.sharded())
     reduce = [&](std::vector<double>& sums) {
       std::vector<float> f(sums.begin(), sums.end());
-      status = wait_for([&](Completion c) { m.coll->all_reduce(m.replicas, f.data(), f.size(), std::move(c)); });
+      status = wait_for([&](Completion c) { m.norms->all_reduce(f.data(), f.size(), std::move(c)); });
       std::copy(f.begin(), f.end(), sums.begin());
     };
   m.optimizer->step_with_global_norm(*m.model, lr, t, global_sum_squares, ctx, reduce);
@@ -209,26 +166,12 @@ Status ZeroChunk::step(float lr, int t, double global_sum_squares, const ExecCon
 void ZeroChunk::gather_params() {
   Impl& m = *impl_;
   if (!m.sharded()) return;
-  if (m.staged) {
-    Status st;
-    for (std::size_t b = 0; b < m.buckets.size() && st; ++b) st = m.copy_range(m.params_host, m.model->flat_params(), m.owned(b));
-    m.ctx->stream.synchronize();  // the updated shards are in the mirror before the peers read them
-    m.uploaded.assign(m.buckets.size(), false);
-    if (!st) {
-      for (std::size_t b = 0; b < m.buckets.size(); ++b) m.inbox->expect(m.gathered(b))(st);
-      return;
-    }
-  }
   for (std::size_t b = 0; b < m.buckets.size(); ++b)
-    m.coll->all_gather(m.replicas, m.params_for_collectives() + m.buckets[b].begin,
-                       static_cast<std::size_t>(m.buckets[b].size()), m.inbox->expect(m.gathered(b)));
+    m.replicas->all_gather(m.bucket(m.model->flat_params(), b), m.ctx->stream, m.inbox->expect(m.gathered(b)));
 }
 
 Status ZeroChunk::wait_params() {
-  for (std::size_t b = 0; b < impl_->buckets.size(); ++b) {
-    TROUPE_TRY(impl_->inbox->wait(impl_->gathered(b)));
-    TROUPE_TRY(impl_->upload(b));
-  }
+  for (std::size_t b = 0; b < impl_->buckets.size(); ++b) TROUPE_TRY(impl_->inbox->wait(impl_->gathered(b)));
   return Status::success();
 }
 
@@ -236,8 +179,8 @@ GptStage::ParamsNeeded ZeroChunk::params_needed() {
   return [this](std::int64_t begin, std::int64_t end) {
     Impl& m = *impl_;
     for (std::size_t b = 0; b < m.buckets.size(); ++b)
-      if (m.buckets[b].begin < end && begin < m.buckets[b].end && m.inbox->wait(m.gathered(b)))  // errors: wait_params()
-        (void)m.upload(b);
+      if (m.buckets[b].begin < end && begin < m.buckets[b].end)
+        (void)m.inbox->wait(m.gathered(b));  // a failed gather is reported by wait_params()
   };
 }
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "training/inbox.hpp"
-#include "backends/transport/collectives.hpp"
+#include "backends/comm/host_communicator.hpp"
 #include "backends/transport/wait.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
@@ -43,10 +43,12 @@ struct ZeroOptions {
 
 class ZeroChunk {
  public:
-  /// `replicas`: transport ranks of this chunk's data-parallel group; `me` is
-  /// this rank's index in it.
-  static Expected<std::unique_ptr<ZeroChunk>> create(const ExecContext& ctx, GptStage& model, Collectives& collectives,
-                                                     std::vector<int> replicas, int me, OptimizerConfig optimizer,
+  /// `replicas`: this chunk's data-parallel group (its tensors' communicator:
+  /// the gradients' reduce-scatter and the parameters' all-gather); `norms`:
+  /// the same group's host communicator (LAMB's per-tensor norms). Both
+  /// outlive the chunk.
+  static Expected<std::unique_ptr<ZeroChunk>> create(const ExecContext& ctx, GptStage& model, Communicator& replicas,
+                                                     HostCommunicator& norms, OptimizerConfig optimizer,
                                                      ZeroOptions options);
   ~ZeroChunk();
 

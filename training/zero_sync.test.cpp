@@ -82,7 +82,8 @@ TEST_CASE("Z-3, Z-4: reduced shards hold the sums and gathered parameters equal 
           for (std::int64_t i = 0; i < total; ++i) stage->flat_grads().f32()[i] = grad_value(r, i);
           std::vector<int> group;
           for (int k = 0; k < n; ++k) group.push_back(k);
-          auto z = ZeroChunk::create(dev, *stage, coll, group, r, oc, ZeroOptions{700, ""});
+          HostCommunicator replicas(GroupMembers{"data-parallel", group, r}, coll, *t);
+          auto z = ZeroChunk::create(dev, *stage, replicas, replicas, oc, ZeroOptions{700, ""});
           if (!z) {
             errors[static_cast<std::size_t>(r)] = z.error().message;
             return;
@@ -129,7 +130,8 @@ TEST_CASE("a bucket whose gradients never became final is an error, not a hang",
   auto fabric = LocalFabric::create(1);
   auto t = fabric->endpoint(0);
   Collectives coll(*t);
-  auto z = std::move(*ZeroChunk::create(dev, *stage, coll, {0}, 0, {}, ZeroOptions{700, ""}));
+  HostCommunicator alone(GroupMembers{"data-parallel", {0}, 0}, coll, *t);
+  auto z = std::move(*ZeroChunk::create(dev, *stage, alone, alone, {}, ZeroOptions{700, ""}));
   auto ready = z->grads_ready();
   ready(stage->flat_grads().numel() - 10, stage->flat_grads().numel(), *dev.ctx.stream.record());
   auto st = z->wait_grads();

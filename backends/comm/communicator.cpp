@@ -3,8 +3,6 @@
 
 #include <set>
 
-#include "backends/transport/collectives.hpp"
-
 namespace troupe {
 
 Status validate(const GroupMembers& g) {
@@ -18,10 +16,6 @@ Status validate(const GroupMembers& g) {
     if (!seen.insert(r).second) return make_error("group ", g.name, ": rank ", std::to_string(r), " appears twice");
   }
   return Status::success();
-}
-
-std::pair<std::size_t, std::size_t> comm_chunk(std::size_t count, int n, int i) {
-  return Collectives::chunk(count, n, i);
 }
 
 Status Communicator::check_collective(const Tensor& t, const char* op, bool host_memory) const {

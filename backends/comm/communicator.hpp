@@ -24,7 +24,9 @@
 //       after abort() returns no operation writes into a tensor any more.
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/device.hpp"
@@ -101,7 +103,10 @@ class Communicator {
 };
 
 /// Element range [begin, end) of member i's chunk when `count` is split over
-/// n members (the same split on every path).
-std::pair<std::size_t, std::size_t> comm_chunk(std::size_t count, int n, int i);
+/// n members (the same split on every path and in the ring collectives).
+inline std::pair<std::size_t, std::size_t> comm_chunk(std::size_t count, int n, int i) {
+  const auto un = static_cast<std::size_t>(n), ui = static_cast<std::size_t>(i);
+  return {count * ui / un, count * (ui + 1) / un};
+}
 
 }  // namespace troupe

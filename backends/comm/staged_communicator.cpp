@@ -58,7 +58,7 @@ StagedCommunicator::StagedCommunicator(GroupMembers members, Collectives& collec
       pool_(PinnedPool::create(device)),
       worker_("troupe.staged") {}
 
-StagedCommunicator::~StagedCommunicator() { abort(); }
+StagedCommunicator::~StagedCommunicator() { worker_.drain(); }
 
 void StagedCommunicator::abort() {
   host_.abort();   // no transfer writes into a pinned buffer any more; their completions have failed

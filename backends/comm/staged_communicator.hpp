@@ -42,7 +42,8 @@ class StagedCommunicator final : public Communicator {
   static Expected<std::unique_ptr<StagedCommunicator>> create(GroupMembers members, Collectives& collectives,
                                                               Transport& transport, Device& device,
                                                               StagedOptions options = {});
-  /// Aborts what is in flight (abort()) first.
+  /// Operations still in flight must have completed or been aborted (as the
+  /// ring collectives'); uploads still queued finish first.
   ~StagedCommunicator() override;
 
   CommPath path() const override { return CommPath::staged; }

@@ -154,7 +154,13 @@ Expected<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
   TROUPE_CUDA_TRY(cudaSetDevice(index), index);
   cudaDeviceProp prop{};
   TROUPE_CUDA_TRY(cudaGetDeviceProperties(&prop, index), index);
-  d->info_ = CudaDeviceInfo{prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem};
+  d->info_ = CudaDeviceInfo{prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem, "GPU-"};
+  for (char byte : prop.uuid.bytes) {
+    constexpr const char* kHex = "0123456789abcdef";
+    const auto b = static_cast<unsigned char>(byte);
+    d->info_.uuid.push_back(kHex[b >> 4]);
+    d->info_.uuid.push_back(kHex[b & 15]);
+  }
   TROUPE_CUDA_TRY(cudaDeviceGetDefaultMemPool(&d->pool_, index), index);
   // Freed memory stays in the pool for the next allocation instead of going
   // back to the driver at each synchronization.

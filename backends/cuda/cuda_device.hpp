@@ -65,6 +65,7 @@ struct CudaDeviceInfo {
   int major = 0, minor = 0;  ///< compute capability
   int sms = 0;
   std::size_t memory_bytes = 0;
+  std::string uuid;  ///< "GPU-" and the driver's 16-byte UUID in hex: unique across hosts
 };
 
 class CudaDevice final : public Device {

@@ -10,6 +10,8 @@
 //   the sender knows (CL-6).
 #include "backends/transport/collectives.hpp"
 
+#include "backends/comm/communicator.hpp"
+
 #include "backends/transport/add_into.hpp"
 #include "backends/shared_bytes.hpp"
 #include "backends/transport/shm_staging.hpp"
@@ -643,10 +645,7 @@ void Collectives::restart_sequences() {
   remote_->forget_all();
 }
 
-std::pair<std::size_t, std::size_t> Collectives::chunk(std::size_t count, int n, int i) {
-  const auto un = static_cast<std::size_t>(n), ui = static_cast<std::size_t>(i);
-  return {count * ui / un, count * (ui + 1) / un};
-}
+std::pair<std::size_t, std::size_t> Collectives::chunk(std::size_t count, int n, int i) { return comm_chunk(count, n, i); }
 
 // Collective tags have bit 39 set; point-to-point users keep to bits 0-38.
 // The group's hash in the middle bits keeps different groups' tags apart even

@@ -19,10 +19,6 @@
 
 namespace troupe {
 
-/// Tags with this bit belong to collectives; point-to-point traffic on the same
-/// transport must use tags below it.
-inline constexpr Tag kCollectiveTagBit = Tag{1} << 39;
-
 struct ScratchPool;
 struct RemotePeers;
 class StagingPool;

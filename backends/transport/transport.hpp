@@ -19,6 +19,9 @@ namespace troupe {
 /// User tags use the low 40 bits; the transport encodes the sender's rank above them.
 using Tag = std::uint64_t;
 inline constexpr Tag kMaxTag = (Tag{1} << 40) - 1;
+/// Tags with this bit belong to collectives; point-to-point traffic on the same
+/// transport must use tags below it.
+inline constexpr Tag kCollectiveTagBit = Tag{1} << 39;
 
 /// Called exactly once per operation: success, or an error naming the peer.
 using Completion = std::function<void(Status)>;

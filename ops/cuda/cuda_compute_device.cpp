@@ -8,6 +8,9 @@
 #include "backends/cuda/cuda_check.hpp"
 #include "backends/cuda/cuda_device.hpp"
 #include "ops/cuda/cuda_kernels.hpp"
+#ifdef TROUPE_HAVE_NCCL
+#include "ops/cuda/nccl_communicator.hpp"
+#endif
 
 namespace troupe {
 namespace {
@@ -30,6 +33,20 @@ class CudaComputeDevice final : public ComputeDevice {
   }
 
   std::int64_t peak_memory_bytes() const override { return device_->peak_pool_bytes(); }
+
+  std::string hardware_id() const override { return device_->info().uuid; }
+
+#ifdef TROUPE_HAVE_NCCL
+  Expected<std::string> nccl_unique_id() override { return troupe::nccl_unique_id(); }
+  Expected<std::unique_ptr<Communicator>> nccl_communicator(GroupMembers members, const std::string& unique_id,
+                                                            std::chrono::milliseconds bound) override {
+    return open_nccl_communicator(*device_, std::move(members), unique_id, bound);
+  }
+#else
+  Expected<std::string> nccl_unique_id() override {
+    return make_error("this build of troupe has no NCCL (nccl.h was not found when it was built)");
+  }
+#endif
 
   // The best of 5 GEMMs of n^3 in the context's precision on this GPU
   // (fp32: 4096; bf16, which needs a larger problem to reach its rate:

@@ -9,9 +9,11 @@
 
 namespace troupe {
 
-/// Changes whenever a type crossing the module boundary changes shape.
+/// Changes whenever a type crossing the module boundary changes shape (the
+/// base whenever an interface's virtual functions change: 2: Device::create_stream;
+/// 3: ComputeDevice's hardware_id and NCCL communicators).
 inline constexpr unsigned long kCudaModuleAbi =
-    1000000ul + sizeof(DeviceChoice) * 10000ul + sizeof(ExecContext) * 100ul + sizeof(Tensor);
+    3000000ul + sizeof(DeviceChoice) * 10000ul + sizeof(ExecContext) * 100ul + sizeof(Tensor);
 
 /// The module's file name.
 inline constexpr const char* kCudaModuleName = "libtroupe_cuda.so";

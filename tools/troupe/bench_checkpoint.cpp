@@ -79,6 +79,7 @@ struct OneActor {
   Collectives collectives{*transport};
   StagePlan plan;
   MicroBatch batch;
+  std::unique_ptr<ProcessGroups> groups;  // before the state: its collectives run over them
   std::unique_ptr<StageState> state;
   LrSchedule lrs;
 
@@ -97,9 +98,11 @@ struct OneActor {
     }
     StageLinks links;
     links.transport = transport.get();
-    links.stage_ranks = {0};
     links.batch = [this](int, int) -> Expected<MicroBatch> { return batch; };
-    auto st = StageState::build(StageStateArgs{&compute->context(), &collectives, &plan, 0, links, ""});
+    auto g = ProcessGroups::build(ProcessGroupArgs{&plan, 0, &collectives, transport.get(), compute.get()});
+    if (!g) return g.error();
+    groups = std::move(*g);
+    auto st = StageState::build(StageStateArgs{&compute->context(), groups.get(), &plan, 0, links, ""});
     if (!st) return st.error();
     state = std::move(*st);
     return Status::success();
