@@ -133,7 +133,7 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
   }
   // One group: its host communicator and, where device memory is not the
   // host's, its device path.
-  auto build_one = [&](const GroupMembers& m) -> Expected<std::unique_ptr<ProcessGroup>> {
+  auto build_one = [&](const GroupMembers& m, bool transfers) -> Expected<std::unique_ptr<ProcessGroup>> {
     auto host = host_of(m);
     if (!host) return host.error();
     if (device.host_accessible()) return std::make_unique<ProcessGroup>(std::move(*host), nullptr, "");
@@ -144,6 +144,8 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
       why = "one member: nothing moves";
     } else if (choice == "staged") {
       why = "parallel.device_transport = \"staged\"";
+    } else if (transfers) {  // NC-2
+      why = "its receives are posted ahead of their sends, which NCCL would match in another order";
     } else if (a.device->hardware_id().empty()) {
       why = "NCCL needs train.device = \"cuda\"";
     } else if (!shared.empty()) {
@@ -154,7 +156,7 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
       comm = std::move(nccl->comm);
       why = comm ? "every member has a GPU of its own" : nccl->why_not;
     }
-    if (!comm && choice == "nccl" && m.ranks.size() > 1)
+    if (!comm && choice == "nccl" && m.ranks.size() > 1 && !transfers)
       return make_error("parallel.device_transport = \"nccl\": the ", m.name, " group ", members_text(m),
                         " cannot use NCCL: ", why, " (use \"auto\" or \"staged\")");
     if (!comm) {
@@ -164,12 +166,17 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
     }
     return std::make_unique<ProcessGroup>(std::move(*host), std::move(comm), std::move(why));
   };
-  for (auto [members, into] : {std::pair{&layout.data_parallel, &g->dp_}, std::pair{&layout.tensor_parallel, &g->tp_},
-                               std::pair{&layout.pipeline, &g->pp_}, std::pair{&layout.tied, &g->tied_}}) {
-    if (members->ranks.empty()) continue;  // PG-2
-    auto built = build_one(*members);
+  struct Wanted {
+    const GroupMembers* members;
+    std::unique_ptr<ProcessGroup>* into;
+    bool transfers;  // point-to-point (the pipeline's activations) rather than collectives
+  };
+  for (const Wanted& w : {Wanted{&layout.data_parallel, &g->dp_, false}, Wanted{&layout.tensor_parallel, &g->tp_, false},
+                          Wanted{&layout.pipeline, &g->pp_, true}, Wanted{&layout.tied, &g->tied_, false}}) {
+    if (w.members->ranks.empty()) continue;  // PG-2
+    auto built = build_one(*w.members, w.transfers);
     if (!built) return built.error();
-    *into = std::move(*built);
+    *w.into = std::move(*built);
   }
   g->world_ = std::make_unique<ProcessGroup>(std::move(*world), nullptr, "");
   return g;

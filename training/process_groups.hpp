@@ -13,7 +13,10 @@
 //      facts every member exchanged: which members share a GPU, whether
 //      NCCL initialised on all of them);
 // PG-2 the tied group exists only on the first and last stage of a replica
-//      whose embedding and head are on different stages.
+//      whose embedding and head are on different stages;
+// PG-3 the pipeline group's transfers stay off NCCL (NC-2: the stage runner
+//      posts a step's receives before any send, NCCL matches in issue
+//      order); parallel.device_transport = "nccl" concerns the collectives.
 #pragma once
 
 #include <chrono>

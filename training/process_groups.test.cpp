@@ -1,4 +1,4 @@
-// PG-1, PG-2: each actor's groups from the topology (data-parallel,
+// PG-1 … PG-3: each actor's groups from the topology (data-parallel,
 // pipeline, the tied embedding's ends, the world), and the device path every
 // member of a group agrees on: host where the host reads device memory;
 // staged where members share a GPU, NCCL is missing or asked against; NCCL
@@ -143,6 +143,7 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
       CHECK((*g)->data_parallel().path() == CommPath::nccl);
       CHECK((*g)->tied()->path() == CommPath::nccl);
       CHECK((*g)->tensor_parallel().path() == CommPath::staged);  // one member: nothing moves
+      CHECK((*g)->pipeline().path() == CommPath::staged);         // PG-3
     }
   }
   SECTION("replicas on one GPU, stages on two") {
