@@ -1,11 +1,14 @@
 // GPU jobs through the CLI, Skipped where no GPU answers: stage actors sharing
-// one GPU train as one actor with the whole batch does, for every schedule; a
+// one GPU train as one actor with the whole batch does, for every schedule;
+// over two node processes, through the staged communicators, they train as
+// in one, bit for bit, and a killed node is replaced bit for bit; a
 // checkpoint moves between the GPU and the CPU; bf16 ends where fp32 does.
 #include <catch2/catch.hpp>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "tests/recovery_job.hpp"
 #include "tests/test_support.hpp"
 
 namespace troupe::testing {
@@ -85,6 +88,39 @@ TEST_CASE("on one GPU, pp 2 x dp 2 stage actors train as one with the whole batc
   require_close(job.losses("launch --nodes 2", "--set parallel.pp=2 --set parallel.dp=2 "
                                                "--set parallel.stage_actor=troupe.gpt_stage"),
                 want, 1e-5);
+}
+
+TEST_CASE("PG-1 on one GPU: two node processes over the staged communicators train as one process, bit for bit",
+          "[gpu][pipeline][comm]") {
+  GpuJob job("gpu_staged", 60000, kSmall);
+  job.skip_without_gpu();
+  const std::string layout = "--set parallel.pp=2 --set parallel.dp=2 --set parallel.stage_actor=troupe.gpt_stage";
+  const auto one = job.losses("train", layout);
+  const auto two = job.losses("launch --nodes 2", layout);
+  CHECK(two == one);  // CM-1: the same groups, paths and sizes in both
+  CHECK(job.last_err.find("communicators: data-parallel group (stage actors 0 1): staged (stage actors 0 and 1 share "
+                          "one GPU") != std::string::npos);
+  const auto forced = job.losses("launch --nodes 2", layout + " --set parallel.device_transport=staged");
+  CHECK(forced == one);
+}
+
+TEST_CASE("a GPU job's killed node is restarted and restored from its buddy copies, bit for bit", "[gpu][recovery]") {
+  ScratchDir dir("gpu_recovery");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
+  const std::string gpu = "--set train.device=cuda ";
+  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", gpu));
+  if (clean.exit_code != 0 && clean.err.find("train.device = \"cuda\"") != std::string::npos)
+    skip("no GPU here: " + clean.err.substr(0, clean.err.find('\n')));
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
+  const int step = random_step(2, 10);
+  INFO("killed at step " << step);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
+                           gpu + "--fault kind=kill,node=1,step=" + std::to_string(step)));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  CHECK(killed.err.find("from its buddy copies on node 0") != std::string::npos);
+  check_fault_free(dir, "kill");
 }
 
 TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the other way round", "[gpu][checkpoint]") {
