@@ -2,20 +2,22 @@
 # On the GPU machine, from the repository root, after scripts/gpu_bundle.sh
 # here: unpacks .gpu/bundle.tar.xz, runs every CUDA test, the kernel tests
 # again under compute-sanitizer (memcheck; racecheck for attention), then
-# `troupe bench ops --device cuda` and `troupe bench step --device cuda
+# `troupe bench collectives --device cuda` (the staged path between two
+# processes on the one GPU, NCCL where there are more), `troupe bench ops
+# --device cuda` and `troupe bench step --device cuda
 # --pytorch` on small.toml and GPT-2 124M, and a short training run on the
 # GPU. Into $OUT (5 files): steps.log, cuda_test.log, sanitizer.log,
 # bench.jsonl (one line per benchmark as it finishes: {"step", "result"}) and
 # report.json (every step's exit status and time, the benchmarks, written at
 # the end). Each step is bounded; the whole check takes under 8 minutes.
 # `scripts/gpu_check.sh STEP...` runs the named steps in the order named
-# (cuda_test gpu_jobs memcheck racecheck bench_ops bench_ops_bf16 bench_small
-# bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny): the ones that
+# (cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16
+# bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny): the ones that
 # matter first, where device time may run out. For a quick look: PEER=none
 # leaves PyTorch out of the step benchmarks; GPU_JOBS="spec" runs only the
 # gpu_jobs tests that Catch2 spec names.
 set -uo pipefail
-STEPS=${*:-cuda_test gpu_jobs memcheck racecheck bench_ops bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny}
+STEPS=${*:-cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny}
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_report}
 mkdir -p "$OUT"
@@ -64,7 +66,7 @@ for step in $STEPS; do
   case $step in
     cuda_test) run cuda_test 120 "$B/cuda_test.log" "$B/bin/cuda_test" --durations yes
       cat "$B/cuda_test.log" >> "$OUT/cuda_test.log" ;;
-    gpu_jobs) run gpu_jobs 240 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" "$B/bin/gpu_jobs_test" \
+    gpu_jobs) run gpu_jobs 300 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" "$B/bin/gpu_jobs_test" \
         --durations yes ${GPU_JOBS:+"$GPU_JOBS"}
       cat "$B/gpu_jobs.log" >> "$OUT/cuda_test.log" ;;
     memcheck) run memcheck 120 "$B/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/bin/cuda_test" \
@@ -83,6 +85,8 @@ for step in $STEPS; do
         $(peer eager,compile) --steps 10 --warmup 3 ;;
     bench_gpt2_bf16) bench bench_gpt2_bf16 150 "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
         --precision bf16 $(peer eager,compile) --steps 10 --warmup 3 ;;
+    bench_comm) bench bench_comm 120 "$T" bench collectives --nodes 2 --device cuda --no-gloo --repetitions 3 \
+        --sizes 1048576 --sizes 16777216 --sizes 67108864 ;;
     train_tiny) run train_tiny 60 "$B/train.log" "$T" train examples/configs/tiny.toml --set train.device='"cuda"' \
         --set train.steps=100 --set data.train="$B/data/train.bin" --set data.val="$B/data/val.bin" \
         --metrics "$B/metrics.jsonl" ;;
@@ -99,7 +103,7 @@ for line in open(os.path.join(b, "status.txt")):
     n, r, s = line.split()
     report["steps"][n] = {"exit": int(r), "seconds": int(s)}
     rcs.append(r)
-for n in ("bench_ops", "bench_ops_bf16", "bench_small", "bench_small_bf16", "bench_gpt2", "bench_gpt2_bf16"):
+for n in ("bench_comm", "bench_ops", "bench_ops_bf16", "bench_small", "bench_small_bf16", "bench_gpt2", "bench_gpt2_bf16"):
     if n not in report["steps"]:
         continue
     try:

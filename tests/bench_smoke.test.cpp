@@ -167,6 +167,33 @@ TEST_CASE("bench collectives --buffers private: staged through slots, and a buff
   CHECK(refused.err.find("--buffers") != std::string::npos);
 }
 
+TEST_CASE("bench collectives --device: the group's device path beside the host rings and the pinned copy", "[bench][collectives][device]") {
+  // CPU memory that says it is a device's: the staged path, as processes sharing one GPU take it.
+  const auto r = run("TROUPE_CPU_AS_DEVICE=1 timeout 300 " + troupe_bin() +
+                     " bench collectives --nodes 2 --sizes 65536 --sizes 67108864 --repetitions 2 --no-gloo --device cpu");
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["device"]["kind"] == "cpu");
+  const auto& run0 = j["runs"][0];
+  CHECK(run0["device"]["path"] == "staged");
+  CHECK(run0["device"]["why"] == "NCCL needs train.device = \"cuda\"");
+  for (const auto& row : run0["results"]) {
+    const auto& d = row["device"];
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+      INFO(op);
+      CHECK(d[op]["busbw_GBps"]["n"] == 2);
+      CHECK(figure(d[op]["busbw_GBps"]["min"]));
+    }
+    CHECK(figure(d["machine_pinned_copy_GBps"]["min"]));
+    REQUIRE(d["all_reduce_over_min_copy_and_host"]["each"].size() == 2);
+  }
+  CHECK(j["goals_met"].contains("device_all_reduce_ge_0.7_of_min_copy_and_host"));  // judged at 64 MiB
+  const auto refused = run("timeout 60 " + troupe_bin() + " bench collectives --device tpu");
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.err.find("--device") != std::string::npos);
+}
+
 TEST_CASE("bench collectives --across-hosts: each process count also runs with a namespace per rank, over TCP, reported but not judged",
           "[bench][collectives][netns]") {
   const auto j = bench("collectives --nodes 2 --sizes 1048576 --repetitions 1 --no-gloo --across-hosts");

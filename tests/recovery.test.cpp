@@ -184,6 +184,28 @@ TEST_CASE("past recovery.max_failures_per_hour the next failure ends the job, sa
   CHECK(r.err.find("verdict actor_exception: node 1, stage actor 2") != std::string::npos);
 }
 
+TEST_CASE("CM-3: through the staged communicators, a killed node is restored from its buddy copies, bit for bit",
+          "[recovery][comm]") {
+  // CPU memory that says it is a device's: every group on the staged path
+  // (pinned copies, copy workers), as stage actors sharing a GPU; aborted
+  // and rebuilt with the new generation.
+  ScratchDir dir("recstaged");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 10);
+  const std::string staged = "TROUPE_CPU_AS_DEVICE=1 ";
+  auto clean = run(staged + launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", ""));
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
+  CHECK(clean.err.find("communicators: data-parallel group (stage actors 0 1): staged") != std::string::npos);
+  const int step = random_step(2, 8);
+  INFO("killed at step " << step);
+  auto killed = run(staged + launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
+                                    "--fault kind=kill,node=1,step=" + std::to_string(step)));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  CHECK(killed.err.find("from its buddy copies on node 0") != std::string::npos);
+  check_fault_free(dir, "kill");
+}
+
 TEST_CASE("a killed node process is restarted and its actors restored from their buddy copies, bit for bit", "[recovery]") {
   ScratchDir dir("recbuddy");
   // No checkpoint at all: the new process's state comes from node 0's memory (recovery.buddy, on by default).

@@ -2,12 +2,9 @@
 // path: host where the host reads device memory, else staged or NCCL.
 #include "training/process_groups.hpp"
 
-#include <cstring>
 #include <numeric>
 
-#include "backends/comm/staged_communicator.hpp"
-#include "backends/transport/wait.hpp"
-#include "common/hash.hpp"
+#include "training/device_path.hpp"
 
 namespace troupe {
 
@@ -29,91 +26,6 @@ GroupLayout group_layout(const StagePlan& plan, int rank) {
   return g;
 }
 
-namespace {
-
-std::string members_text(const GroupMembers& g) {
-  std::string s = "(stage actors";
-  for (int r : g.ranks) s.append(" ").append(std::to_string(r));
-  return s.append(")");
-}
-
-// The exchanges while building: bounded, every operation aborted past the bound.
-Status exchange(HostCommunicator& c, std::chrono::milliseconds limit, const std::string& what,
-                const std::function<void(Completion)>& start) {
-  return wait_for(start, limit, c.transport(), what + " (" + c.name() + " group)");
-}
-
-// A GPU's identity as two floats of 24 bits each (exact in f32), summed over
-// the world from a table that is zero except at each rank's own place.
-Expected<std::vector<std::uint64_t>> exchange_identities(HostCommunicator& world, const std::string& id,
-                                                         std::chrono::milliseconds limit) {
-  const std::uint64_t h = id.empty() ? 0 : (fnv1a(id) & 0xffffffffffffull) | 1;  // 0: no identity
-  std::vector<float> table(static_cast<std::size_t>(2 * world.size()), 0.0f);
-  table[static_cast<std::size_t>(2 * world.index())] = static_cast<float>(h >> 24);
-  table[static_cast<std::size_t>(2 * world.index() + 1)] = static_cast<float>(h & 0xffffff);
-  TROUPE_TRY(exchange(world, limit, "the GPU identities' exchange",
-                      [&](Completion c) { world.all_reduce(table.data(), table.size(), std::move(c)); }));
-  std::vector<std::uint64_t> ids(static_cast<std::size_t>(world.size()));
-  for (std::size_t r = 0; r < ids.size(); ++r)
-    ids[r] = (static_cast<std::uint64_t>(table[2 * r]) << 24) | static_cast<std::uint64_t>(table[2 * r + 1]);
-  return ids;
-}
-
-// Two members of `g` on one GPU (or without an identity), as "X and Y"; "" if none.
-std::string shared_gpu(const GroupMembers& g, const std::vector<std::uint64_t>& ids) {
-  for (std::size_t a = 0; a < g.ranks.size(); ++a)
-    for (std::size_t b = a + 1; b < g.ranks.size(); ++b) {
-      const std::uint64_t ia = ids[static_cast<std::size_t>(g.ranks[a])], ib = ids[static_cast<std::size_t>(g.ranks[b])];
-      if (ia == 0 || ia == ib)
-        return "stage actors " + std::to_string(g.ranks[a]) + " and " + std::to_string(g.ranks[b]);
-    }
-  return "";
-}
-
-// NCCL over `g`: member 0's unique id broadcast over the host ring (a flag
-// float, then the id's bytes), each member's communicator, then whether every
-// member has one (PG-1: all fall back together). Null with the reason if not.
-struct NcclAttempt {
-  std::unique_ptr<Communicator> comm;
-  std::string why_not;
-};
-Expected<NcclAttempt> try_nccl(HostCommunicator& host, ComputeDevice& device, std::chrono::milliseconds limit) {
-  constexpr std::size_t kIdFloats = 64;  // room for NCCL's 128-byte id and its length
-  std::vector<float> message(1 + kIdFloats, 0.0f);
-  std::string why_not = "NCCL did not start on stage actor " + std::to_string(host.rank_at(0));
-  if (host.index() == 0) {
-    auto id = device.nccl_unique_id();
-    if (id && id->size() <= (kIdFloats - 1) * sizeof(float)) {
-      message[0] = 1;
-      message[1] = static_cast<float>(id->size());
-      std::memcpy(message.data() + 2, id->data(), id->size());
-    } else {
-      why_not = id ? "NCCL's unique id is larger than expected" : id.error().message;
-    }
-  }
-  TROUPE_TRY(exchange(host, limit, "the NCCL id's broadcast",
-                      [&](Completion c) { host.broadcast(message.data(), message.size(), 0, std::move(c)); }));
-  NcclAttempt out;
-  float ok = 0;
-  if (message[0] == 1) {
-    const std::string id(reinterpret_cast<const char*>(message.data() + 2), static_cast<std::size_t>(message[1]));
-    auto comm = device.nccl_communicator(GroupMembers{host.name(), host.ranks(), host.index()}, id, limit);
-    if (comm) out.comm = std::move(*comm), ok = 1;
-    else why_not = comm.error().message;
-  }
-  TROUPE_TRY(exchange(host, limit, "the NCCL start's agreement",
-                      [&](Completion c) { host.all_reduce(&ok, 1, std::move(c)); }));
-  if (static_cast<int>(ok) != host.size()) {
-    out.comm.reset();  // destroyed: aborted, as the others' are
-    out.why_not = message[0] == 1 && why_not.rfind("NCCL did not start", 0) == 0
-                      ? "NCCL did not start on every member"
-                      : why_not;
-  }
-  return out;
-}
-
-}  // namespace
-
 Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroupArgs& a) {
   const GroupLayout layout = group_layout(*a.plan, a.rank);
   auto host_of = [&](const GroupMembers& m) -> Expected<std::unique_ptr<HostCommunicator>> {
@@ -127,7 +39,7 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
   const std::string& choice = a.plan->job.parallel.device_transport;
   std::vector<std::uint64_t> ids;
   if (!device.host_accessible()) {  // PG-1: a job-wide fact, so every rank exchanges or none does
-    auto exchanged = exchange_identities(**world, a.device->hardware_id(), a.limit);
+    auto exchanged = exchange_gpu_identities(**world, *a.device, a.limit);
     if (!exchanged) return exchanged.error();
     ids = std::move(*exchanged);
   }
@@ -137,34 +49,10 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
     auto host = host_of(m);
     if (!host) return host.error();
     if (device.host_accessible()) return std::make_unique<ProcessGroup>(std::move(*host), nullptr, "");
-    std::string why;
-    std::unique_ptr<Communicator> comm;
-    const std::string shared = shared_gpu(m, ids);
-    if (m.ranks.size() == 1) {
-      why = "one member: nothing moves";
-    } else if (choice == "staged") {
-      why = "parallel.device_transport = \"staged\"";
-    } else if (transfers) {  // NC-2
-      why = "its receives are posted ahead of their sends, which NCCL would match in another order";
-    } else if (a.device->hardware_id().empty()) {
-      why = "NCCL needs train.device = \"cuda\"";
-    } else if (!shared.empty()) {
-      why = shared + " share one GPU (NCCL refuses two ranks on one GPU)";
-    } else {
-      auto nccl = try_nccl(**host, *a.device, a.limit);
-      if (!nccl) return nccl.error();
-      comm = std::move(nccl->comm);
-      why = comm ? "every member has a GPU of its own" : nccl->why_not;
-    }
-    if (!comm && choice == "nccl" && m.ranks.size() > 1 && !transfers)
-      return make_error("parallel.device_transport = \"nccl\": the ", m.name, " group ", members_text(m),
-                        " cannot use NCCL: ", why, " (use \"auto\" or \"staged\")");
-    if (!comm) {
-      auto staged = StagedCommunicator::create(m, *a.collectives, *a.transport, device);
-      if (!staged) return staged.error();
-      comm = std::move(*staged);
-    }
-    return std::make_unique<ProcessGroup>(std::move(*host), std::move(comm), std::move(why));
+    auto path = open_device_path(DevicePathRequest{host->get(), a.device, a.collectives, a.transport, choice, &ids,
+                                                   transfers, a.limit});
+    if (!path) return path.error();
+    return std::make_unique<ProcessGroup>(std::move(*host), std::move(path->comm), std::move(path->why));
   };
   struct Wanted {
     const GroupMembers* members;

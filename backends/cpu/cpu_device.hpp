@@ -43,6 +43,9 @@ class CpuDevice final : public Device {
   Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) override;
   /// A findable SharedBytes region (CL-5), page-aligned.
   Expected<std::shared_ptr<Buffer>> allocate_host_shared(std::size_t bytes) override;
+  /// Host memory needs no pinning: the same findable region, so the host
+  /// rings lend a staged transfer's buffer in place (CL-5) as the trainer's.
+  Expected<std::shared_ptr<Buffer>> allocate_pinned_host(std::size_t bytes) override { return allocate_host_shared(bytes); }
   bool host_accessible() const override { return !as_device_memory_; }
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
   Status fill_zero(void* dst, std::size_t bytes, Stream& s) override;

@@ -13,12 +13,16 @@
 #include <memory>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <thread>
 
+#include "backends/comm/host_communicator.hpp"
 #include "backends/host_memory.hpp"
 #include "backends/tensor.hpp"
 #include "backends/transport/collectives.hpp"
+#include "ops/compute_device.hpp"
+#include "training/device_path.hpp"
 #include "runtime/local_ranks.hpp"
 #include "runtime/veth_hosts.hpp"
 #include "tools/troupe/bench_figures.hpp"
@@ -94,11 +98,10 @@ Expected<MachineNow> probe_machine(UcxTransport& t, Collectives& coll, const std
 // machine's round trip before the size and the vCPU time stolen while its ops
 // ran. Returns rows [{bytes, machine_round_trip_ns, machine_steal_ms, op:
 // {time_us, busbw_GBps}}].
-Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device& device,
+Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, HostCommunicator& host, Device& device,
                                       const std::vector<std::size_t>& sizes, Sharing sharing,
                                       const std::vector<int>& cores) {
-  std::vector<int> group(static_cast<std::size_t>(t.size()));
-  std::iota(group.begin(), group.end(), 0);
+  const std::vector<int>& group = host.ranks();
   const int n = t.size();
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) {
@@ -115,13 +118,14 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
       row["machine_all_reduce_GBps"] =
           static_cast<double>(bytes) / machine->all_reduce_s * Collectives::all_reduce_bus_factor(n) / 1e9;
     const double steal_before = stolen_ms();
+    // Through the group's host communicator, as the trainer's groups run them.
     const std::vector<OpDef> ops = {
         {"all_reduce", Collectives::all_reduce_bus_factor(n),
-         [&](Completion c) { coll.all_reduce(group, buf.data(), buf.size(), std::move(c)); }},
+         [&](Completion c) { host.all_reduce(buf.data(), buf.size(), std::move(c)); }},
         {"reduce_scatter", Collectives::gather_bus_factor(n),
-         [&](Completion c) { coll.reduce_scatter(group, buf.data(), buf.size(), std::move(c)); }},
+         [&](Completion c) { host.reduce_scatter(buf.data(), buf.size(), std::move(c)); }},
         {"all_gather", Collectives::gather_bus_factor(n),
-         [&](Completion c) { coll.all_gather(group, buf.data(), buf.size(), std::move(c)); }},
+         [&](Completion c) { host.all_gather(buf.data(), buf.size(), std::move(c)); }},
     };
     // As a waiting actor would: the caller drives the transport (UX-1).
     for (const auto& op : ops) TROUPE_TRY(wait_for(t, op.run));  // warm-up
@@ -166,11 +170,129 @@ Expected<nlohmann::json> measure_pass(UcxTransport& t, Collectives& coll, Device
   return rows;
 }
 
+// The pinned copy's bandwidth at `bytes` on rank 0's device, GB/s: the
+// slower of host-to-device and device-to-host, each the median of 5 copies
+// (the others wait in the barrier meanwhile). 0 on the other ranks.
+Expected<double> pinned_copy_GBps(UcxTransport& t, HostCommunicator& host, ComputeDevice& compute, std::size_t bytes) {
+  auto barrier = [&] {
+    float token = 0;
+    return wait_for(t, [&](Completion c) { host.all_reduce(&token, 1, std::move(c)); });
+  };
+  TROUPE_TRY(barrier());
+  double slower = 0;
+  if (t.rank() == 0) {
+    Device& d = compute.device();
+    Stream& s = compute.stream();
+    auto pinned = d.allocate_pinned_host(bytes);
+    auto on_device = d.allocate(bytes);
+    if (!pinned) return pinned.error();
+    if (!on_device) return on_device.error();
+    double directions[2];
+    for (int dir = 0; dir < 2; ++dir) {
+      std::vector<double> secs;
+      for (int i = 0; i < 5; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        TROUPE_TRY(dir ? d.copy((*on_device)->data(), (*pinned)->data(), bytes, s)
+                       : d.copy((*pinned)->data(), (*on_device)->data(), bytes, s));
+        s.synchronize();
+        secs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      directions[dir] = static_cast<double>(bytes) / median(secs) / 1e9;
+    }
+    slower = std::min(directions[0], directions[1]);
+  }
+  TROUPE_TRY(barrier());
+  return slower;
+}
+
+// One pass of the device path at every size: each op through `path` on the
+// device's memory, timed as measure_pass times the host's (the slowest rank,
+// between barriers), and the pinned copy beside it. Rows [{bytes,
+// device_<op>: {time_us, busbw_GBps}, machine_pinned_copy_GBps}].
+Expected<nlohmann::json> measure_device_pass(UcxTransport& t, HostCommunicator& host, Communicator& path,
+                                             ComputeDevice& compute, const std::vector<std::size_t>& sizes) {
+  const int n = t.size();
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t bytes : sizes) {
+    auto tensor = Tensor::zeros(compute.device(), {static_cast<std::int64_t>(std::max<std::size_t>(1, bytes / sizeof(float)))});
+    if (!tensor) return tensor.error();
+    compute.stream().synchronize();
+    auto copy = pinned_copy_GBps(t, host, compute, bytes);
+    if (!copy) return copy.error();
+    nlohmann::json row = {{"bytes", bytes}};
+    if (t.rank() == 0) row["machine_pinned_copy_GBps"] = *copy;
+    Stream& s = compute.stream();
+    const std::vector<OpDef> ops = {
+        {"device_all_reduce", Collectives::all_reduce_bus_factor(n),
+         [&](Completion c) { path.all_reduce(*tensor, s, std::move(c)); }},
+        {"device_reduce_scatter", Collectives::gather_bus_factor(n),
+         [&](Completion c) { path.reduce_scatter(*tensor, s, std::move(c)); }},
+        {"device_all_gather", Collectives::gather_bus_factor(n),
+         [&](Completion c) { path.all_gather(*tensor, s, std::move(c)); }},
+    };
+    for (const auto& op : ops) TROUPE_TRY(wait_for(t, op.run));  // warm-up (and the pinned pool's buffers)
+    std::vector<std::vector<double>> times(ops.size());
+    std::vector<float> rank_seconds(static_cast<std::size_t>(n));
+    for (int i = 0; i < std::min(iterations_for(bytes), 200); ++i)
+      for (std::size_t o = 0; o < ops.size(); ++o) {
+        float token = 0;
+        TROUPE_TRY(wait_for(t, [&](Completion c) { host.all_reduce(&token, 1, std::move(c)); }));
+        const auto t0 = std::chrono::steady_clock::now();
+        TROUPE_TRY(wait_for(t, ops[o].run));
+        const double mine = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fill(rank_seconds.begin(), rank_seconds.end(), 0.0f);
+        rank_seconds[static_cast<std::size_t>(t.rank())] = static_cast<float>(mine);
+        TROUPE_TRY(wait_for(t, [&](Completion c) { host.all_reduce(rank_seconds.data(), rank_seconds.size(), std::move(c)); }));
+        times[o].push_back(*std::max_element(rank_seconds.begin(), rank_seconds.end()));
+      }
+    for (std::size_t o = 0; o < ops.size(); ++o) {
+      const double secs = median(times[o]);
+      row[ops[o].name] = {{"time_us", secs * 1e6},
+                          {"busbw_GBps", static_cast<double>(bytes) / secs * ops[o].factor / 1e9}};
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+// The device each rank opens for --device, and the group's path on it.
+struct DeviceGroup {
+  std::unique_ptr<ComputeDevice> compute;
+  std::unique_ptr<Communicator> path;
+  std::string why;
+};
+Expected<std::optional<DeviceGroup>> open_device_group(UcxTransport& t, Collectives& coll, HostCommunicator& host,
+                                                       const std::string& kind) {
+  if (kind.empty()) return std::optional<DeviceGroup>();
+  DeviceChoice choice;
+  choice.kind = kind == "cuda" ? DeviceKind::cuda : DeviceKind::cpu;
+  choice.local_rank = t.rank();
+  auto compute = ComputeDevice::open(choice);
+  if (!compute) return make_error("--device ", kind, ": ", compute.error().message);
+  DeviceGroup g;
+  g.compute = std::move(*compute);
+  if (g.compute->device().host_accessible()) {
+    g.why = "the host reads this device's memory: the host rings";
+    return std::optional<DeviceGroup>(std::move(g));
+  }
+  constexpr std::chrono::milliseconds kLimit{60000};
+  auto ids = exchange_gpu_identities(host, *g.compute, kLimit);
+  if (!ids) return ids.error();
+  auto opened = open_device_path(DevicePathRequest{&host, g.compute.get(), &coll, &t, "auto", &*ids, false, kLimit});
+  if (!opened) return opened.error();
+  g.path = std::move(opened->comm);
+  g.why = opened->why;
+  return std::optional<DeviceGroup>(std::move(g));
+}
+
 // Repetitions passes in one set of processes: rows [{bytes, op: [{time_us, busbw_GBps}, ...]}].
 // `cores`: rank r's core (as run_ranks pins it), for the machine's figures.
 Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>& sizes, int repetitions, Sharing sharing,
-                                 const std::vector<int>& cores) {
+                                 const std::vector<int>& cores, const std::string& device_kind) {
   Collectives coll(t);
+  std::vector<int> everyone(static_cast<std::size_t>(t.size()));
+  std::iota(everyone.begin(), everyone.end(), 0);
+  HostCommunicator host(GroupMembers{"bench", everyone, t.rank()}, coll, t);
   Device& device = host_memory();  // the buffers' allocator
   // Untimed: 1 MiB all-reduces for at least 200 ms (right after connecting,
   // transfers ran several times slower for about the first 100 ms; see bench
@@ -188,16 +310,29 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
       more = buf[0] == 0;
     }
   }
+  auto on_device = open_device_group(t, coll, host, device_kind);
+  if (!on_device) return on_device.error();
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t bytes : sizes) rows.push_back({{"bytes", bytes}});
   for (int r = 0; r < repetitions; ++r) {
-    auto pass = measure_pass(t, coll, device, sizes, sharing, cores);
+    auto pass = measure_pass(t, coll, host, device, sizes, sharing, cores);
     if (!pass) return pass.error();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       for (const char* op : kOps) rows[i][op].push_back((*pass)[i][op]);
       for (const char* machine : {"machine_round_trip_ns", "machine_steal_ms", "machine_all_reduce_GBps"})
         if ((*pass)[i].contains(machine)) rows[i][machine].push_back((*pass)[i][machine]);
     }
+    if (!*on_device || !(*on_device)->path) continue;
+    auto dev = measure_device_pass(t, host, *(*on_device)->path, *(*on_device)->compute, sizes);
+    if (!dev) return dev.error();
+    for (std::size_t i = 0; i < sizes.size(); ++i)
+      for (const auto& [key, value] : (*dev)[i].items())
+        if (key != "bytes") rows[i][key].push_back(value);
+  }
+  if (*on_device && !rows.empty()) {  // rank 0's answer carries the path, for the report
+    rows[0]["device_path"] = (*on_device)->path ? comm_path_name((*on_device)->path->path()) : "host";
+    rows[0]["device_path_why"] = (*on_device)->why;
+    rows[0]["device"] = (*on_device)->compute->describe();
   }
   return rows;
 }
@@ -244,6 +379,32 @@ nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes, const 
   return j;
 }
 
+// The device path's figures at one size: each op's spread, the pinned copy's
+// beside them, and the all-reduce over min(pinned copy, the host ring's
+// all-reduce), repetition by repetition: the goal (>= 0.7 at 64 MiB and up).
+nlohmann::json device_row(const nlohmann::json& raw, const std::vector<double>& host_all_reduce, std::size_t bytes,
+                          nlohmann::json& goals_met) {
+  nlohmann::json dev;
+  for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    const nlohmann::json& cells = raw[std::string("device_") + op];
+    const auto bw = column(cells, "busbw_GBps");
+    dev[op] = {{"busbw_GBps", spread(bw)}, {"busbw_GBps_each", bw}, {"time_us", spread(column(cells, "time_us"))}};
+  }
+  const auto copy = raw["machine_pinned_copy_GBps"].get<std::vector<double>>();
+  const auto ours = column(raw["device_all_reduce"], "busbw_GBps");
+  std::vector<double> over;
+  for (std::size_t r = 0; r < ours.size() && r < copy.size() && r < host_all_reduce.size(); ++r)
+    over.push_back(ours[r] / std::min(copy[r], host_all_reduce[r]));
+  dev["machine_pinned_copy_GBps"] = spread(copy);
+  dev["all_reduce_over_min_copy_and_host"] = {{"spread", spread(over)}, {"each", over}};
+  if (bytes >= (std::size_t{64} << 20)) {
+    auto& goal = goals_met["device_all_reduce_ge_0.7_of_min_copy_and_host"];
+    if (goal.is_null()) goal = true;
+    if (lowest(over) < 0.7) goal = false;
+  }
+  return dev;
+}
+
 // One node count on `where`: ours (repetitions passes) beside gloo's (its
 // own passes), with the three checks per size.
 Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, const Hosts& where) {
@@ -259,7 +420,7 @@ Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, 
     if (!core) return core.error();
     cores.push_back(*core);
   }
-  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing, cores); },
+  auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing, cores, args.device); },
                         where.placement);
   if (!ours) return ours.error();
   std::vector<nlohmann::json> gloo_runs;
@@ -335,9 +496,14 @@ Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, 
         goals_met["all_reduce_ge_2x_gloo"] = false;
       if (!row.contains("all_reduce_vs_gloo")) goals_met["all_reduce_ge_2x_gloo"] = nullptr;
     }
+    if (raw.contains("device_all_reduce")) row["device"] = device_row(raw, bw["all_reduce"], sizes[i], goals_met);
     rows.push_back(row);
   }
-  return nlohmann::json{{"nodes", nodes}, {"hosts", where.name}, {"results", rows}, {"goals_met", goals_met}};
+  nlohmann::json run = {{"nodes", nodes}, {"hosts", where.name}, {"results", rows}, {"goals_met", goals_met}};
+  if ((*ours)[0].contains("device_path"))
+    run["device"] = {{"name", (*ours)[0]["device"]}, {"path", (*ours)[0]["device_path"]},
+                     {"why", (*ours)[0]["device_path_why"]}};
+  return run;
 }
 
 // A run's goals into the judged ones: false wins, then null (not judged).
@@ -352,6 +518,7 @@ void judge(nlohmann::json& goals_met, const nlohmann::json& run) {
 
 Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args) {
   nlohmann::json goals_met = {{"max_over_min_le_1.5", true}, {"reduce_scatter_ge_0.8_all_gather", true}};
+  if (!args.device.empty()) goals_met["device_all_reduce_ge_0.7_of_min_copy_and_host"] = nullptr;
   if (args.with_gloo) goals_met["all_reduce_ge_2x_gloo"] = true;
   nlohmann::json runs = nlohmann::json::array();
   for (int n : args.nodes) {
@@ -405,7 +572,17 @@ Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args) {
                   "reduce_scatter_vs_all_gather, one thread per rank copying each byte into place against adding it "
                   "into place (each staged first, a copy into a slot, with private buffers)"},
       {"runs", runs},
+      {"device", args.device.empty() ? nlohmann::json(nullptr) : nlohmann::json{
+           {"kind", args.device},
+           {"figures", "device.<op>: the group's device path (each run's device.path: nccl where every rank has a "
+                       "GPU of its own, staged through pinned host memory and the host rings otherwise) on the "
+                       "device's memory, timed as the host's; device.machine_pinned_copy_GBps: the slower of "
+                       "host-to-device and device-to-host pinned copies of the size on rank 0's device (median of "
+                       "5); device.all_reduce_over_min_copy_and_host: the device path's all-reduce over the lower of "
+                       "that copy and the host ring's all-reduce, repetition by repetition"}}},
       {"goals", {{"all_reduce_vs_gloo", "worst >= 2 at every size"},
+                 {"device_all_reduce", ">= 0.7 of min(pinned copy, host ring) at every size >= 64 MiB, every repetition "
+                                       "(--device)"},
                  {"reduce_scatter_vs_all_gather", ">= 0.8 at every size >= 1 MiB, every repetition"},
                  {"max_over_min", "<= 1.5 at every size >= 1 MiB, every op"},
                  {"judged", "goals_met: the runs on one host; each run has its own (across hosts: reported, not "

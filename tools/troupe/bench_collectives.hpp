@@ -22,6 +22,11 @@ struct CollectivesBenchArgs {
   bool across_hosts = false;
   /// TCP's congestion control in those namespaces ("" keeps the machine's).
   std::string tcp_congestion_control = "reno";
+  /// "" (host memory only), "cpu" or "cuda": each rank also opens this
+  /// device (a GPU by its rank as local rank) and measures the group's
+  /// device path on its memory (NCCL where every rank has a GPU of its own,
+  /// staged otherwise) beside the host rings and the pinned copy's bandwidth.
+  std::string device;
 };
 
 Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args);

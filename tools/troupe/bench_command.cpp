@@ -230,6 +230,10 @@ void register_bench(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"host-shared", "private"}));
   co->add_flag("--across-hosts", ca->across_hosts,
                "Also run each process count with every rank in a network namespace of its own, over TCP (needs root)");
+  co->add_option("--device", ca->device,
+                 "Also each rank's device (cuda: the GPU of its rank; cpu): the group's device path on its memory, "
+                 "beside the host rings and the pinned copy")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   co->add_option("--tcp-congestion-control", ca->tcp_congestion_control,
                  "TCP congestion control in those namespaces; empty keeps the machine's (reno: see bench_transport.cpp)");
   co->callback([ca, no_gloo, buffers, &action] {
