@@ -67,6 +67,13 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
     *w.into = std::move(*built);
   }
   g->world_ = std::make_unique<ProcessGroup>(std::move(*world), nullptr, "");
+  std::vector<Communicator*> nccl;  // PG-4
+  for (ProcessGroup* p : {g->dp_.get(), g->tp_.get(), g->pp_.get(), g->tied_.get()})
+    if (p && p->path() == CommPath::nccl) nccl.push_back(&p->tensors());
+  if (!nccl.empty())
+    g->abort_with_transport_ = a.transport->on_abort([nccl] {
+      for (Communicator* c : nccl) c->abort();
+    });
   return g;
 }
 

@@ -16,7 +16,11 @@
 //      whose embedding and head are on different stages;
 // PG-3 the pipeline group's transfers stay off NCCL (NC-2: the stage runner
 //      posts a step's receives before any send, NCCL matches in issue
-//      order); parallel.device_transport = "nccl" concerns the collectives.
+//      order); parallel.device_transport = "nccl" concerns the collectives;
+// PG-4 every abort of the actor's transport (its own failed or timed-out
+//      wait, the node's recovery after a peer's failure or a health verdict)
+//      aborts its NCCL communicators too: no NCCL kernel outlives the
+//      failure that ended its step.
 #pragma once
 
 #include <chrono>
@@ -82,6 +86,9 @@ class ProcessGroups {
  private:
   ProcessGroups() = default;
   std::unique_ptr<ProcessGroup> dp_, tp_, pp_, tied_, world_;
+  /// PG-4: the NCCL communicators abort with the transport (declared last:
+  /// gone, waiting for a running abort, before the groups are).
+  std::shared_ptr<void> abort_with_transport_;
 };
 
 /// The members of each group of `rank` under `plan` (PG-1, PG-2: tied has no

@@ -8,6 +8,7 @@
 #include "training/process_groups.hpp"
 
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <cstdlib>
 #include <future>
 
@@ -47,12 +48,14 @@ class PretendGpu final : public ComputeDevice {
                                                             std::chrono::milliseconds) override {
     if (!nccl_starts_) return make_error("pretend NCCL failed on ", id_);
     if (id != std::string(128, 'x')) return make_error("the id did not arrive whole");
-    return std::unique_ptr<Communicator>(new Started(std::move(members)));
+    return std::unique_ptr<Communicator>(new Started(std::move(members), aborts));
   }
+  std::shared_ptr<std::atomic<int>> aborts = std::make_shared<std::atomic<int>>(0);
 
  private:
   struct Started final : Communicator {
-    explicit Started(GroupMembers m) : Communicator(std::move(m)) {}
+    Started(GroupMembers m, std::shared_ptr<std::atomic<int>> a) : Communicator(std::move(m)), aborts(std::move(a)) {}
+    std::shared_ptr<std::atomic<int>> aborts;
     CommPath path() const override { return CommPath::nccl; }
     void all_reduce(const Tensor&, Stream&, Completion d) override { d(Status::success()); }
     void reduce_scatter(const Tensor&, Stream&, Completion d) override { d(Status::success()); }
@@ -60,7 +63,7 @@ class PretendGpu final : public ComputeDevice {
     void broadcast(const Tensor&, int, Stream&, Completion d) override { d(Status::success()); }
     void send(const Tensor&, int, Tag, Stream&, Completion d) override { d(Status::success()); }
     void recv(const Tensor&, int, Tag, Stream&, Completion d) override { d(Status::success()); }
-    void abort() override {}
+    void abort() override { ++*aborts; }
     void restart() override {}
   };
   std::string id_;
@@ -71,9 +74,9 @@ class PretendGpu final : public ComputeDevice {
 // Every rank's groups built at once (each rank on a thread, as the stage
 // actors do); per rank the groups or the error.
 std::vector<Expected<std::unique_ptr<ProcessGroups>>> build_all(const StagePlan& plan,
-                                                               std::vector<std::unique_ptr<ComputeDevice>>& devices) {
+                                                               std::vector<std::unique_ptr<ComputeDevice>>& devices,
+                                                               LocalWorld& world) {
   const int n = plan.actors();
-  LocalWorld world(n);
   std::vector<std::future<Expected<std::unique_ptr<ProcessGroups>>>> futures;
   for (int r = 0; r < n; ++r)
     futures.push_back(std::async(std::launch::async, [&, r] {
@@ -114,7 +117,8 @@ TEST_CASE("PG-1: where the host reads device memory every group is on the host p
   const StagePlan plan = plan_for(2, 2, 2);
   std::vector<std::unique_ptr<ComputeDevice>> cpus;
   for (int r = 0; r < 4; ++r) cpus.push_back(std::move(*ComputeDevice::open(DeviceChoice{})));
-  auto built = build_all(plan, cpus);
+  LocalWorld world(4);
+  auto built = build_all(plan, cpus, world);
   for (auto& g : built) {
     REQUIRE(g.ok());
     CHECK((*g)->data_parallel().path() == CommPath::host);
@@ -129,7 +133,8 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
   const StagePlan plan = plan_for(2, 2, 2);
   SECTION("one GPU for all") {
     auto devices = gpus({"GPU-a", "GPU-a", "GPU-a", "GPU-a"});
-    for (auto& g : build_all(plan, devices)) {
+    LocalWorld world(4);
+    for (auto& g : build_all(plan, devices, world)) {
       REQUIRE(g.ok());
       CHECK((*g)->data_parallel().path() == CommPath::staged);
       CHECK_THAT((*g)->data_parallel().why(), Catch::Contains("share one GPU"));
@@ -138,7 +143,8 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
   }
   SECTION("a GPU each") {
     auto devices = gpus({"GPU-a", "GPU-b", "GPU-c", "GPU-d"});
-    for (auto& g : build_all(plan, devices)) {
+    LocalWorld world(4);
+    for (auto& g : build_all(plan, devices, world)) {
       REQUIRE(g.ok());
       CHECK((*g)->data_parallel().path() == CommPath::nccl);
       CHECK((*g)->tied()->path() == CommPath::nccl);
@@ -148,7 +154,8 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
   }
   SECTION("replicas on one GPU, stages on two") {
     auto devices = gpus({"GPU-a", "GPU-a", "GPU-b", "GPU-b"});
-    auto built = build_all(plan, devices);
+    LocalWorld world(4);
+    auto built = build_all(plan, devices, world);
     for (auto& g : built) {
       REQUIRE(g.ok());
       CHECK((*g)->data_parallel().path() == CommPath::staged);
@@ -157,7 +164,8 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
   }
   SECTION("NCCL fails to start on one member") {
     auto devices = gpus({"GPU-a", "GPU-b", "GPU-c", "GPU-d"}, /*failing=*/3);
-    auto built = build_all(plan, devices);
+    LocalWorld world(4);
+    auto built = build_all(plan, devices, world);
     for (std::size_t r = 0; r < built.size(); ++r) {
       REQUIRE(built[r].ok());
       INFO("rank " << r);
@@ -173,17 +181,39 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
 TEST_CASE("PG-1: device_transport = staged is obeyed and nccl where it cannot be is an error naming the key",
           "[groups]") {
   auto devices = gpus({"GPU-a", "GPU-b", "GPU-c", "GPU-d"});
-  for (auto& g : build_all(plan_for(2, 2, 2, "staged"), devices)) {
+  LocalWorld world(4);
+  for (auto& g : build_all(plan_for(2, 2, 2, "staged"), devices, world)) {
     REQUIRE(g.ok());
     CHECK((*g)->data_parallel().path() == CommPath::staged);
     CHECK((*g)->data_parallel().why() == "parallel.device_transport = \"staged\"");
   }
   auto shared = gpus({"GPU-a", "GPU-a", "GPU-b", "GPU-b"});
-  auto built = build_all(plan_for(2, 2, 2, "nccl"), shared);
+  LocalWorld again(4);
+  auto built = build_all(plan_for(2, 2, 2, "nccl"), shared, again);
   REQUIRE_FALSE(built[0].ok());
   CHECK_THAT(built[0].error().message,
              Catch::Contains("parallel.device_transport = \"nccl\": the data-parallel group (stage actors 0 1)") &&
                  Catch::Contains("share one GPU"));
+}
+
+}  // namespace troupe
+
+namespace troupe {
+
+TEST_CASE("PG-4: an abort of an actor's transport, by anyone, aborts its NCCL communicators", "[groups]") {
+  const StagePlan plan = plan_for(2, 2, 2);
+  auto devices = gpus({"GPU-a", "GPU-b", "GPU-c", "GPU-d"});
+  LocalWorld world(4);
+  auto built = build_all(plan, devices, world);
+  for (auto& g : built) REQUIRE(g.ok());
+  auto aborts = [&](int r) { return static_cast<PretendGpu&>(*devices[static_cast<std::size_t>(r)]).aborts->load(); };
+  CHECK(aborts(0) == 0);
+  world.ts[0]->abort_all();  // as the node does on a recovery's Recover
+  CHECK(aborts(0) == 2);     // its data-parallel and tied groups' NCCL communicators
+  CHECK(aborts(1) == 0);
+  built[0] = make_error("gone");  // the groups went: their listener with them
+  world.ts[0]->abort_all();
+  CHECK(aborts(0) == 2);
 }
 
 }  // namespace troupe

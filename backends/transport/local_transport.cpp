@@ -22,7 +22,10 @@ class LocalTransport final : public Transport {
   }
   // The fabric completes every operation with this rank under its lock or
   // before fail() returns, so nothing can copy into our buffers afterwards.
-  void abort_all() override { fabric_->fail(rank_); }
+  void abort_all() override {
+    fabric_->fail(rank_);
+    run_abort_listeners();
+  }
   bool one_address_space() const override { return true; }
 
  private:

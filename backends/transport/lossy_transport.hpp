@@ -30,6 +30,8 @@ class LossyTransport final : public Transport {
   }
   bool peer_failed(int peer) const override { return inner_.peer_failed(peer); }
   void abort_all() override { inner_.abort_all(); }
+  /// On the inner transport, whose aborts (the node's) are the ones that count.
+  std::shared_ptr<void> on_abort(std::function<void()> listener) override { return inner_.on_abort(std::move(listener)); }
   bool one_address_space() const override { return inner_.one_address_space(); }
   bool drive(const std::function<void()>& start, const std::function<bool()>& done,
              std::chrono::microseconds idle) override {

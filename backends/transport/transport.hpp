@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "common/expected.hpp"
@@ -28,6 +29,7 @@ using Completion = std::function<void(Status)>;
 
 class Transport {
  public:
+  Transport();
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
@@ -42,6 +44,13 @@ class Transport {
   /// operations fail at once. For an owner about to free its buffers after an
   /// error (a timed-out wait, a failed step): no transfer outlives them.
   virtual void abort_all() = 0;
+  /// Runs `listener` at the end of every abort_all() from now on, on the
+  /// aborting thread (the owner's failed wait, the node's recovery): what
+  /// moves the owner's bytes elsewhere (a group's NCCL communicators) is
+  /// aborted with its transfers (CM-3). Until the returned handle goes; its
+  /// destruction waits for a listener that is running. A listener must not
+  /// abort this transport nor register another.
+  virtual std::shared_ptr<void> on_abort(std::function<void()> listener);
   /// Lets the calling thread, about to wait for `done()`, make progress on
   /// this endpoint's transfers itself (no hand-off to the progress thread and
   /// back) until `done()` or until `idle` passes without any transfer event;
@@ -60,6 +69,14 @@ class Transport {
   /// (CL-4) only adds one.
   virtual bool one_address_space() const { return false; }
   bool drive_until(const std::function<bool()>& done, std::chrono::microseconds idle) { return drive({}, done, idle); }
+
+ protected:
+  /// Implementations call this as abort_all()'s last act.
+  void run_abort_listeners();
+
+ private:
+  struct AbortListeners;
+  std::shared_ptr<AbortListeners> listeners_;
 };
 
 }  // namespace troupe

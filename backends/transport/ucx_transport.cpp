@@ -606,7 +606,7 @@ bool UcxTransport::drive(const std::function<void()>& start, const std::function
 bool UcxTransport::peer_failed(int peer) const { return impl_->failed[static_cast<std::size_t>(peer)]; }
 
 void UcxTransport::abort_all() {
-  if (!impl_->driving->progress_started()) return;  // never connected: nothing can be in flight
+  if (!impl_->driving->progress_started()) return run_abort_listeners();  // never connected: nothing in flight
   std::future<void> done;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -616,6 +616,7 @@ void UcxTransport::abort_all() {
   }
   impl_->notify();
   done.wait();
+  run_abort_listeners();
 }
 
 std::uint64_t UcxTransport::begin_generation(std::uint64_t generation) {
