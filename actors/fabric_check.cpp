@@ -7,7 +7,7 @@
 
 #include "actors/actor_registry.hpp"
 #include "actors/protocol.hpp"
-#include "backends/transport/collectives.hpp"
+#include "backends/comm/host_communicator.hpp"
 
 namespace troupe {
 namespace {
@@ -21,13 +21,14 @@ caf::behavior fabric_check(caf::event_based_actor* self, ActorArgs args) {
   std::vector<int> everyone(static_cast<std::size_t>(args.world));
   for (int r = 0; r < args.world; ++r) everyone[static_cast<std::size_t>(r)] = r;
   auto collectives = std::make_shared<Collectives>(*args.transport);
+  auto world = std::make_shared<HostCommunicator>(GroupMembers{"world", everyone, args.rank}, *collectives, *args.transport);
   caf::actor me = caf::actor_cast<caf::actor>(self);
   // The completion arrives on the transport's thread and becomes a message.
-  collectives->all_reduce(everyone, buffer->data(), buffer->size(), [me, buffer](Status result) {
+  world->all_reduce(buffer->data(), buffer->size(), [me, buffer](Status result) {
     caf::anon_send(me, msg::FabricReduced{result.ok(), result.ok() ? buffer->back() : -1.0f});
   });
   return {
-      [self, args, collectives](const msg::FabricReduced& r) {
+      [self, args, collectives, world](const msg::FabricReduced& r) {
         if (r.ok)
           self->send(args.report_to, msg::ActorDone{args.generation, args.rank, r.checksum});
         else
