@@ -4,6 +4,7 @@
 // in one, bit for bit, and a killed node is replaced bit for bit; a
 // checkpoint moves between the GPU and the CPU; bf16 ends where fp32 does.
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -120,6 +121,33 @@ TEST_CASE("a GPU job's killed node is restarted and restored from its buddy copi
   INFO(killed.err);
   REQUIRE(killed.exit_code == 0);
   CHECK(killed.err.find("from its buddy copies on node 0") != std::string::npos);
+  check_fault_free(dir, "kill");
+}
+
+TEST_CASE("PG-4 on two GPUs: a node killed mid-step aborts its peers' NCCL communicators and is replaced, bit for bit",
+          "[gpu][recovery][nccl]") {
+  // Two node processes, each on its own GPU (its node number as local rank):
+  // the tied embedding's group (stage actors 0 and 2, on nodes 0 and 1)
+  // takes NCCL; the replicas of a stage share their node's GPU (staged).
+  ScratchDir dir("gpu_nccl_kill");
+  const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
+  const std::string gpu = "--set train.device=cuda ";
+  auto probe = run("timeout 120 " + troupe_bin() + " train " + cfg + " " + gpu + "--set train.steps=1 --set parallel.dp=1 "
+                   "--set parallel.pp=1");
+  if (probe.exit_code != 0 && probe.err.find("train.device = \"cuda\"") != std::string::npos)
+    skip("no GPU here: " + probe.err.substr(0, probe.err.find('\n')));
+  const auto gpus = run("nvidia-smi --query-gpu=name --format=csv,noheader | wc -l");
+  if (std::atoi(gpus.out.c_str()) < 2) skip("needs 2 GPUs (NCCL refuses two ranks on one), this machine has " + gpus.out);
+  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", gpu));
+  INFO(clean.err);
+  REQUIRE(clean.exit_code == 0);
+  CHECK(clean.err.find("communicators: tied-embedding group (stage actors 0 2): nccl") != std::string::npos);
+  const int step = random_step(2, 10);
+  INFO("killed at step " << step);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
+                           gpu + "--fault kind=kill,node=1,step=" + std::to_string(step)));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
   check_fault_free(dir, "kill");
 }
 
