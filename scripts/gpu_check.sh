@@ -85,7 +85,7 @@ for step in $STEPS; do
         $(peer eager,compile) --steps 10 --warmup 3 ;;
     bench_gpt2_bf16) bench bench_gpt2_bf16 150 "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
         --precision bf16 $(peer eager,compile) --steps 10 --warmup 3 ;;
-    bench_comm) bench bench_comm 120 "$T" bench collectives --nodes 2 --device cuda --no-gloo --repetitions 3 \
+    bench_comm) bench bench_comm 180 "$T" bench collectives --nodes 2 --device cuda --repetitions 3 \
         --sizes 1048576 --sizes 16777216 --sizes 67108864 ;;
     train_tiny) run train_tiny 60 "$B/train.log" "$T" train examples/configs/tiny.toml --set train.device='"cuda"' \
         --set train.steps=100 --set data.train="$B/data/train.bin" --set data.val="$B/data/val.bin" \

@@ -360,14 +360,15 @@ Hosts across(const VethHosts& hosts, const std::string& congestion_control) {
   return h;
 }
 
-nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes, const Hosts& where) {
+nlohmann::json run_gloo(int nodes, const std::vector<std::size_t>& sizes, const Hosts& where,
+                        const std::string& device = "cpu") {
   std::string list;
   for (auto s : sizes) {
     if (!list.empty()) list += ',';
     list += std::to_string(s);
   }
   const std::string cmd = peer_python() + " " + peer_script("gloo_collectives.py") + " --nodes " +
-                          std::to_string(nodes) + " --sizes " + list + " --pin" +
+                          std::to_string(nodes) + " --sizes " + list + " --pin --device " + device +
                           (where.gloo_hosts.empty() ? "" : " --hosts " + where.gloo_hosts) + " 2>/dev/null";
   std::unique_ptr<FILE, int (*)(FILE*)> p(::popen(cmd.c_str(), "r"), ::pclose);
   if (!p) return {{"error", "cannot run " + cmd}};
@@ -405,6 +406,33 @@ nlohmann::json device_row(const nlohmann::json& raw, const std::vector<double>& 
   return dev;
 }
 
+// torch.distributed's figures at size i on the device (each op's spread over
+// its runs, or its error) and ours over them (median over median).
+nlohmann::json torch_peer(const std::vector<nlohmann::json>& runs, std::size_t i, const nlohmann::json& ours) {
+  nlohmann::json peer;
+  for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    std::vector<double> bw;
+    std::string error = "no result";
+    for (const auto& run : runs) {
+      if (run.contains("peer")) peer["backend"] = run["peer"];
+      if (!run.contains("results") || run["results"].size() <= i) {
+        error = run.value("error", error);
+        continue;
+      }
+      const auto& cell = run["results"][i][op];
+      if (cell.contains("busbw_GBps")) bw.push_back(cell["busbw_GBps"].get<double>());
+      else error = cell.value("error", error);
+    }
+    if (bw.empty()) {
+      peer[op] = {{"error", error}};
+      continue;
+    }
+    peer[op] = {{"busbw_GBps", spread(bw)},
+                {"ours_over_torch", ours[op]["busbw_GBps"]["median"].get<double>() / median(bw)}};
+  }
+  return peer;
+}
+
 // One node count on `where`: ours (repetitions passes) beside gloo's (its
 // own passes), with the three checks per size.
 Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, const Hosts& where) {
@@ -423,9 +451,11 @@ Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, 
   auto ours = run_ranks(nodes, [&](UcxTransport& t) { return measure(t, sizes, repetitions, sharing, cores, args.device); },
                         where.placement);
   if (!ours) return ours.error();
-  std::vector<nlohmann::json> gloo_runs;
+  std::vector<nlohmann::json> gloo_runs, torch_device_runs;
   if (with_gloo)
     for (int r = 0; r < repetitions; ++r) gloo_runs.push_back(run_gloo(nodes, sizes, where));
+  if (with_gloo && args.device == "cuda")  // torch.distributed on the same GPUs: NCCL with a GPU each, else gloo
+    for (int r = 0; r < repetitions; ++r) torch_device_runs.push_back(run_gloo(nodes, sizes, where, "cuda"));
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const auto& raw = (*ours)[i];
@@ -496,7 +526,10 @@ Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, 
         goals_met["all_reduce_ge_2x_gloo"] = false;
       if (!row.contains("all_reduce_vs_gloo")) goals_met["all_reduce_ge_2x_gloo"] = nullptr;
     }
-    if (raw.contains("device_all_reduce")) row["device"] = device_row(raw, bw["all_reduce"], sizes[i], goals_met);
+    if (raw.contains("device_all_reduce")) {
+      row["device"] = device_row(raw, bw["all_reduce"], sizes[i], goals_met);
+      if (!torch_device_runs.empty()) row["device"]["torch"] = torch_peer(torch_device_runs, i, row["device"]);
+    }
     rows.push_back(row);
   }
   nlohmann::json run = {{"nodes", nodes}, {"hosts", where.name}, {"results", rows}, {"goals_met", goals_met}};
@@ -579,7 +612,9 @@ Expected<nlohmann::json> bench_collectives(const CollectivesBenchArgs& args) {
                        "device's memory, timed as the host's; device.machine_pinned_copy_GBps: the slower of "
                        "host-to-device and device-to-host pinned copies of the size on rank 0's device (median of "
                        "5); device.all_reduce_over_min_copy_and_host: the device path's all-reduce over the lower of "
-                       "that copy and the host ring's all-reduce, repetition by repetition"}}},
+                       "that copy and the host ring's all-reduce, repetition by repetition; device.torch (cuda, "
+                       "unless --no-gloo): torch.distributed on the same GPUs (NCCL where every rank has a GPU of "
+                       "its own, else gloo), bench/gloo_collectives.py --device cuda, and ours over it"}}},
       {"goals", {{"all_reduce_vs_gloo", "worst >= 2 at every size"},
                  {"device_all_reduce", ">= 0.7 of min(pinned copy, host ring) at every size >= 64 MiB, every repetition "
                                        "(--device)"},
