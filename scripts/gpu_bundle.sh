@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here (no GPU needed): builds, then packs what scripts/gpu_check.sh runs on
 # the GPU machine into .gpu/bundle.tar.xz (ignored by git; carry it with the
-# device call): troupe and its CUDA module, the CUDA test executables, the
+# device call): troupe, troupe-bench and the CUDA module, the CUDA test executables, the
 # non-system libraries they load, UCX's modules, redis-server and a byte-level
 # corpus. CUDA's own libraries (cudart, cuBLASLt, NCCL) are on the GPU machine
 # and stay behind. Fails if the archive passes 40 MiB.
@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/ucx" "$stage/data"
-exes=(build/tools/troupe/troupe build/tools/troupe/libtroupe_cuda.so build/ops/cuda/cuda_test build/tests/gpu_jobs_test
+exes=(build/tools/troupe/troupe build/tools/troupe/troupe-bench build/tools/troupe/libtroupe_cuda.so
+  build/ops/cuda/cuda_test build/tests/gpu_jobs_test
   "$(command -v redis-server)")
 cp "${exes[@]}" "$stage/bin/"
 

@@ -1,6 +1,8 @@
 // The command line end to end: prepare, train, eval, and bad input that must be
 // a one-line error naming the file, key or flag with a non-zero exit.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -88,6 +90,19 @@ TEST_CASE("the same seed gives the same run", "[cli][train]") {
     return v;
   };
   CHECK(losses(slurp(job.dir / "a.jsonl")) == losses(slurp(job.dir / "b.jsonl")));
+}
+
+TEST_CASE("troupe bench runs troupe-bench beside it, and says so in one line where it is missing", "[cli][bench]") {
+  const auto listed = run(troupe_bin() + " bench --help");
+  REQUIRE(listed.exit_code == 0);
+  CHECK(listed.out.find("collectives") != std::string::npos);
+  ScratchDir dir("benchless");
+  std::filesystem::copy_file(troupe_bin(), dir / "troupe");
+  std::filesystem::permissions(dir / "troupe", std::filesystem::perms::owner_all);
+  const auto r = run((dir / "troupe") + " bench schedules");
+  CHECK(r.exit_code == 1);
+  CHECK(r.err.find("troupe bench: cannot run " + (dir / "troupe-bench")) == 0);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
 TEST_CASE("bad input is a one-line error naming it", "[cli][errors]") {

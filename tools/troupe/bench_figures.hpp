@@ -10,10 +10,6 @@
 #include <string>
 #include <vector>
 
-#ifndef TROUPE_SOURCE_DIR
-#define TROUPE_SOURCE_DIR "."
-#endif
-
 namespace troupe::cli {
 
 /// The interpreter that runs a Python peer: TROUPE_PYTHON (a command, e.g.
@@ -23,13 +19,11 @@ inline std::string peer_python() {
   return p && *p ? p : "/usr/bin/python3";
 }
 
-/// A peer script of bench/: under TROUPE_SOURCE_DIR where set (a checkout
-/// elsewhere than where this troupe was built, as on the GPU machine), else
-/// in the source tree it was built from.
-inline std::string peer_script(const std::string& name) {
-  const char* dir = std::getenv("TROUPE_SOURCE_DIR");
-  return std::string(dir && *dir ? dir : TROUPE_SOURCE_DIR) + "/bench/" + name;
-}
+/// A peer script of bench/: under $TROUPE_SOURCE_DIR/bench where set (a
+/// checkout of one's own, as on the GPU machine), else beside the executable
+/// (bench/, copied there by the build) or in the installed tree
+/// (../share/troupe/bench); "" where none holds it.
+std::string peer_script(const std::string& name);
 
 /// The median of `v` (the mean of the middle two for an even count; 0 when empty).
 inline double median(std::vector<double> v) {

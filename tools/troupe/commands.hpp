@@ -16,7 +16,10 @@ using Action = std::function<int()>;
 void register_prepare(CLI::App& app, Action& action);
 void register_train(CLI::App& app, Action& action);
 void register_eval(CLI::App& app, Action& action);
-void register_bench(CLI::App& app, Action& action);
+/// The benchmarks, as subcommands of `bench` (troupe-bench's own app).
+void register_bench(CLI::App& bench, Action& action);
+/// `troupe bench ...`: runs troupe-bench (beside this executable) with the same arguments.
+void register_bench_forwarder(CLI::App& app, Action& action);
 void register_schedule(CLI::App& app, Action& action);
 void register_node(CLI::App& app, Action& action);
 void register_launch(CLI::App& app, Action& action);
@@ -37,7 +40,10 @@ int finish_with_report(const std::string& command, const std::string& report, co
 /// command line is parsed to append the drills to `overrides`.
 std::function<void()> add_fault_option(CLI::App* cmd, std::vector<std::string>& overrides);
 
-/// The path of this troupe executable (what `troupe launch` starts as nodes).
+/// The path of the running executable ("" if it cannot be read).
+std::string this_executable();
+/// The path of the troupe executable (what `troupe launch` starts as nodes):
+/// this one, or the `troupe` beside it (troupe-bench's).
 std::string troupe_executable();
 
 /// Prints "troupe <command>: <message>" on stderr and returns exit code 1.
