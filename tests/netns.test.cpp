@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "runtime/redis_server.hpp"
-#include "runtime/veth_hosts.hpp"
+#include "runtime/harness/veth_hosts.hpp"
 #include "tests/test_support.hpp"
 
 namespace troupe::testing {

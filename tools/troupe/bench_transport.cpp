@@ -28,8 +28,8 @@
 
 #include "runtime/redis_server.hpp"
 #include "tools/troupe/bench_figures.hpp"
-#include "runtime/local_ranks.hpp"
-#include "runtime/veth_hosts.hpp"
+#include "runtime/harness/local_ranks.hpp"
+#include "runtime/harness/veth_hosts.hpp"
 
 namespace troupe::cli {
 namespace {

@@ -1,5 +1,5 @@
 // VethHosts: ip netns / ip link, and setns.
-#include "runtime/veth_hosts.hpp"
+#include "runtime/harness/veth_hosts.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // Collectives between 1-4 real processes over UCX, against direct sums, for
 // odd sizes (not multiples of the group size).
-#include "runtime/local_ranks.hpp"
+#include "runtime/harness/local_ranks.hpp"
 
 #include <sched.h>
 

@@ -1,5 +1,5 @@
 // run_ranks: redis-server, fork, rendezvous, connect, run.
-#include "runtime/local_ranks.hpp"
+#include "runtime/harness/local_ranks.hpp"
 
 #include <sched.h>
 #include <sys/wait.h>
@@ -12,7 +12,7 @@
 #include "common/version.hpp"
 #include "runtime/rendezvous.hpp"
 #include "runtime/redis_server.hpp"
-#include "runtime/veth_hosts.hpp"
+#include "runtime/harness/veth_hosts.hpp"
 
 namespace troupe {
 
