@@ -9,7 +9,8 @@
 # GPU. Into $OUT (5 files): steps.log, cuda_test.log, sanitizer.log,
 # bench.jsonl (one line per benchmark as it finishes: {"step", "result"}) and
 # report.json (every step's exit status and time, the benchmarks, written at
-# the end). Each step is bounded; the whole check takes under 8 minutes.
+# the end). Each step is bounded; all of them together can pass a device
+# call's 10 minutes: name the steps (below) to split the check over two calls.
 # `scripts/gpu_check.sh STEP...` runs the named steps in the order named
 # (cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16
 # bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny): the ones that
