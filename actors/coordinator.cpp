@@ -165,7 +165,7 @@ void on_heartbeat(Self* self, const msg::Heartbeat& m) {
     ++st.foreign;  // P-3
     return;
   }
-  if (st.judge->is_relayed(m.node)) {  // its relay was lost, or it is a new process
+  if (st.judge->is_relayed(m.node)) {  // HR-4: its relay was lost, or it is a new process
     spdlog::info("coordinator: node {} beats directly (no relay any more)", m.node);
     st.judge->unrelayed(m.node, HealthJudge::Clock::now());
   }
@@ -173,7 +173,7 @@ void on_heartbeat(Self* self, const msg::Heartbeat& m) {
                       ActorsElsewhere{m.actors_elsewhere, m.waiting_elsewhere, m.unblocked_elsewhere}, m.persist);
 }
 
-// a relay's word on its member's silence; a finished member is no failure.
+// HR-2: a relay's word on its member's silence; a finished member is no failure.
 void on_member_silent(Self* self, const msg::MemberSilent& m) {
   auto& st = self->state;
   const auto& sender = self->current_sender();
@@ -189,7 +189,7 @@ void on_member_silent(Self* self, const msg::MemberSilent& m) {
     return;
   }
   if (st.done[static_cast<std::size_t>(m.member)] || !st.judge->watched(m.member)) return;
-  if (!st.judge->is_relayed(m.member)) return;  // it beats the coordinator directly now
+  if (!st.judge->is_relayed(m.member)) return;  // HR-4: it beats the coordinator directly now
   on_judged(self, Verdict{"hung_process", m.member, -1, m.evidence + " (seen by its relay, node " + std::to_string(m.relay) + ")"});
 }
 
@@ -227,7 +227,7 @@ void on_node_done(Self* self, int node, float checksum) {
     finish(self, true, "");
 }
 
-// The Plan, with each node's place among the relays.
+// The Plan, with each node's place among the relays (HR-1).
 void send_plans(Self* self) {
   auto& st = self->state;
   const int n = static_cast<int>(st.cfg.nodes.size());

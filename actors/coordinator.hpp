@@ -16,8 +16,8 @@
 //        names, in this generation) feed a HealthJudge checked every
 //        kHealthCheckMs; its verdict (H-2, H-3) ends the job like a lost node,
 //        and is logged and written to the metrics as a `fault` object. In a
-//        job with relays a member's silence is its relay's to report
-//        (MemberSilent, R-2), and a relay's beat speaks for its members (H-5).
+//        job with relays (HR-1) a member's silence is its relay's to report
+//        (MemberSilent, HR-2), and a relay's beat speaks for its members (H-5).
 //  SV-6  a failed job is reported by its root cause: a failure that only reports
 //        a peer's (NodeFailed::from_peer) waits up to kBlameGraceMs for a report
 //        that began elsewhere (another NodeFailed, a node's death) and gives way
@@ -93,7 +93,7 @@ struct CoordinatorConfig {
   float expected_checksum = 0;
   bool check_checksum = true;  ///< compare each node's result with expected_checksum
   HealthLimits health;         ///< when a silent node is hung, an actor without progress stuck
-  int relay_group = 0;         ///< nodes per heartbeat relay (R-1; 0: every node beats the coordinator)
+  int relay_group = 0;         ///< nodes per heartbeat relay (HR-1; 0: every node beats the coordinator)
   std::string metrics_path;    ///< verdicts are added here as {"fault": ...} lines ("" = none)
   std::string trace_path;      ///< and to the job's trace (its verdicts' part, "" = none)
   int max_failures_per_hour = 0;  ///< recovery.max_failures_per_hour: stage actor failures replaced (SV-8)

@@ -27,7 +27,7 @@ caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observ
   return {
       [=](const msg::Plan& m) {
         *coordinator = caf::actor_cast<caf::actor>(self->current_sender());
-        // detail: 10 x its members + 1 if it beats a relay (R-1)
+        // detail: 10 x its members + 1 if it beats a relay (HR-1)
         self->send(observer, std::string("plan"), m.generation, rank,
                    static_cast<int>(10 * m.members.size()) + (m.relay ? 1 : 0));
       },
@@ -40,7 +40,7 @@ caf::behavior stand_in(caf::event_based_actor* self, int rank, caf::actor observ
       [=](const std::string&, std::uint64_t gen, float checksum) {
         self->send(*coordinator, msg::NodeDone{gen, rank, checksum});
       },
-      [=](const std::string&, std::uint64_t gen, int member) {  // as a relay (R-2)
+      [=](const std::string&, std::uint64_t gen, int member) {  // as a relay (HR-2)
         self->send(*coordinator, msg::MemberSilent{gen, rank, member, "no heartbeat for 801 ms"});
       },
       [=](const std::string&, std::uint64_t gen, bool from_peer) {
@@ -126,7 +126,7 @@ TEST_CASE("SV-5: reports from anyone but the named node, or naming no node, are 
   CHECK(ok);
 }
 
-TEST_CASE("R-1, R-2: relays learn their members from the plan, and a relay's word counts for its own members only",
+TEST_CASE("HR-1, HR-2: relays learn their members from the plan, and a relay's word counts for its own members only",
           "[coordinator]") {
   Job job(5, "redis://127.0.0.1:1", 1, {}, {60000, 4, 600000}, 2);
   // relay_group 2 over 5 nodes: 0 relays 1, 2 relays 3, 4 relays nobody.

@@ -249,7 +249,7 @@ void on_rejoin(Self* self, const msg::Rejoin& m) {
   spdlog::warn("coordinator: node {} rejoined (a new process); generation {}", m.node, st.cfg.generation);
   st.verdicts->phase("place", r.began_us, {{"node", m.node}, {"replacement", r.replacement[m.node]}});
   const int n = static_cast<int>(st.cfg.nodes.size());
-  // a new process beats the coordinator directly (its relay knows the old one), and relays nobody.
+  // HR-4: a new process beats the coordinator directly (its relay knows the old one), and relays nobody.
   st.judge->unrelayed(m.node, HealthJudge::Clock::now());
   self->send(st.cfg.nodes[slot], msg::Plan{st.cfg.generation, n, {}, {}, {}});  // its actors wait for the Redo; it answers NodeAborted
 }

@@ -24,8 +24,8 @@ struct MonitorState {
   HealthMonitorConfig cfg;
   std::optional<HealthRelay> relay;  ///< when it relays for members
   std::uint64_t seq = 0;
-  Clock::time_point acked = Clock::now();        ///< the upstream's last word on the coordinator (R-3)
-  Clock::time_point upstream_heard = Clock::now();  ///< the upstream's last acknowledgement itself (R-4)
+  Clock::time_point acked = Clock::now();        ///< the upstream's last word on the coordinator (HR-3)
+  Clock::time_point upstream_heard = Clock::now();  ///< the upstream's last acknowledgement itself (HR-4)
   Clock::time_point beaten{};  ///< when the last heartbeat went out
   std::uint64_t dropped = 0;   ///< member beats from non-members or other generations
   bool told = false;
@@ -106,7 +106,7 @@ void on_tick(Self* self) {
   st.pauses.armed(now, interval);
   self->delayed_send(self, interval, msg::HealthTick{});
   if (st.relay)
-    while (auto v = st.relay->silent_member(Clock::now()))
+    while (auto v = st.relay->silent_member(Clock::now()))  // HR-2
       self->send(st.cfg.upstream, msg::MemberSilent{st.cfg.generation, st.cfg.node, v->node, v->evidence});
   // The coordinator's silence is looked at every tick, not only when beating,
   // so that its loss is noticed within the bound plus a tick.
@@ -114,7 +114,7 @@ void on_tick(Self* self) {
   // A relay in the coordinator's own process is silent only when the coordinator is.
   const bool via_relay = st.cfg.coordinator && st.cfg.upstream.node() != st.cfg.coordinator.node();
   const std::int64_t upstream_silent = ms_since(st.upstream_heard);
-  if (via_relay && upstream_silent > bound) {
+  if (via_relay && upstream_silent > bound) {  // HR-4
     spdlog::warn("health monitor of node {}: its relay answered no heartbeat for {} ms; beating the coordinator directly",
                  st.cfg.node, upstream_silent);
     // The coordinator gets the whole bound to answer directly: the relay's
@@ -126,7 +126,7 @@ void on_tick(Self* self) {
     st.beaten = {};
     return on_tick_beat(self);
   }
-  // R-3 through a relay holds only while the relay answers; a silent relay is R-4's.
+  // HR-3 through a relay holds only while the relay answers; a silent relay is HR-4's.
   const bool relay_answers = !via_relay || upstream_silent <= 2 * static_cast<std::int64_t>(st.cfg.limits.heartbeat_ms);
   const std::int64_t silent = ms_since(st.acked);
   if (!st.told && relay_answers && silent > bound) {
@@ -182,7 +182,7 @@ caf::behavior monitor(Self* self, HealthMonitorConfig cfg) {
         const auto& sender = self->current_sender();
         if (!sender || sender->node() != st.cfg.upstream.node() || m.generation < st.cfg.generation) return;
         st.upstream_heard = Clock::now();
-        // as fresh as the relay's own view of the coordinator.
+        // HR-3: as fresh as the relay's own view of the coordinator.
         st.acked = std::max(st.acked, Clock::now() - std::chrono::milliseconds(std::max<std::int64_t>(0, m.upstream_silent_ms)));
         st.cpu_ns->store(thread_cpu_ns());
       },

@@ -12,7 +12,7 @@
 //       unless a successor takes over (N-8); so does a Plan that does not
 //       come within health.rendezvous_timeout_ms.
 //  N-8  In a job that recovers (relays or not: every node beats a successor
-//       directly, R-4), a node that lost the
+//       directly, HR-4), a node that lost the
 //       coordinator fails every transfer (its actors park) and waits for a
 //       successor: the surviving nodes try the lease in rank order, the
 //       lowest first, kSuccessionStaggerMs apart (LE-1), and the taker runs
@@ -80,7 +80,7 @@ struct NodeState : NodeActorConfig {
   bool orphaned = false;            // lost the coordinator, waiting for a successor (N-8)
   std::uint64_t orphan_epoch = 0;   // which loss a TryLease or SuccessionDeadline is about
   caf::actor health_monitor;        // beats to the coordinator (or its relay) from the Plan on
-  bool relays = false;              // its monitor hears members' beats
+  bool relays = false;              // its monitor hears members' beats (HR-1)
   std::vector<caf::actor_addr> work;  // this node's work actors, by local index
   std::vector<bool> reported;
   int reports = 0;

@@ -32,7 +32,7 @@ namespace troupe::msg {
 // --- coordinator -> node -------------------------------------------------
 
 /// Start the job's work on `nodes` nodes, in `generation`. In a job with
-/// relays, `relay` is the node actor a member's health monitor beats to
+/// relays (HR-1), `relay` is the node actor a member's health monitor beats to
 /// (none: the coordinator), and a relay learns its `members` (node actors and
 /// ranks).
 struct Plan {
@@ -166,7 +166,7 @@ struct Heartbeat {
   std::vector<std::int64_t> backpressure_ms;
   std::string persist;
 };
-/// Relay `relay` heard nothing from its member `member` for too long.
+/// Relay `relay` heard nothing from its member `member` for too long (HR-2).
 struct MemberSilent {
   std::uint64_t generation = 0;
   std::int32_t relay = 0;
@@ -179,7 +179,7 @@ struct MemberSilent {
 /// The coordinator (or the member's relay) heard heartbeat `seq`: the
 /// monitor's proof that node 0 is alive; none for health.miss_limit beats is
 /// a coordinator_loss. From a relay, `upstream_silent_ms` is how long the
-/// coordinator has not answered the relay.
+/// coordinator has not answered the relay (HR-3).
 struct HeartbeatAck {
   std::uint64_t generation = 0;
   std::uint64_t seq = 0;

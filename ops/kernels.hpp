@@ -7,7 +7,7 @@
 //
 // Deterministic on every backend: no reduction depends on timing (fixed
 // chunking and order, no floating-point atomics), so a replayed step gives
-// the same bits (hot replacement depends on it, R-2 in docs/ARCHITECTURE.md).
+// the same bits (hot replacement depends on it: "Determinism" in docs/ARCHITECTURE.md).
 #pragma once
 
 #include <cstdint>

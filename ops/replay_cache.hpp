@@ -3,7 +3,7 @@
 // a transformer layer's forward or backward is dozens of kernels and GEMMs,
 // and a small model's step is bound by launching them, not by running them.
 //
-// RC-1: a key names everything the captured work depends on that can change
+// GR-1: a key names everything the captured work depends on that can change
 // between calls — its buffers, its flags, the stream. The caller owns that
 // promise: the same key must enqueue the same operations on the same memory
 // with the same arguments (no per-step scalars, no host reads). A replay then

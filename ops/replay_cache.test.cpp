@@ -1,4 +1,4 @@
-// RC-1 on a stream that records what it captures: the first call for a key
+// GR-1 on a stream that records what it captures: the first call for a key
 // captures, later calls replay the capture, keys apart capture apart, and a
 // stream that does not capture (the CPU's) or a context with replay off
 // runs every call directly.
@@ -46,7 +46,7 @@ class RecordingStream final : public Stream {
 
 }  // namespace
 
-TEST_CASE("RC-1: a pass is captured on its first call and replayed after, per key", "[replay]") {
+TEST_CASE("GR-1: a pass is captured on its first call and replayed after, per key", "[replay]") {
   testing::CpuContext cpu(1);
   RecordingStream stream(cpu.device);
   ExecContext ctx{cpu.device, stream, cpu.kernels, Precision::fp32, true};
@@ -71,7 +71,7 @@ TEST_CASE("RC-1: a pass is captured on its first call and replayed after, per ke
   CHECK(stream.launches == 4);  // unchanged: run directly
 }
 
-TEST_CASE("RC-1: where the stream does not capture, every call runs directly", "[replay]") {
+TEST_CASE("GR-1: where the stream does not capture, every call runs directly", "[replay]") {
   testing::CpuContext cpu(1);
   ExecContext ctx{cpu.device, cpu.device.default_stream(), cpu.kernels, Precision::fp32, true};
   ReplayCache cache;

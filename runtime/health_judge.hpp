@@ -115,7 +115,7 @@ class HealthJudge {
                  std::string persist = {});
   /// Node `node`'s silence is its relay's to judge (H-5).
   void relayed(int node);
-  /// Node `node` beats the coordinator directly: its silence is judged here, counted from `now`.
+  /// Node `node` beats the coordinator directly (HR-4): its silence is judged here, counted from `now`.
   void unrelayed(int node, Clock::time_point now);
   bool is_relayed(int node) const;
   /// Node `node` finished its work (or is already judged): no longer watched.

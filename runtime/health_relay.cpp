@@ -36,7 +36,7 @@ bool HealthRelay::heartbeat(int node, Clock::time_point at, std::vector<ActorBea
 std::optional<Verdict> HealthRelay::silent_member(Clock::time_point now) {
   auto v = judge_.silent_node(now);
   if (!v) return v;
-  judge_.forget(v->node);
+  judge_.forget(v->node);  // HR-2
   v->node = members_[static_cast<std::size_t>(v->node)];
   return v;
 }

@@ -7,14 +7,14 @@
 // of one beat per node, and a stopped member is still found within
 // miss_limit x heartbeat_ms by the relay that hears it.
 //
-//  R-1  Groups are fixed by rank: relay_of(n) = n - n % relay_group, for every
+//  HR-1  Groups are fixed by rank: relay_of(n) = n - n % relay_group, for every
 //       node of a job with more than relay_group nodes; none otherwise.
-//  R-2  A relay reports a silent member once and then forgets it; the
+//  HR-2  A relay reports a silent member once and then forgets it; the
 //       coordinator decides what it means (a finished member is no failure).
-//  R-3  A member trusts the coordinator as much as its relay does: the relay's
+//  HR-3  A member trusts the coordinator as much as its relay does: the relay's
 //       acknowledgement carries how long the coordinator has been silent to
 //       it, so coordinator loss reaches members within the same bound.
-//  R-4  A member whose relay itself stops answering (no acknowledgement for
+//  HR-4  A member whose relay itself stops answering (no acknowledgement for
 //       health.miss_limit beats: the relay's process was lost) beats the
 //       coordinator directly from then on, as does a node whose process was
 //       replaced; the coordinator judges a node that beats it directly as
@@ -36,9 +36,9 @@
 
 namespace troupe {
 
-/// node `node`'s relay in a job of `nodes` nodes, or -1 (it beats the coordinator itself).
+/// HR-1: node `node`'s relay in a job of `nodes` nodes, or -1 (it beats the coordinator itself).
 int relay_of(int node, int nodes, int relay_group);
-/// the nodes relay `relay` relays for (not itself); empty if it is none.
+/// HR-1: the nodes relay `relay` relays for (not itself); empty if it is none.
 std::vector<int> members_of(int relay, int nodes, int relay_group);
 
 class HealthRelay {
@@ -48,7 +48,7 @@ class HealthRelay {
 
   /// Member `node`'s heartbeat; false if `node` is not a member.
   bool heartbeat(int node, Clock::time_point at, std::vector<ActorBeat> beats);
-  /// a member silent too long, named by its rank in the job.
+  /// HR-2: a member silent too long, named by its rank in the job.
   std::optional<Verdict> silent_member(Clock::time_point now);
   /// H-7: the relay's process was paused over [from, to]: no member's silence counts it.
   void paused(Clock::time_point from, Clock::time_point to) { judge_.paused(from, to); }

@@ -1,4 +1,4 @@
-// HealthRelay: groups by rank (R-1), silent members once (R-2), summaries
+// HealthRelay: groups by rank (HR-1), silent members once (HR-2), summaries
 // that let the coordinator judge stuck actors as if it saw them all (H-5).
 #include "runtime/health_relay.hpp"
 
@@ -12,7 +12,7 @@ namespace {
 
 using namespace health_fixtures;
 
-TEST_CASE("R-1: groups of relay_group nodes by rank, and none while the job fits in one", "[health]") {
+TEST_CASE("HR-1: groups of relay_group nodes by rank, and none while the job fits in one", "[health]") {
   CHECK(relay_of(5, 10, 4) == 4);
   CHECK(relay_of(4, 10, 4) == -1);  // a relay beats the coordinator itself
   CHECK(relay_of(3, 10, 4) == 0);
@@ -32,7 +32,7 @@ TEST_CASE("R-1: groups of relay_group nodes by rank, and none while the job fits
   }
 }
 
-TEST_CASE("R-2: a relay names a silent member by its rank, once, and ignores non-members", "[health]") {
+TEST_CASE("HR-2: a relay names a silent member by its rank, once, and ignores non-members", "[health]") {
   const auto t0 = Clock::now();
   HealthRelay relay({5, 6, 7}, kLimits, t0);
   CHECK_FALSE(relay.heartbeat(4, t0, {computing(8, 1, 0)}));

@@ -78,7 +78,7 @@ struct HealthSection {
   double straggler_threshold = 0.10;  ///< an actor that costs the step more than this share ...
   int straggler_steps = 3;            ///< ... for this many consecutive steps is a straggler
   int straggler_window = 20;          ///< steps in an actor's recent median compute time
-  int relay_group = 64;               ///< in jobs of more nodes, nodes beat a relay per this many (R-1; 0: never)
+  int relay_group = 64;               ///< in jobs of more nodes, nodes beat a relay per this many (HR-1; 0: never)
   int peer_timeout_ms = 3000;         ///< a node silent this long is lost (a stopped process, a cut link)
   int rendezvous_timeout_ms = 30000;  ///< waiting for every node to join
   int wait_timeout_ms = 600000;       ///< any single wait on a transfer or a local actor (a backstop)

@@ -201,8 +201,8 @@ TEST_CASE("troupe train judges its stage actors in one process: stall and except
   }
 }
 
-// Relays (R-1: relay_group 2 over 4 nodes: node 0 relays node 1, node 2 relays node 3).
-TEST_CASE("R-2: a member stopped by a hang drill is judged by its relay within the same bound", "[health][faults]") {
+// Relays (HR-1: relay_group 2 over 4 nodes: node 0 relays node 1, node 2 relays node 3).
+TEST_CASE("HR-2: a member stopped by a hang drill is judged by its relay within the same bound", "[health][faults]") {
   PipelineJob job("health_relay_hang", "[[faults]]\nkind = \"hang\"\nnode = 3\nstep = 3\n", 4, "relay_group = 2\n");
   const auto r = job.launch();
   INFO(r.err);
@@ -239,7 +239,7 @@ TEST_CASE("H-5: an actor stalled on a relayed node is named by the coordinator f
   CHECK(judged - stalled <= 1000 + 2 * 200 + 200);  // + a member's beat and its relay's
 }
 
-TEST_CASE("R-3: members behind a relay notice the coordinator's loss within the same bound", "[health][faults]") {
+TEST_CASE("HR-3: members behind a relay notice the coordinator's loss within the same bound", "[health][faults]") {
   PipelineJob job("health_relay_coordinator", "[[faults]]\nkind = \"hang\"\nnode = 0\nstep = 3\n", 4,
                   "relay_group = 2\n");
   const auto r = job.launch();

@@ -351,12 +351,12 @@ TEST_CASE("SV-12: a stopped node, node 1 or node 0 (the coordinator's host), is 
   check_fault_free(dir, "zero");
 }
 
-TEST_CASE("R-4: with relays, a killed relay, a killed member, a stopped relay, a killed and a stopped coordinator are each "
+TEST_CASE("HR-4: with relays, a killed relay, a killed member, a stopped relay, a killed and a stopped coordinator are each "
           "recovered, bit for bit, and no relay's loss is taken for the coordinator's",
           "[recovery]") {
   // A stopped coordinator is judged lost on each node's own clock: the
   // successor may speak to a node before it noticed (N-8).
-  // relay_group 2 over 4 nodes (R-1): node 0 relays node 1, node 2 relays node 3; one stage actor per node.
+  // relay_group 2 over 4 nodes (HR-1): node 0 relays node 1, node 2 relays node 3; one stage actor per node.
   // 1,500 short steps, so that the job outlasts a member's fallback (health.miss_limit x heartbeat_ms).
   ScratchDir dir("recrelay");
   const std::string cfg =

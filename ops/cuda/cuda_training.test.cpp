@@ -91,7 +91,7 @@ TEST_CASE("a training step replayed on the GPU gives the same bits", "[cuda][tra
   CHECK(first.params() == second.params());
 }
 
-// RC-1: a layer's passes captured once as CUDA graphs and replayed give the
+// GR-1: a layer's passes captured once as CUDA graphs and replayed give the
 // bits of the same passes enqueued call by call, in both precisions.
 TEST_CASE("layers replayed from CUDA graphs give the bits of layers enqueued call by call", "[cuda][training]") {
   for (Precision precision : {Precision::fp32, Precision::bf16}) {

@@ -131,7 +131,7 @@ class GptStage {
   void head_backward(Slot& a, const ExecContext& ctx, bool input_only);
   void head_weight_backward(Slot& a, const ExecContext& ctx);
   void run_backward(int slot, const Tensor& dout, const ExecContext& ctx, bool input_only, const GradsReady& ready);
-  // A layer's pass, replayed where the device captures (RC-1: `key` names the
+  // A layer's pass, replayed where the device captures (GR-1: `key` names the
   // pass, the slot, the layer and the buffers that are not the slot's own).
   void replayed(const ExecContext& ctx, ReplayCache::Key key, const std::function<void()>& pass);
 

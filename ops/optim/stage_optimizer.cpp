@@ -68,7 +68,7 @@ double StageOptimizer::owned_sum_squares(GptStage& stage, const ExecContext& ctx
     if (!t) return NAN;  // no memory for n doubles: the norm is unknown, and the step's checks stop on a NaN
     part_sums_ = *t;
   }
-  // RC-1: the launches depend on the gradients' buffer, the results' buffer and the parts.
+  // GR-1: the launches depend on the gradients' buffer, the results' buffer and the parts.
   ReplayCache::Key key{key_of(stage.flat_grads().raw()), key_of(part_sums_.raw())};
   for (const ElementRange& part : parts) {
     key.push_back(static_cast<std::uintptr_t>(part.begin));

@@ -1,5 +1,5 @@
 // bench health --simulate-nodes: the coordinator's load from the heartbeats of
-// thousands of simulated nodes, flat and through relays (R-1, H-5), in one
+// thousands of simulated nodes, flat and through relays (HR-1, H-5), in one
 // process. A generator thread beats for every simulated node (each beat
 // serialized, as it would cross the network, and decoded by its receiver);
 // the coordinator's and the relays' judgement is the real code (HealthJudge,
