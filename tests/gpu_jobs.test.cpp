@@ -72,6 +72,25 @@ const char* kSmall =
     "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\nsteps = 4\nlog_every = 1\n"
     "eval_every = 0\nlr = 3e-3\nwarmup_steps = 1\ndevice = \"cuda\"\n[parallel]\nmicrobatches = 4\n";
 
+// Ends the test Skipped, with troupe's reason, where `r` was refused for want of a GPU.
+void skip_if_no_gpu(const RunResult& r) {
+  if (r.exit_code != 0 && r.err.find("train.device = \"cuda\"") != std::string::npos)
+    skip("no GPU here: " + r.err.substr(0, r.err.find('\n')));
+}
+
+// `cfg` launched again (with `extra`) with node 1 killed at a random step:
+// it ends with the fault-free run's weights and losses, bit for bit; its stderr.
+std::string kill_node_1(const ScratchDir& dir, const std::string& cfg, const std::string& extra) {
+  const int step = random_step(2, 10);
+  INFO("killed at step " << step);
+  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
+                           extra + "--fault kind=kill,node=1,step=" + std::to_string(step)));
+  INFO(killed.err);
+  REQUIRE(killed.exit_code == 0);
+  check_fault_free(dir, "kill");
+  return killed.err;
+}
+
 }  // namespace
 
 TEST_CASE("on one GPU, pp 2 x dp 2 stage actors train as one with the whole batch, every schedule", "[gpu][pipeline]") {
@@ -110,18 +129,11 @@ TEST_CASE("a GPU job's killed node is restarted and restored from its buddy copi
   const std::string cfg = tiny_job(dir, "[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 12);
   const std::string gpu = "--set train.device=cuda ";
   auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", gpu));
-  if (clean.exit_code != 0 && clean.err.find("train.device = \"cuda\"") != std::string::npos)
-    skip("no GPU here: " + clean.err.substr(0, clean.err.find('\n')));
+  skip_if_no_gpu(clean);
   INFO(clean.err);
   REQUIRE(clean.exit_code == 0);
-  const int step = random_step(2, 10);
-  INFO("killed at step " << step);
-  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
-                           gpu + "--fault kind=kill,node=1,step=" + std::to_string(step)));
-  INFO(killed.err);
-  REQUIRE(killed.exit_code == 0);
-  CHECK(killed.err.find("from its buddy copies on node 0") != std::string::npos);
-  check_fault_free(dir, "kill");
+  const std::string err = kill_node_1(dir, cfg, gpu);
+  CHECK(err.find("from its buddy copies on node 0") != std::string::npos);
 }
 
 TEST_CASE("PG-4 on two GPUs: a node killed mid-step aborts its peers' NCCL communicators and is replaced, bit for bit",
@@ -134,21 +146,14 @@ TEST_CASE("PG-4 on two GPUs: a node killed mid-step aborts its peers' NCCL commu
   const std::string gpu = "--set train.device=cuda ";
   auto probe = run("timeout 120 " + troupe_bin() + " train " + cfg + " " + gpu + "--set train.steps=1 --set parallel.dp=1 "
                    "--set parallel.pp=1");
-  if (probe.exit_code != 0 && probe.err.find("train.device = \"cuda\"") != std::string::npos)
-    skip("no GPU here: " + probe.err.substr(0, probe.err.find('\n')));
+  skip_if_no_gpu(probe);
   const auto gpus = run("nvidia-smi --query-gpu=name --format=csv,noheader | wc -l");
   if (std::atoi(gpus.out.c_str()) < 2) skip("needs 2 GPUs (NCCL refuses two ranks on one), this machine has " + gpus.out);
   auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", gpu));
   INFO(clean.err);
   REQUIRE(clean.exit_code == 0);
   CHECK(clean.err.find("communicators: tied-embedding group (stage actors 0 2): nccl") != std::string::npos);
-  const int step = random_step(2, 10);
-  INFO("killed at step " << step);
-  auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
-                           gpu + "--fault kind=kill,node=1,step=" + std::to_string(step)));
-  INFO(killed.err);
-  REQUIRE(killed.exit_code == 0);
-  check_fault_free(dir, "kill");
+  kill_node_1(dir, cfg, gpu);
 }
 
 TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the other way round", "[gpu][checkpoint]") {

@@ -83,22 +83,10 @@ void ProcessGroups::abort() {
     if (p && &p->tensors() != &p->host()) p->tensors().abort();
 }
 
-void ProcessGroups::restart() {
-  world_->host().restart();  // the ring collectives' sequences, shared by every group's host path
-  for (ProcessGroup* p : {dp_.get(), tp_.get(), pp_.get(), tied_.get()})
-    if (p && &p->tensors() != &p->host()) p->tensors().restart();
-}
-
-std::vector<std::string> ProcessGroups::describe() const {
-  std::vector<std::string> out;
-  for (const ProcessGroup* p : {dp_.get(), tp_.get(), pp_.get(), tied_.get()}) {
-    if (!p) continue;
-    GroupMembers m{p->name(), p->host().ranks(), p->index()};
-    std::string line = p->name() + " group " + members_text(m) + ": " + comm_path_name(p->path());
-    if (!p->why().empty()) line += " (" + p->why() + ")";
-    out.push_back(std::move(line));
-  }
-  return out;
+std::string ProcessGroup::describe() const {
+  std::string line = name() + " group " + members_text(GroupMembers{name(), host().ranks(), index()}) + ": " +
+                     comm_path_name(path());
+  return why_.empty() ? line : line + " (" + why_ + ")";
 }
 
 }  // namespace troupe

@@ -47,6 +47,8 @@ class ProcessGroup {
   int index() const { return host_->index(); }
   /// Why the device path is what it is ("" on the host path).
   const std::string& why() const { return why_; }
+  /// For the log: its name, members and path (and why).
+  std::string describe() const;
 
  private:
   std::unique_ptr<HostCommunicator> host_;
@@ -78,10 +80,6 @@ class ProcessGroups {
 
   /// Fails every operation in flight on every group (CM-3).
   void abort();
-  /// A recovery's new generation: every group's sequences start over.
-  void restart();
-  /// One line per group for the log: its name, members and path (and why).
-  std::vector<std::string> describe() const;
 
  private:
   ProcessGroups() = default;

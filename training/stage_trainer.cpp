@@ -116,11 +116,8 @@ Status StageTrainer::build_groups() {
     if (a_.rank == plan_.root_rank()) spdlog::info("communicators: host rings over the transport for every group");
     return Status::success();
   }
-  const auto lines = groups_->describe();
-  std::size_t i = 0;
   for (ProcessGroup* g : {&groups_->data_parallel(), &groups_->tensor_parallel(), &groups_->pipeline(), groups_->tied()})
-    if (g && i < lines.size() && g->index() == 0 && g->size() > 1) spdlog::info("communicators: {}", lines[i++]);
-    else if (g) ++i;
+    if (g && g->index() == 0 && g->size() > 1) spdlog::info("communicators: {}", g->describe());  // its first member
   return Status::success();
 }
 

@@ -88,9 +88,6 @@ class Communicator {
   /// Fails every operation in flight (CM-3); returns once none can still
   /// write into its tensor. Later operations may be issued (a new step).
   virtual void abort() = 0;
-  /// A recovery started a new generation: sequences start over, as in a new
-  /// communicator (every member does this before its next collective).
-  virtual void restart() = 0;
 
  protected:
   /// The operation's tensor is what a collective takes (f32, of this path's

@@ -26,7 +26,6 @@ class HostCommunicator final : public Communicator {
   /// Aborts the transport's every operation (other groups' too: an actor's
   /// groups fail together, as its step does).
   void abort() override { transport_.abort_all(); }
-  void restart() override { coll_.restart_sequences(); }
 
   /// The same collectives over plain host floats (the staged path's pinned
   /// buffers, a step report's figures): no tensor, no stream.

@@ -65,6 +65,22 @@ void StagedCommunicator::abort() {
   worker_.drain();  // uploads queued before: done
 }
 
+std::shared_ptr<StagedCommunicator::Op> StagedCommunicator::begin(const Tensor& t, Stream& s, Completion& done,
+                                                                 int pieces) {
+  auto lease = pool_->acquire(t.nbytes());
+  if (!lease) {
+    done(lease.error());
+    return nullptr;
+  }
+  return std::make_shared<Op>(std::move(done), t, std::move(*lease), s.record(), pieces);  // SC-2's event
+}
+
+Status StagedCommunicator::download(const Op& op, std::size_t offset, std::size_t bytes, Stream& s) {
+  TROUPE_TRY(device_.copy(op.host() + offset, op.device() + offset, bytes, s));
+  s.record()->synchronize();
+  return Status::success();
+}
+
 void StagedCommunicator::upload(const std::shared_ptr<Op>& op, std::size_t offset, std::size_t bytes,
                                 Status host_part) {
   if (!host_part || bytes == 0) return op->finish(std::move(host_part));
@@ -84,12 +100,11 @@ void StagedCommunicator::piecewise(const Tensor& t, Stream& s, Completion done, 
   if (t.device().host_accessible())
     return bcast ? host_.broadcast(t, root, s, std::move(done)) : host_.all_reduce(t, s, std::move(done));
   if (!shared() || t.numel() == 0) return done(Status::success());
-  auto lease = pool_->acquire(t.nbytes());
-  if (!lease) return done(lease.error());
   const std::size_t bytes = t.nbytes();
   const std::size_t piece = std::max(sizeof(float), options_.piece_bytes / sizeof(float) * sizeof(float));
   const int pieces = static_cast<int>((bytes + piece - 1) / piece);
-  auto op = std::make_shared<Op>(std::move(done), t, std::move(*lease), s.record(), pieces);
+  auto op = begin(t, s, done, pieces);
+  if (!op) return;
   const bool down = !bcast || index() == root, up = !bcast || index() != root;
   // Every download enqueued at once on the caller's stream (after its work,
   // SC-2), each piece's end marked; piece p's collective waits for its own.
@@ -126,11 +141,9 @@ void StagedCommunicator::reduce_scatter(const Tensor& t, Stream& s, Completion d
   if (Status st = check_collective(t, "reduce-scatter", false); !st) return done(st);
   if (t.device().host_accessible()) return host_.reduce_scatter(t, s, std::move(done));
   if (!shared() || t.numel() == 0) return done(Status::success());
-  auto lease = pool_->acquire(t.nbytes());
-  if (!lease) return done(lease.error());
-  auto op = std::make_shared<Op>(std::move(done), t, std::move(*lease), s.record(), 1);
-  if (Status st = device_.copy(op->host(), op->device(), t.nbytes(), s); !st) return op->finish(st);
-  s.record()->synchronize();
+  auto op = begin(t, s, done);
+  if (!op) return;
+  if (Status st = download(*op, 0, t.nbytes(), s); !st) return op->finish(st);
   const auto n = static_cast<std::size_t>(t.numel());
   const auto [lo, hi] = comm_chunk(n, size(), index());
   host_.reduce_scatter(reinterpret_cast<float*>(op->host()), n, [this, op, lo = lo, hi = hi](Status st) {
@@ -142,14 +155,11 @@ void StagedCommunicator::all_gather(const Tensor& t, Stream& s, Completion done)
   if (Status st = check_collective(t, "all-gather", false); !st) return done(st);
   if (t.device().host_accessible()) return host_.all_gather(t, s, std::move(done));
   if (!shared() || t.numel() == 0) return done(Status::success());
-  auto lease = pool_->acquire(t.nbytes());
-  if (!lease) return done(lease.error());
-  auto op = std::make_shared<Op>(std::move(done), t, std::move(*lease), s.record(), 1);
+  auto op = begin(t, s, done);
+  if (!op) return;
   const auto n = static_cast<std::size_t>(t.numel());
   const auto [lo, hi] = comm_chunk(n, size(), index());
-  const std::size_t off = lo * sizeof(float), len = (hi - lo) * sizeof(float);
-  if (Status st = device_.copy(op->host() + off, op->device() + off, len, s); !st) return op->finish(st);
-  s.record()->synchronize();
+  if (Status st = download(*op, lo * sizeof(float), (hi - lo) * sizeof(float), s); !st) return op->finish(st);
   host_.all_gather(reinterpret_cast<float*>(op->host()), n, [this, op, n](Status st) {
     upload(op, 0, n * sizeof(float), std::move(st));  // every chunk (this member's is unchanged)
   });
@@ -158,20 +168,17 @@ void StagedCommunicator::all_gather(const Tensor& t, Stream& s, Completion done)
 void StagedCommunicator::send(const Tensor& t, int peer, Tag tag, Stream& s, Completion done) {
   if (Status st = check_peer(peer, tag, "send"); !st) return done(st);
   if (t.device().host_accessible()) return host_.send(t, peer, tag, s, std::move(done));
-  auto lease = pool_->acquire(t.nbytes());
-  if (!lease) return done(lease.error());
-  auto op = std::make_shared<Op>(std::move(done), t, std::move(*lease), nullptr, 1);
-  if (Status st = device_.copy(op->host(), op->device(), t.nbytes(), s); !st) return op->finish(st);
-  s.record()->synchronize();
+  auto op = begin(t, s, done);
+  if (!op) return;
+  if (Status st = download(*op, 0, t.nbytes(), s); !st) return op->finish(st);
   host_.send(op->host(), t.nbytes(), peer, tag, [op](Status st) { op->finish(std::move(st)); });
 }
 
 void StagedCommunicator::recv(const Tensor& t, int peer, Tag tag, Stream& s, Completion done) {
   if (Status st = check_peer(peer, tag, "recv"); !st) return done(st);
   if (t.device().host_accessible()) return host_.recv(t, peer, tag, s, std::move(done));
-  auto lease = pool_->acquire(t.nbytes());
-  if (!lease) return done(lease.error());
-  auto op = std::make_shared<Op>(std::move(done), t, std::move(*lease), s.record(), 1);
+  auto op = begin(t, s, done);
+  if (!op) return;
   const std::size_t bytes = t.nbytes();
   host_.recv(op->host(), bytes, peer, tag, [this, op, bytes](Status st) { upload(op, 0, bytes, std::move(st)); });
 }

@@ -55,7 +55,6 @@ class StagedCommunicator final : public Communicator {
   void recv(const Tensor& t, int peer, Tag tag, Stream& s, Completion done) override;
   /// The transport's operations, then every upload still queued (CM-3).
   void abort() override;
-  void restart() override { host_.restart(); }
 
   /// The pinned memory it holds, for reports.
   std::size_t pinned_bytes() const { return pool_->bytes(); }
@@ -66,6 +65,11 @@ class StagedCommunicator final : public Communicator {
                      StagedOptions options, std::unique_ptr<Stream> upload);
   // An elementwise collective (all-reduce, broadcast) piece by piece.
   void piecewise(const Tensor& t, Stream& s, Completion done, int root);
+  // The operation's state over `t`'s bytes in a pinned lease, with `pieces`
+  // parts to finish; null (`done` told why) where no lease could be had.
+  std::shared_ptr<Op> begin(const Tensor& t, Stream& s, Completion& done, int pieces = 1);
+  // Bytes [offset, offset + bytes) of the tensor into the lease, after the stream's work, waited for.
+  Status download(const Op& op, std::size_t offset, std::size_t bytes, Stream& s);
   // After a piece's host part: its upload of bytes [offset, offset + bytes) onto the worker.
   void upload(const std::shared_ptr<Op>& op, std::size_t offset, std::size_t bytes, Status host_part);
 

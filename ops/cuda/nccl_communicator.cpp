@@ -136,7 +136,6 @@ class NcclCommunicator final : public Communicator {
     }
     fail_pending("the NCCL communicator was aborted");
   }
-  void restart() override {}  // NC-3
 
  private:
   struct Pending {

@@ -15,8 +15,8 @@
 //      (NCCL has no tags): a caller that posts receives ahead of their sends
 //      in another order (the stage runner does) keeps its pipeline on the
 //      staged path (process_groups.cpp);
-// NC-3 a new generation builds new communicators from a fresh unique id:
-//      restart() does nothing, abort() is final.
+// NC-3 abort() is final: a new generation builds new communicators from a
+//      fresh unique id.
 #pragma once
 
 #include <chrono>
