@@ -54,6 +54,16 @@ std::vector<std::string> ActorRegistry::names() const {
   return out;
 }
 
+std::string ActorRegistry::plugin_fingerprint() const {
+  std::string out;
+  for (const PluginRecord& p : plugins_) {
+    out += "plugin " + p.name + " " + p.version + ":";
+    for (const auto& t : p.actor_types) out += " " + t;
+    out += "\n";
+  }
+  return out;
+}
+
 Expected<JobConfig> check_job(const std::string& config_path, const std::vector<std::string>& overrides, int nodes,
                               JobFiles& files, const ActorRegistry& registry) {
   auto job = load_job_config(config_path, overrides);

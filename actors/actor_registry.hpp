@@ -72,6 +72,14 @@ struct ActorPlacement {
 };
 
 using ActorFactory = std::function<caf::actor(caf::actor_system&, const ActorArgs&)>;
+
+/// A plugin whose actor types the registry holds (actors/plugin_loader.hpp).
+struct PluginRecord {
+  std::string path;  ///< as loaded (absolute)
+  std::string name;
+  std::string version;
+  std::vector<std::string> actor_types;  ///< what it registered
+};
 /// Checks a job before any node joins (e.g. that the parallel sizes fit the nodes).
 using ActorValidator = std::function<Status(const ActorArgs&)>;
 
@@ -88,6 +96,12 @@ class ActorRegistry {
   /// lists the registered ones.
   Expected<caf::actor> spawn(const std::string& name, caf::actor_system& sys, const ActorArgs& args) const;
   std::vector<std::string> names() const;
+  /// The plugins loaded into this registry, in load order.
+  const std::vector<PluginRecord>& plugins() const { return plugins_; }
+  void add_plugin(PluginRecord plugin) { plugins_.push_back(std::move(plugin)); }
+  /// What every node of a job must load alike, for the config hash: each
+  /// plugin's name, version and actor types ("" without plugins).
+  std::string plugin_fingerprint() const;
   /// Success if `name` is registered, else the error spawn() would give.
   Status check(const std::string& name) const;
 
@@ -95,6 +109,7 @@ class ActorRegistry {
   std::map<std::string, ActorFactory> factories_;
   std::map<std::string, ActorValidator> validators_;
   std::map<std::string, ActorPlacement> placements_;
+  std::vector<PluginRecord> plugins_;
 };
 
 /// What every process checks before it runs a job of `nodes` nodes (one for

@@ -6,7 +6,9 @@ function(troupe_library name)
   add_library(${name} STATIC ${ARG_SOURCES})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR})
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
-  target_compile_options(${name} PRIVATE -Wall -Wextra)
+  # Position-independent for libtroupe.so, without the cost of calls that a
+  # preloaded library could interpose: none may (-Bsymbolic-functions there).
+  target_compile_options(${name} PRIVATE -Wall -Wextra -fno-semantic-interposition)
   if(TROUPE_NATIVE)
     target_compile_options(${name} PRIVATE -march=native)
   endif()

@@ -81,6 +81,21 @@ Reader int_list(std::vector<int>& field, std::int64_t lo, std::int64_t hi) {
   };
 }
 
+Reader string_list(std::vector<std::string>& field) {
+  return [&field](const toml::node& n) -> std::string {
+    const auto* arr = n.as_array();
+    if (!arr) return "has the wrong type (a list of strings is expected)";
+    std::vector<std::string> out;
+    for (auto& e : *arr) {
+      if (!e.is_string()) return "has the wrong type (a list of strings is expected)";
+      out.push_back(*e.value<std::string>());
+      if (out.back().empty()) return "has an empty entry";
+    }
+    field = std::move(out);
+    return {};
+  };
+}
+
 constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
 constexpr std::int64_t kMaxI64 = std::numeric_limits<std::int64_t>::max();
 
@@ -152,6 +167,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"recovery.buddy", boolean(rc.buddy)},
       {"recovery.spares", integer(rc.spares, 0, 1024)},
       {"recovery.max_simultaneous_losses", integer(rc.max_simultaneous_losses, 1, 1 << 20)},
+      {"plugins.paths", string_list(c.plugins.paths)},
   };
 }
 

@@ -143,6 +143,11 @@ struct FaultSpec {
   std::string when = "step";
 };
 
+/// [plugins]: shared libraries of actor types every node loads (beside --plugin).
+struct PluginsSection {
+  std::vector<std::string> paths;  ///< relative ones to the config file's folder
+};
+
 struct JobConfig {
   ModelSection model;
   ParallelSection parallel;
@@ -151,6 +156,7 @@ struct JobConfig {
   HealthSection health;
   CheckpointSection checkpoint;
   RecoverySection recovery;
+  PluginsSection plugins;
   std::vector<FaultSpec> faults;
   std::vector<TopologyDomain> topology;  ///< [[topology]], in the file's order
   std::string source;  ///< file it was read from (for messages)

@@ -65,7 +65,7 @@ Expected<JoinVerdict> interpret_join_reply(const RedisValue& reply, const Rendez
   const std::string& verdict = v[0].str;
   const std::string detail = printable(v[1].str);
   if (verdict == "config")
-    return make_error("node ", std::to_string(r.rank), " runs a different config than the job's first node (hash ",
+    return make_error("node ", std::to_string(r.rank), " runs a different config or set of plugins than the job's first node (hash ",
                       r.config_hash, " vs ", detail, ")");
   if (verdict == "version")
     return make_error("node ", std::to_string(r.rank), " runs Troupe ", r.version, " but the job runs ", detail);

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 rank() {
   case "$1" in
     common) echo 0 ;; schedules) echo 1 ;; backends) echo 2 ;; ops) echo 3 ;; runtime) echo 4 ;;
-    training) echo 5 ;; actors) echo 6 ;; tools|examples) echo 7 ;; tests|fuzz) echo 8 ;; *) echo -1 ;;
+    training) echo 5 ;; actors) echo 6 ;; troupe|tools|examples) echo 7 ;; tests|fuzz) echo 8 ;; *) echo -1 ;;
   esac
 }
 status=0
@@ -27,7 +27,7 @@ while IFS= read -r line; do
     status=1
   fi
 done < <(grep -rn --include='*.hpp' --include='*.cpp' --include='*.cu' '^#include "' \
-           common schedules backends ops runtime training actors tools examples tests fuzz | sed -E 's/:[0-9]+:/:/')
+           common schedules backends ops runtime training actors troupe tools examples tests fuzz | sed -E 's/:[0-9]+:/:/')
 if grep -rln --include='*.hpp' --include='*.cpp' '#include <caf/' common schedules backends ops runtime training; then
   echo "layering: CAF included below actors/ (files above)"
   status=1

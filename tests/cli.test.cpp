@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/version.hpp"
 #include "tests/test_support.hpp"
 
 namespace troupe::testing {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <thread>
 #include <nlohmann/json.hpp>
 
@@ -223,6 +225,34 @@ Expected<std::uint64_t> read_shard(const std::string& dir, const Manifest& m, co
   }
   into.next_step = m.step;
   return reader.bytes_read();
+}
+
+Expected<ShardRecord> write_actor_state(const std::string& dir, const std::string& name,
+                                        const std::vector<std::uint8_t>& state) {
+  const std::string path = dir + "/" + name;
+  auto file = create_new_file(path);
+  if (!file) return file.error();
+  TROUPE_TRY(write_all(file->get(), state.data(), state.size(), path));
+  TROUPE_TRY(sync_file(file->get(), path));
+  ShardRecord record;
+  record.file = {name, state.size(), crc32_of(state.data(), state.size())};
+  return record;
+}
+
+Expected<std::optional<std::vector<std::uint8_t>>> read_actor_state(const std::string& dir, const Manifest& m,
+                                                                   const std::string& name) {
+  const auto listed = std::find_if(m.files.begin(), m.files.end(), [&](const auto& f) { return f.name == name; });
+  if (listed == m.files.end()) return std::optional<std::vector<std::uint8_t>>{};
+  const std::string path = dir + "/" + name;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(path, ": cannot open (listed in the manifest)");
+  std::vector<std::uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (bytes.size() != listed->size)
+    return make_error(path, ": ", std::to_string(bytes.size()), " bytes, the manifest records ",
+                      std::to_string(listed->size));
+  if (crc32_of(bytes.data(), bytes.size()) != listed->crc)
+    return make_error(path, ": CRC-32 mismatch (the file is corrupt)");
+  return std::optional<std::vector<std::uint8_t>>(std::move(bytes));
 }
 
 }  // namespace troupe

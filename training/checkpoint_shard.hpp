@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,16 @@ struct ShardRecord {
 /// file, fsynced); errors name the file.
 Expected<ShardRecord> write_shard(const std::string& dir, const std::string& name, const ShardLayout& layout,
                                   const StageSnapshot& snapshot);
+
+/// Writes an actor's own state (UH-1) to DIR/NAME (a new file, fsynced); the
+/// record lists the file alone.
+Expected<ShardRecord> write_actor_state(const std::string& dir, const std::string& name,
+                                        const std::vector<std::uint8_t>& state);
+/// Reads the actor state file NAME of checkpoint DIR, checked against the
+/// size and CRC-32 its manifest `m` records (K-3); nullopt where `m` lists no
+/// such file (the actor had none).
+Expected<std::optional<std::vector<std::uint8_t>>> read_actor_state(const std::string& dir, const Manifest& m,
+                                                                   const std::string& name);
 
 /// Reads ranges of a checkpoint's logical tensors, piece by piece, each
 /// checked against its CRC-32 before it is used (K-3).

@@ -37,6 +37,8 @@ std::string checkpoint_dir(const std::string& root, int step);
 std::string partial_dir(const std::string& root, int step);
 /// The shard file of stage actor `rank`.
 std::string shard_name(int rank);
+/// The file of stage actor `rank`'s own state (UH-1; only where it has some).
+std::string actor_state_name(int rank);
 
 /// Creates ROOT and ROOT/.partial-step-N (which may already exist: other nodes).
 Status begin_partial(const std::string& root, int step);

@@ -5,6 +5,7 @@
 #include <ctime>
 #include <fmt/format.h>
 
+#include "common/version.hpp"
 #include "ops/model/gpt_config.hpp"
 
 namespace troupe {

@@ -13,7 +13,9 @@ namespace troupe {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x3150414e53505254ull;  // "TRPSNAP1"
-constexpr std::size_t kHeaderWords = 3 + 3 * kMaxSnapshotChunks;
+// magic, step, chunks, the chunks' piece sizes, then the actor's own state's bytes (UH-1).
+constexpr std::size_t kHeaderWords = 3 + 3 * kMaxSnapshotChunks + 1;
+constexpr std::size_t kActorStateWord = kHeaderWords - 1;
 using Header = std::array<std::uint64_t, kHeaderWords>;
 
 // The pieces of a snapshot in wire order: per chunk its parameters, first and second moments.
@@ -63,6 +65,9 @@ Status check_header(const Header& h) {  // SW-1
     if (h[3 + i] > kMaxSnapshotPieceFloats)
       return make_error("snapshot header: piece ", std::to_string(i), " of ", std::to_string(h[3 + i]), " floats (at most ",
                         std::to_string(kMaxSnapshotPieceFloats), ")");
+  if (h[kActorStateWord] > kMaxActorStateBytes)
+    return make_error("snapshot header: the actor's own state of ", std::to_string(h[kActorStateWord]),
+                      " bytes (at most ", std::to_string(kMaxActorStateBytes), ")");
   return Status::success();
 }
 
@@ -71,7 +76,7 @@ Status check_header(const Header& h) {  // SW-1
 std::uint64_t snapshot_bytes(const StageSnapshot& s) {
   std::uint64_t n = 0;
   for_each_piece(s, [&](const std::vector<float>& v) { n += v.size() * sizeof(float); });
-  return n;
+  return n + s.actor_state.size();
 }
 
 void send_snapshot(Transport& t, int peer, Tag channel, const StageSnapshot& snapshot, Completion done) {
@@ -79,6 +84,9 @@ void send_snapshot(Transport& t, int peer, Tag channel, const StageSnapshot& sna
       snapshot.exp_avg_sq.size() != snapshot.params.size())
     return done(make_error("snapshot: ", std::to_string(snapshot.params.size()), " chunks cannot be sent (at most ",
                            std::to_string(kMaxSnapshotChunks), ", each with its two moments)"));
+  if (snapshot.actor_state.size() > kMaxActorStateBytes)
+    return done(make_error("snapshot: the actor's own state of ", std::to_string(snapshot.actor_state.size()),
+                           " bytes cannot be sent (at most ", std::to_string(kMaxActorStateBytes), ")"));
   auto header = std::make_shared<Header>();
   header->fill(0);
   (*header)[0] = kMagic;
@@ -86,6 +94,7 @@ void send_snapshot(Transport& t, int peer, Tag channel, const StageSnapshot& sna
   (*header)[2] = snapshot.params.size();
   std::size_t i = 0;
   for_each_piece(snapshot, [&](const std::vector<float>& v) { (*header)[3 + i++] = v.size(); });
+  (*header)[kActorStateWord] = snapshot.actor_state.size();
   auto count = std::make_shared<Countdown>([header, done = std::move(done)](Status st) { done(std::move(st)); });
   count->add();
   t.send(peer, snapshot_tag(channel, 0), header->data(), sizeof(Header), [count](Status st) { count->complete(std::move(st)); });
@@ -96,6 +105,11 @@ void send_snapshot(Transport& t, int peer, Tag channel, const StageSnapshot& sna
     count->add();
     t.send(peer, snapshot_tag(channel, i), v.data(), v.size() * sizeof(float), [count](Status st) { count->complete(std::move(st)); });
   });
+  if (!snapshot.actor_state.empty()) {
+    count->add();
+    t.send(peer, snapshot_tag(channel, i + 1), snapshot.actor_state.data(), snapshot.actor_state.size(),
+           [count](Status st) { count->complete(std::move(st)); });
+  }
   count->release();
 }
 
@@ -116,6 +130,7 @@ void receive_snapshot(Transport& t, int peer, Tag channel, PlaceSnapshot place, 
            out->exp_avg_sq.resize(chunks);
            std::size_t i = 0;
            for_each_piece(*out, [&](std::vector<float>& v) { v.resize(static_cast<std::size_t>((*header)[3 + i++])); });
+           out->actor_state.resize(static_cast<std::size_t>((*header)[kActorStateWord]));
            auto count = std::make_shared<Countdown>(std::move(done));
            i = 0;
            for_each_piece(*out, [&](std::vector<float>& v) {
@@ -125,6 +140,11 @@ void receive_snapshot(Transport& t, int peer, Tag channel, PlaceSnapshot place, 
              tp->recv(peer, snapshot_tag(channel, i), v.data(), v.size() * sizeof(float),
                       [count](Status s) { count->complete(std::move(s)); });
            });
+           if (!out->actor_state.empty()) {
+             count->add();
+             tp->recv(peer, snapshot_tag(channel, i + 1), out->actor_state.data(), out->actor_state.size(),
+                      [count](Status s) { count->complete(std::move(s)); });
+           }
            count->release();
          });
 }

@@ -4,12 +4,12 @@
 //
 // A snapshot travels as one fixed-size header (magic, step, chunk count, the
 // size of every piece) and then one message per non-empty piece: per chunk its
-// parameters, first and second moments. Each has its own tag under
+// parameters, first and second moments, then the actor's own state (UH-1). Each has its own tag under
 // kSnapshotTagBit, so pieces match in any order of arrival.
 //
 //  SW-1  The receiver takes the sizes from the header, checks them (the magic,
 //        at most kMaxSnapshotChunks chunks, each piece at most
-//        kMaxSnapshotPieceFloats) and sizes its buffers before a piece can land;
+//        kMaxSnapshotPieceFloats, the actor's state at most kMaxActorStateBytes) and sizes its buffers before a piece can land;
 //        a header that fails the check is an error naming what is wrong, and
 //        no piece is received.
 //  SW-2  `done` runs exactly once, after every operation posted for the
@@ -34,6 +34,7 @@ inline constexpr Tag kMirrorChannel = 0;  ///< an actor's snapshot to its buddy 
 inline constexpr Tag kServeChannel = 1;   ///< a buddy copy back to the replacement
 inline constexpr int kMaxSnapshotChunks = 20;
 inline constexpr std::uint64_t kMaxSnapshotPieceFloats = std::uint64_t{1} << 34;
+inline constexpr std::uint64_t kMaxActorStateBytes = std::uint64_t{1} << 30;
 
 /// The tag of a snapshot's piece on `channel` (0: its header; then 1, 2, ... in wire order).
 inline Tag snapshot_tag(Tag channel, std::size_t piece) { return kSnapshotTagBit | (channel << 16) | static_cast<Tag>(piece); }

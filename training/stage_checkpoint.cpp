@@ -103,6 +103,12 @@ Expected<PersistFigures> persist_node_shards(const std::string& root, const Mani
       figures.bytes += r->file.size;
       if (progress) progress->shard_written(r->file.size);
       records.push_back(std::move(*r));
+      if (s.snapshot->actor_state.empty()) continue;  // UH-1: the actor's own state, where it has some
+      written.push_back(actor_state_name(s.rank));
+      auto own = write_actor_state(partial_dir(root, base.step), written.back(), s.snapshot->actor_state);
+      if (!own) return own.error();
+      figures.bytes += own->file.size;
+      records.push_back(std::move(*own));
     }
     if (node != 0) return write_part(root, base.step, node, records);
     // The committer waits for the other nodes' parts; a node that failed
@@ -148,7 +154,7 @@ Status check_resumable(const std::string& dir, const GptConfig& cfg) {
 }
 
 Expected<RestoreFigures> restore_stage(StageState& state, HostCommunicator& replicas, const std::string& dir,
-                                       const StagePlan& plan, std::chrono::milliseconds limit) {
+                                       const StagePlan& plan, int rank, std::chrono::milliseconds limit) {
   const auto start = Clock::now();
   auto m = resumable_manifest(dir, plan.cfg);
   if (!m) return m.error();
@@ -162,8 +168,21 @@ Expected<RestoreFigures> restore_stage(StageState& state, HostCommunicator& repl
     for (auto& params : snapshot.params)
       TROUPE_TRY(wait_for([&](Completion c) { replicas.broadcast(params.data(), params.size(), 0, std::move(c)); },
                           limit, replicas.transport(), "the restored parameters' broadcast"));
+  // UH-1: the actor's own state belongs to its rank, so it comes back only on the layout that wrote it.
+  const bool same_layout = m->layout.dp == plan.dims.dp && m->layout.pp == plan.dims.pp &&
+                           m->layout.chunks == plan.schedule.chunks;
+  bool actor_state_lost = false;
+  if (same_layout) {
+    auto own = read_actor_state(dir, *m, actor_state_name(rank));
+    if (!own) return make_error("--resume ", dir, ": ", own.error().message);
+    if (*own) snapshot.actor_state = std::move(**own);
+  } else {
+    actor_state_lost = std::any_of(m->files.begin(), m->files.end(),
+                                   [](const auto& f) { return f.name.starts_with("actor-state-"); });
+  }
   TROUPE_TRY(state.restore(snapshot));
-  return RestoreFigures{m->step, *bytes, seconds_since(start), m->config_hash == resume_hash(plan.job)};
+  return RestoreFigures{m->step, *bytes, seconds_since(start), m->config_hash == resume_hash(plan.job),
+                        actor_state_lost};
 }
 
 }  // namespace troupe

@@ -105,14 +105,16 @@ struct RestoreFigures {
   std::uint64_t bytes_read = 0;  ///< from storage, by this actor
   double seconds = 0;
   bool same_config = true;  ///< optimizer, learning rate, seed, batch and data as saved (resume_hash)
+  bool actor_state_lost = false;  ///< the checkpoint holds actors' own state this layout cannot take (UH-1)
 };
 
 /// Restores `state` (a stage of `plan`) from checkpoint `dir`: replica 0 of
 /// the stage's data-parallel group `replicas` reads the parameters and
 /// broadcasts them to the others; every replica reads the moments it owns. Any layout's
 /// checkpoint restores into any other; a different model is refused naming
-/// the key. Waits at most `limit`.
+/// the key. Stage actor `rank`'s own state (UH-1) comes back only where the
+/// layout is the one that wrote it. Waits at most `limit`.
 Expected<RestoreFigures> restore_stage(StageState& state, HostCommunicator& replicas, const std::string& dir,
-                                       const StagePlan& plan, std::chrono::milliseconds limit);
+                                       const StagePlan& plan, int rank, std::chrono::milliseconds limit);
 
 }  // namespace troupe

@@ -32,6 +32,7 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
   const Coord me = coord_of(plan.dims, a.rank);
   std::unique_ptr<StageState> st(new StageState());
   st->ctx_ = a.ctx;
+  st->actor_state_ = a.actor_state;
   st->tied_split_ = plan.schedule.virtual_stages() > 1;  // embedding and head in different chunks
   StageLinks links = a.links;
   StageState* self = st.get();  // stable: the object lives on the heap
@@ -100,6 +101,10 @@ Status StageState::snapshot(StageSnapshot& into) {
     TROUPE_TRY(copy_out(*ctx_, zero(chunk).optimizer().first_moment(), into.exp_avg[c]));
     TROUPE_TRY(copy_out(*ctx_, zero(chunk).optimizer().second_moment(), into.exp_avg_sq[c]));
   }
+  if (actor_state_)
+    into.actor_state = actor_state_.save();
+  else
+    into.actor_state.clear();
   ctx_->stream.synchronize();
   return Status::success();
 }
@@ -119,6 +124,10 @@ Status StageState::restore(const StageSnapshot& from) {
     TROUPE_TRY(copy_in(*ctx_, from.exp_avg_sq[c], zero(chunk).optimizer().second_moment(), which + " exp_avg_sq"));
   }
   ctx_->stream.synchronize();  // `from` may go once this returns
+  if (actor_state_)
+    if (auto st = actor_state_.load(from.actor_state); !st)
+      return make_error("snapshot of step ", std::to_string(from.next_step), ": the actor's own state: ",
+                        st.error().message);
   next_step_ = from.next_step;
   return Status::success();
 }

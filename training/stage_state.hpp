@@ -18,6 +18,7 @@
 #include "common/expected.hpp"
 #include "training/process_groups.hpp"
 #include "training/stage_plan.hpp"
+#include "training/stage_hooks.hpp"
 #include "training/stage_runner.hpp"
 #include "training/zero_sync.hpp"
 
@@ -30,6 +31,7 @@ struct StageSnapshot {
   std::vector<std::vector<float>> params;      ///< per chunk: its flat parameters
   std::vector<std::vector<float>> exp_avg;     ///< per chunk: this replica's shard of the first moment
   std::vector<std::vector<float>> exp_avg_sq;  ///< per chunk: ... of the second moment
+  std::vector<std::uint8_t> actor_state;       ///< the stage actor's own state (UH-1); empty without its hooks
 };
 
 struct StageStateArgs {
@@ -41,6 +43,7 @@ struct StageStateArgs {
   /// ZeRO hooks (grads_ready, params_needed) are filled in by build().
   StageLinks links;
   std::string init_path;  ///< start from these weights ("" = initialise from the seed)
+  ActorStateHooks actor_state;  ///< the stage actor's own state, kept with the stage's (UH-1); unset: none
 };
 
 class StageState {
@@ -71,9 +74,11 @@ class StageState {
   Status update(float lr, double global_sum_squares, const ExecContext& ctx);
 
   /// Copies the state into `into` at a step boundary (waits for the update's
-  /// all-gather first); reuses `into`'s buffers when their sizes match.
+  /// all-gather first), with the actor's own state (UH-1); reuses `into`'s
+  /// buffers when their sizes match.
   Status snapshot(StageSnapshot& into);
-  /// Restores a snapshot of a stage with the same layout; an error names what differs.
+  /// Restores a snapshot of a stage with the same layout, and hands the
+  /// actor's own state to its hooks (UH-1); an error names what differs.
   Status restore(const StageSnapshot& from);
 
  private:
@@ -81,6 +86,7 @@ class StageState {
   const ExecContext* ctx_ = nullptr;
   std::unique_ptr<StageRunner> runner_;
   std::vector<std::unique_ptr<ZeroChunk>> zero_;
+  ActorStateHooks actor_state_;
   bool tied_split_ = false;
   int next_step_ = 0;
 };

@@ -61,7 +61,7 @@ struct Stage {
     auto g = ProcessGroups::build(ProcessGroupArgs{&plan, 0, &collectives, transport.get(), device.owner.get()});
     REQUIRE(g.ok());
     groups = std::move(*g);
-    auto built = StageState::build(StageStateArgs{&device.ctx, groups.get(), &plan, 0, links, ""});
+    auto built = StageState::build(StageStateArgs{&device.ctx, groups.get(), &plan, 0, links, "", {}});
     REQUIRE(built.ok());
     state = std::move(*built);
   }

@@ -80,7 +80,7 @@ Expected<double> StageTrainer::run_step() {
   auto val_loss = evaluate_if_due(step);
   if (!val_loss) return val_loss.error();
   TROUPE_TRY(log_step(step, f, *report, *val_loss));
-  if (a_.hooks.after_step) a_.hooks.after_step(step, state_->model(0), loss);
+  if (a_.hooks.after_step) a_.hooks.after_step(StageView(step, loss, a_.rank, ctx(), state_->model(0)));
   TROUPE_TRY(take_recovery_snapshot());
   trace_redo();
   return loss;
@@ -144,7 +144,7 @@ Status StageTrainer::build_state() {
     links.trace_track = links_.trace_track;
     links.transfer_track = links_.transfer_track;
   }
-  auto st = StageState::build(StageStateArgs{&ctx(), groups_.get(), &plan_, a_.rank, links, a_.init_path});
+  auto st = StageState::build(StageStateArgs{&ctx(), groups_.get(), &plan_, a_.rank, links, a_.init_path, a_.hooks.state});
   if (!st) return st.error();
   state_ = std::move(*st);
   links_ = links;

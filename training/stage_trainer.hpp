@@ -12,6 +12,7 @@
 
 #include "training/progress.hpp"
 #include "training/stage_checkpoint.hpp"
+#include "training/stage_hooks.hpp"
 #include "training/stage_plan.hpp"
 #include "training/stage_runner.hpp"
 #include "common/expected.hpp"
@@ -48,13 +49,6 @@ struct RecoveryLink {
   /// step every actor rolls back to, or the error that ends the job.
   std::function<Expected<RollBack>(const Error& why)> park;
   explicit operator bool() const { return snapshots && park; }
-};
-
-/// Points where a user's stage actor can add its own behaviour to the GPT stage.
-struct GptStageHooks {
-  /// After each step's update, with the step, this stage's first model chunk
-  /// and the loss (mean over the microbatches and replicas).
-  std::function<void(int step, GptStage& stage, double loss)> after_step;
 };
 
 struct StageTrainerArgs {

@@ -6,10 +6,14 @@ namespace troupe::stage_training {
 
 // Continues from a checkpoint (of any layout): one reader per replica group, then a broadcast.
 Status StageTrainer::resume(const std::string& dir) {
-  auto r = restore_stage(*state_, groups_->data_parallel().host(), dir, plan_, limit_);
+  auto r = restore_stage(*state_, groups_->data_parallel().host(), dir, plan_, a_.rank, limit_);
   if (!r) return r.error();
   float read_mb = static_cast<float>(r->bytes_read / 1e6);
   TROUPE_TRY(all_reduce(&read_mb, 1, "the restore figures' all-reduce"));
+  if (r->actor_state_lost)
+    spdlog::warn("--resume {}: stage actor {}'s own state is not restored: the checkpoint was written by another "
+                 "layout (an actor's own state belongs to its rank)",
+                 dir, a_.rank);
   if (!root_) return Status::success();
   if (!r->same_config)
     spdlog::warn("--resume {}: the optimizer, learning rate, seed, batch or data differ from the run that saved it; "

@@ -1,41 +1,69 @@
-// example.activation_stats: troupe.gpt_stage plus an after-step hook.
-#include "examples/custom_stage/activation_stats_stage.hpp"
+// example.activation_stats: troupe.gpt_stage plus an after-step hook with
+// state of its own.
+#include "activation_stats_stage.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <caf/all.hpp>
 #include <cmath>
-
-#include "actors/actor_registry.hpp"
-#include "actors/gpt_stage_actor.hpp"
-#include "ops/model/gpt_stage.hpp"
+#include <cstring>
 
 namespace example {
 namespace {
 
-// Mean and root-mean-square of slot 0's stage output (the residual stream).
-void log_stats(int rank, int step, troupe::GptStage& stage) {
+// The actor's own state: a running average of its output's RMS.
+struct RunningRms {
+  double average = 0;
+  std::int64_t steps = 0;
+};
+
+// After each step: the stage output's mean and RMS, read through the
+// device's kernels (the same code on a CPU or a GPU), and the running average.
+void log_stats(const troupe::StageView& stage, RunningRms& running) {
   const troupe::Tensor& out = stage.output(0);
-  const float* x = out.f32();
-  double sum = 0, sq = 0;
-  for (std::int64_t i = 0; i < out.numel(); ++i) {
-    sum += x[i];
-    sq += static_cast<double>(x[i]) * x[i];
-  }
   const double n = static_cast<double>(out.numel());
-  spdlog::info("activation stats: node {} step {} mean {:.5f} rms {:.5f}", rank, step, sum / n, std::sqrt(sq / n));
+  const double mean = stage.exec().kernels.sum(out) / n;
+  const double rms = std::sqrt(stage.exec().kernels.sum_squares(out) / n);
+  running.average = running.steps == 0 ? rms : 0.9 * running.average + 0.1 * rms;
+  ++running.steps;
+  spdlog::info("activation stats: actor {} step {} mean {:.5f} rms {:.5f} running rms {:.17g} over {} steps",
+               stage.rank(), stage.step(), mean, rms, running.average, running.steps);
+}
+
+// UH-1: the running average as bytes, saved and restored with the stage.
+troupe::ActorStateHooks keep(RunningRms& running) {
+  troupe::ActorStateHooks hooks;
+  hooks.save = [&running] {
+    std::vector<std::uint8_t> bytes(sizeof running);
+    std::memcpy(bytes.data(), &running, sizeof running);
+    return bytes;
+  };
+  hooks.load = [&running](std::span<const std::uint8_t> bytes) -> troupe::Status {
+    if (bytes.empty()) {  // saved by an actor without this state: start afresh
+      running = RunningRms{};
+      return troupe::Status::success();
+    }
+    if (bytes.size() != sizeof running)
+      return troupe::make_error("example.activation_stats: ", std::to_string(bytes.size()),
+                                " bytes of state, expected ", std::to_string(sizeof running));
+    std::memcpy(&running, bytes.data(), sizeof running);
+    return troupe::Status::success();
+  };
+  return hooks;
 }
 
 void activation_stats_main(caf::blocking_actor* self, troupe::ActorArgs args) {
+  RunningRms running;
   troupe::GptStageHooks hooks;
-  hooks.after_step = [rank = args.rank](int step, troupe::GptStage& stage, double) { log_stats(rank, step, stage); };
+  hooks.after_step = [&running](const troupe::StageView& stage) { log_stats(stage, running); };
+  hooks.state = keep(running);
   troupe::run_and_report(self, args, [&] { return troupe::train_gpt_stage(self, args, hooks); });
 }
 
 }  // namespace
 
-void register_activation_stats_stage(troupe::ActorRegistry& registry) {
-  (void)registry.add(
+troupe::Status register_activation_stats_stage(troupe::ActorRegistry& registry) {
+  return registry.add(
       "example.activation_stats",
       [](caf::actor_system& sys, const troupe::ActorArgs& args) {
         return sys.spawn<caf::detached>(activation_stats_main, args);
@@ -44,3 +72,6 @@ void register_activation_stats_stage(troupe::ActorRegistry& registry) {
 }
 
 }  // namespace example
+
+// The plugin's entry point: `troupe launch job.toml --plugin libactivation_stats.so`.
+TROUPE_PLUGIN("activation_stats", "1.0", example::register_activation_stats_stage)

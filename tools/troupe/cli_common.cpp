@@ -1,11 +1,14 @@
 // What both executables' commands share: errors, the executables' paths,
-// the --fault option.
+// the --fault and --plugin options.
 #include <unistd.h>
 
 #include <climits>
 #include <cstdio>
 #include <filesystem>
 
+#include "actors/actor_registry.hpp"
+#include "actors/node.hpp"
+#include "actors/plugin_loader.hpp"
 #include "runtime/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/commands.hpp"
@@ -38,6 +41,19 @@ std::string peer_script(const std::string& name) {
     if (std::filesystem::exists(candidate, ec)) return candidate.string();
   }
   return "";
+}
+
+void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths) {
+  cmd->add_option("--plugin", paths,
+                  "Load actor types from this shared library (a Troupe plugin; repeatable; as [plugins] paths)")
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+}
+
+Status build_registry(const std::vector<std::string>& plugins, const std::string& config_path,
+                      const std::vector<std::string>& overrides, ActorRegistry& registry) {
+  register_builtin_actors(registry);
+  return load_job_plugins(plugins, config_path, overrides, registry);
 }
 
 std::function<void()> add_fault_option(CLI::App* cmd, std::vector<std::string>& overrides) {

@@ -9,6 +9,10 @@
 
 #include "common/expected.hpp"
 
+namespace troupe {
+class ActorRegistry;
+}
+
 namespace troupe::cli {
 
 using Action = std::function<int()>;
@@ -39,6 +43,16 @@ int finish_with_report(const std::string& command, const std::string& report, co
 /// [[faults]] as key=value,key=value); call the returned function once the
 /// command line is parsed to append the drills to `overrides`.
 std::function<void()> add_fault_option(CLI::App* cmd, std::vector<std::string>& overrides);
+
+/// Adds the repeatable --plugin LIB option (a shared library of actor types,
+/// actors/plugin_loader.hpp) storing into `paths`.
+void add_plugin_option(CLI::App* cmd, std::vector<std::string>& paths);
+
+/// The registry a job command runs with: the built-in actor types, then the
+/// plugins of --plugin and of the config's [plugins] paths (PL-2's one-line
+/// error otherwise).
+Status build_registry(const std::vector<std::string>& plugins, const std::string& config_path,
+                      const std::vector<std::string>& overrides, ActorRegistry& registry);
 
 /// The path of the running executable ("" if it cannot be read).
 std::string this_executable();

@@ -5,6 +5,7 @@
 
 #include "actors/actor_registry.hpp"
 #include "actors/node.hpp"
+#include "actors/plugin_loader.hpp"
 #include "runtime/launcher.hpp"
 #include "tools/troupe/commands.hpp"
 
@@ -30,15 +31,19 @@ void register_launch(CLI::App& app, Action& action) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   auto add_faults = add_fault_option(cmd, o->overrides);
-  cmd->callback([o, hold, files, add_faults, &action] {
+  auto plugins = std::make_shared<std::vector<std::string>>();
+  add_plugin_option(cmd, *plugins);
+  cmd->callback([o, hold, files, plugins, add_faults, &action] {
     add_faults();
-    action = [o, hold, files] {
+    action = [o, hold, files, plugins] {
       o->troupe_binary = troupe_executable();
       if (*hold > 0) o->extra_node_args = {"--hold", std::to_string(*hold)};
       // Bad input is one line from here, before Redis or any node starts;
       // --resume latest is resolved once, so that every node reads the same checkpoint.
       ActorRegistry registry;
-      register_builtin_actors(registry);
+      if (auto st = build_registry(*plugins, o->config_path, o->overrides, registry); !st) return fail("launch", st.error());
+      // Every node loads what this process loaded (PL-3), by absolute path.
+      for (auto& arg : plugin_arguments(registry)) o->extra_node_args.push_back(arg);
       metrics_for_report((*files)[4], (*files)[0]);
       JobFiles job_files{o->trace_path, (*files)[0], (*files)[1], (*files)[2], (*files)[3]};
       auto job = check_job(o->config_path, o->overrides, o->nodes, job_files, registry);

@@ -38,9 +38,11 @@ void register_node(CLI::App& app, Action& action) {
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   auto add_faults = add_fault_option(cmd, o->overrides);
-  cmd->callback([o, password_file, add_faults, &action] {
+  auto plugins = std::make_shared<std::vector<std::string>>();
+  add_plugin_option(cmd, *plugins);
+  cmd->callback([o, password_file, plugins, add_faults, &action] {
     add_faults();
-    action = [o, password_file] {
+    action = [o, password_file, plugins] {
       auto password = redis_password(*password_file);
       if (!password) {
         std::fprintf(stderr, "troupe node: %s\n", password.error().message.c_str());
@@ -48,7 +50,10 @@ void register_node(CLI::App& app, Action& action) {
       }
       o->redis_password = *password;
       ActorRegistry registry;
-      register_builtin_actors(registry);
+      if (auto st = build_registry(*plugins, o->config_path, o->overrides, registry); !st) {
+        std::fprintf(stderr, "troupe node: %s\n", st.error().message.c_str());
+        return 1;
+      }
       return run_node(*o, registry);
     };
   });

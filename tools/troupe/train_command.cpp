@@ -24,6 +24,7 @@ struct TrainArgs {
   std::vector<std::string> overrides;
   TrainOptions options;
   std::string report;  ///< --report: the run's page, written when it ends
+  std::vector<std::string> plugins;  ///< --plugin
 };
 
 struct EvalArgs {
@@ -34,7 +35,7 @@ struct EvalArgs {
 
 int run_train(TrainArgs a) {
   ActorRegistry registry;
-  register_builtin_actors(registry);
+  if (auto st = build_registry(a.plugins, a.config, a.overrides, registry); !st) return fail("train", st.error());
   metrics_for_report(a.report, a.options.metrics_path);
   const auto started = std::filesystem::file_time_type::clock::now();
   auto st = train_in_process(a.config, a.overrides, a.options, registry);
@@ -85,6 +86,7 @@ void register_train(CLI::App& app, Action& action) {
                   "Continue from a checkpoint: latest (the newest complete one in checkpoint.dir) or its directory");
   cmd->add_option("--trace", args->options.trace_path, "Write a Chrome trace of every stage actor (opens in Perfetto)");
   add_report_option(cmd, args->report);
+  add_plugin_option(cmd, args->plugins);
   auto add_faults = add_fault_option(cmd, args->overrides);
   cmd->callback([args, add_faults, &action] {
     add_faults();

@@ -1,0 +1,28 @@
+# The third-party targets Troupe::troupe's headers need, found as Troupe's
+# own build finds them (cmake/dependencies.cmake): CAF 0.17 has neither a
+# CMake package nor a pkg-config file, so its targets are made here.
+include(CMakeFindDependencyMacro)
+find_dependency(Threads)
+find_dependency(spdlog)
+find_dependency(nlohmann_json 3)
+find_dependency(tomlplusplus)
+find_dependency(ucx)
+find_dependency(PkgConfig)
+if(NOT TARGET PkgConfig::HIREDIS)
+  pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+endif()
+if(NOT TARGET caf::core)
+  find_path(CAF_INCLUDE_DIR caf/all.hpp)
+  find_library(CAF_CORE_LIBRARY caf_core)
+  find_library(CAF_IO_LIBRARY caf_io)
+  if(NOT CAF_INCLUDE_DIR OR NOT CAF_CORE_LIBRARY OR NOT CAF_IO_LIBRARY)
+    set(${CMAKE_FIND_PACKAGE_NAME}_FOUND FALSE)
+    set(${CMAKE_FIND_PACKAGE_NAME}_NOT_FOUND_MESSAGE "Troupe needs CAF 0.17 (caf/all.hpp, libcaf_core, libcaf_io)")
+    return()
+  endif()
+  add_library(caf::core UNKNOWN IMPORTED)
+  set_target_properties(caf::core PROPERTIES IMPORTED_LOCATION ${CAF_CORE_LIBRARY}
+    INTERFACE_INCLUDE_DIRECTORIES ${CAF_INCLUDE_DIR} INTERFACE_LINK_LIBRARIES Threads::Threads)
+  add_library(caf::io UNKNOWN IMPORTED)
+  set_target_properties(caf::io PROPERTIES IMPORTED_LOCATION ${CAF_IO_LIBRARY} INTERFACE_LINK_LIBRARIES caf::core)
+endif()
