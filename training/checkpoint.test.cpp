@@ -197,6 +197,39 @@ TEST_CASE("a corrupted or truncated shard is refused naming the file and checksu
   CHECK_FALSE(resolve_resume("latest", root, [](const std::string&) {}).ok());
 }
 
+TEST_CASE("UH-1, K-3: an actor's own state is written beside its shard and read back only whole", "[checkpoint]") {
+  ScratchDir dir("ckpt_actor_state");
+  const std::string root = dir.path();
+  const std::vector<std::uint8_t> state{0, 1, 2, 254, 255, 42, 7};
+  auto record = write_actor_state(root, actor_state_name(3), state);
+  REQUIRE(record.ok());
+  CHECK(record->tensors.empty());
+  CHECK(record->file.name == "actor-state-a00003.bin");
+  CHECK(record->file.size == state.size());
+  CHECK_FALSE(write_actor_state(root, actor_state_name(3), state).ok());  // a new file, never over an old one
+  Manifest m;
+  m.files.push_back(record->file);
+  auto read = read_actor_state(root, m, actor_state_name(3));
+  REQUIRE(read.ok());
+  REQUIRE(read->has_value());
+  CHECK(**read == state);
+  auto none = read_actor_state(root, m, actor_state_name(2));  // not listed: the actor had none
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+  {
+    std::fstream f(root + "/" + actor_state_name(3), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2);
+    f.put('\x7f');
+  }
+  auto corrupt = read_actor_state(root, m, actor_state_name(3));
+  REQUIRE_FALSE(corrupt.ok());
+  CHECK(corrupt.error().message == root + "/actor-state-a00003.bin: CRC-32 mismatch (corrupted)");
+  fs::resize_file(root + "/" + actor_state_name(3), 3);
+  auto truncated = read_actor_state(root, m, actor_state_name(3));
+  REQUIRE_FALSE(truncated.ok());
+  CHECK(truncated.error().message == root + "/actor-state-a00003.bin: 3 bytes, the manifest records 7");
+}
+
 TEST_CASE("C-1, C-2: only committed checkpoints exist, and the newest K are kept", "[checkpoint]") {
   ScratchDir dir("ckpt_keep");
   const std::string root = dir.path();

@@ -251,7 +251,7 @@ Expected<std::optional<std::vector<std::uint8_t>>> read_actor_state(const std::s
     return make_error(path, ": ", std::to_string(bytes.size()), " bytes, the manifest records ",
                       std::to_string(listed->size));
   if (crc32_of(bytes.data(), bytes.size()) != listed->crc)
-    return make_error(path, ": CRC-32 mismatch (the file is corrupt)");
+    return make_error(path, ": CRC-32 mismatch (corrupted)");
   return std::optional<std::vector<std::uint8_t>>(std::move(bytes));
 }
 

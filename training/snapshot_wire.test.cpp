@@ -31,7 +31,8 @@ StageSnapshot sample(int step, float seed) {
 }
 
 bool same(const StageSnapshot& a, const StageSnapshot& b) {
-  return a.next_step == b.next_step && a.params == b.params && a.exp_avg == b.exp_avg && a.exp_avg_sq == b.exp_avg_sq;
+  return a.next_step == b.next_step && a.params == b.params && a.exp_avg == b.exp_avg &&
+         a.exp_avg_sq == b.exp_avg_sq && a.actor_state == b.actor_state;
 }
 
 struct Pair {
@@ -59,7 +60,31 @@ TEST_CASE("a snapshot crosses the wire whole, in the sender's layout, whichever 
   }
 }
 
-using Header = std::array<std::uint64_t, 3 + 3 * kMaxSnapshotChunks>;
+TEST_CASE("UH-1: the actor's own state crosses the wire with the snapshot, and a stale one is dropped", "[snapshot_wire][recovery]") {
+  StageSnapshot sent = sample(4, 1.5f);
+  sent.actor_state = {1, 2, 3, 250, 0, 7};
+  CHECK(snapshot_bytes(sent) == (1000 + 500 + 500 + 37 + 18) * sizeof(float) + 6);
+  Pair p;
+  StageSnapshot got;
+  got.actor_state = {9, 9, 9, 9, 9, 9, 9, 9, 9, 9};  // a buffer's earlier contents
+  std::optional<Status> got_st, sent_st;
+  receive_snapshot(*p.b, 0, kMirrorChannel, got, [&](Status st) { got_st = st; });
+  send_snapshot(*p.a, 1, kMirrorChannel, sent, [&](Status st) { sent_st = st; });
+  REQUIRE(got_st);
+  CHECK(got_st->ok());
+  CHECK(same(got, sent));
+  // A snapshot without any: the receiver's buffer holds none afterwards.
+  sent.actor_state.clear();
+  got_st.reset();
+  receive_snapshot(*p.b, 0, kMirrorChannel, got, [&](Status st) { got_st = st; });
+  send_snapshot(*p.a, 1, kMirrorChannel, sent, [&](Status st) { sent_st = st; });
+  REQUIRE(got_st);
+  CHECK(got_st->ok());
+  CHECK(got.actor_state.empty());
+}
+
+// Magic, step, chunks, every piece's size, the actor's own state's bytes.
+using Header = std::array<std::uint64_t, 3 + 3 * kMaxSnapshotChunks + 1>;
 
 // A genuine header of `s`, as it travels.
 Header header_of(const StageSnapshot& s) {
@@ -77,13 +102,15 @@ TEST_CASE("SW-1: a header that is not a snapshot's, or claims too much, is refus
   const Header genuine = header_of(sample(1, 1));
   CHECK(genuine[1] == 1);
   CHECK(genuine[2] == 2);
-  Header bad_magic = genuine, many_chunks = genuine, huge_piece = genuine, bad_step = genuine;
+  Header bad_magic = genuine, many_chunks = genuine, huge_piece = genuine, bad_step = genuine, huge_state = genuine;
+  huge_state.back() = kMaxActorStateBytes + 1;
   bad_magic[0] ^= 1;
   many_chunks[2] = kMaxSnapshotChunks + 1;
   huge_piece[3] = kMaxSnapshotPieceFloats + 1;
   bad_step[1] = std::uint64_t{1} << 40;
   for (auto [forged, word] : {std::pair{bad_magic, "magic"}, std::pair{many_chunks, "chunks"},
-                              std::pair{huge_piece, "floats"}, std::pair{bad_step, "step"}}) {
+                              std::pair{huge_piece, "floats"}, std::pair{bad_step, "step"},
+                              std::pair{huge_state, "the actor's own state"}}) {
     Pair p;
     StageSnapshot got;
     std::optional<Status> got_st;

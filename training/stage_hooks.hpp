@@ -67,7 +67,8 @@ struct ActorStateHooks {
 
 /// Points where a user's stage actor adds its own behaviour to the GPT stage.
 struct GptStageHooks {
-  /// After each step's update (and before its rollback point is taken).
+  /// After each step's update and loss, before the step's checkpoint and
+  /// rollback point are taken (UH-1: they hold what the hook changed).
   std::function<void(const StageView& stage)> after_step;
   /// The actor's own state (UH-1); unset: not kept (UH-2).
   ActorStateHooks state;

@@ -44,7 +44,8 @@ struct Stage {
   std::vector<MicroBatch> batches;
   std::unique_ptr<StageState> state;
 
-  explicit Stage(const JobConfig& job, std::uint64_t seed) : plan(*make_stage_plan(with_seed(job, seed), 1)) {
+  explicit Stage(const JobConfig& job, std::uint64_t seed, ActorStateHooks own = {})
+      : plan(*make_stage_plan(with_seed(job, seed), 1)) {
     for (int mb = 0; mb < job.parallel.microbatches; ++mb)
       batches.push_back({*Tensor::empty(device, {kB, kT}, DType::i32), *Tensor::empty(device, {kB, kT}, DType::i32)});
     StageLinks links;
@@ -61,7 +62,7 @@ struct Stage {
     auto g = ProcessGroups::build(ProcessGroupArgs{&plan, 0, &collectives, transport.get(), device.owner.get()});
     REQUIRE(g.ok());
     groups = std::move(*g);
-    auto built = StageState::build(StageStateArgs{&device.ctx, groups.get(), &plan, 0, links, "", {}});
+    auto built = StageState::build(StageStateArgs{&device.ctx, groups.get(), &plan, 0, links, "", own});
     REQUIRE(built.ok());
     state = std::move(*built);
   }
@@ -122,6 +123,37 @@ TEST_CASE("a stage restored from a snapshot continues bit for bit", "[stage_stat
     c.train(3);
     CHECK_FALSE(same(c.snapshot(), uninterrupted));
   }
+}
+
+TEST_CASE("UH-1: the actor's own state is saved with every snapshot and handed back by restore", "[stage_state]") {
+  std::vector<std::uint8_t> own{1, 2, 3};
+  std::vector<std::vector<std::uint8_t>> loaded;
+  bool refuse = false;
+  ActorStateHooks hooks;
+  hooks.save = [&] { return own; };
+  hooks.load = [&](std::span<const std::uint8_t> bytes) -> Status {
+    if (refuse) return make_error("not mine");
+    loaded.emplace_back(bytes.begin(), bytes.end());
+    return Status::success();
+  };
+  Stage s(small_job("adamw"), 11, hooks);
+  s.train(1);
+  const StageSnapshot at1 = s.snapshot();
+  CHECK(at1.actor_state == std::vector<std::uint8_t>{1, 2, 3});
+  own = {4, 5};
+  s.train(1);
+  REQUIRE(s.state->restore(at1).ok());
+  REQUIRE(loaded.size() == 1);
+  CHECK(loaded[0] == std::vector<std::uint8_t>{1, 2, 3});
+  refuse = true;  // a state the hooks cannot take ends the restore, naming it
+  auto st = s.state->restore(at1);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message == "snapshot of step 1: the actor's own state: not mine");
+  // UH-2: without hooks no state is kept, and a snapshot that holds some restores the stage alone.
+  Stage plain(small_job("adamw"), 11);
+  plain.train(1);
+  CHECK(plain.snapshot().actor_state.empty());
+  CHECK(plain.state->restore(at1).ok());
 }
 
 TEST_CASE("a snapshot of another layout is refused, naming what differs", "[stage_state]") {

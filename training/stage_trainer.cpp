@@ -71,16 +71,17 @@ Expected<double> StageTrainer::run_step() {
   TROUPE_TRY(forward_backward(f));
   TROUPE_TRY(sync_gradients(f));
   TROUPE_TRY(update(f));
-  TROUPE_TRY(checkpoint_if_due(f));
   auto report = report_step(f);
   if (!report) return report.error();
   const double loss = report->loss;
   if (!std::isfinite(loss))
     return make_error("training diverged at step ", std::to_string(step), " (loss ", std::to_string(loss), ")");
+  // UH-1: the hook before the step's checkpoint and rollback point, which then hold what it changed.
+  if (a_.hooks.after_step) a_.hooks.after_step(StageView(step, loss, a_.rank, ctx(), state_->model(0)));
+  TROUPE_TRY(checkpoint_if_due(f));
   auto val_loss = evaluate_if_due(step);
   if (!val_loss) return val_loss.error();
   TROUPE_TRY(log_step(step, f, *report, *val_loss));
-  if (a_.hooks.after_step) a_.hooks.after_step(StageView(step, loss, a_.rank, ctx(), state_->model(0)));
   TROUPE_TRY(take_recovery_snapshot());
   trace_redo();
   return loss;
