@@ -14,7 +14,7 @@
 
 #include "actors/data_loader.hpp"
 #include "common/expected.hpp"
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 
 namespace troupe {
 

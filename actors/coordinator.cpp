@@ -16,15 +16,15 @@
 #include "actors/succession.hpp"
 #include "actors/verdict_record.hpp"
 #include "common/cpu_time.hpp"
-#include "runtime/health_relay.hpp"
-#include "runtime/metrics_writer.hpp"
+#include "runtime/health/health_relay.hpp"
+#include "runtime/telemetry/metrics_writer.hpp"
 #include "training/recovery_snapshots.hpp"
 #include <nlohmann/json.hpp>
-#include "runtime/redis_client.hpp"
-#include "runtime/endpoint.hpp"
-#include "runtime/rendezvous.hpp"
-#include "runtime/spares.hpp"
-#include "runtime/coordinator_lease.hpp"
+#include "runtime/control/redis_client.hpp"
+#include "runtime/control/endpoint.hpp"
+#include "runtime/control/rendezvous.hpp"
+#include "runtime/control/spares.hpp"
+#include "runtime/control/coordinator_lease.hpp"
 #include "training/checkpoint_store.hpp"
 
 namespace troupe {

@@ -9,7 +9,7 @@
 
 #include "actors/coordinator_state.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/redis_server.hpp"
+#include "runtime/control/redis_server.hpp"
 
 namespace troupe {
 namespace {

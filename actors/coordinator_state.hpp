@@ -13,9 +13,9 @@
 #include "actors/coordinator.hpp"
 #include "actors/protocol.hpp"
 #include "actors/verdict_record.hpp"
-#include "runtime/health_judge.hpp"
-#include "runtime/local_pauses.hpp"
-#include "runtime/redis_session.hpp"
+#include "runtime/health/health_judge.hpp"
+#include "runtime/health/local_pauses.hpp"
+#include "runtime/control/redis_session.hpp"
 
 namespace troupe::coordinator_detail {
 

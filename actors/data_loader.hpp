@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/expected.hpp"
-#include "runtime/shm_ring.hpp"
+#include "runtime/data/shm_ring.hpp"
 
 namespace troupe {
 

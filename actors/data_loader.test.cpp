@@ -16,7 +16,7 @@
 #include "training/batches.hpp"
 #include "backends/cpu/cpu_device.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/token_file.hpp"
+#include "runtime/data/token_file.hpp"
 
 namespace troupe {
 namespace {

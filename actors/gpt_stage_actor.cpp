@@ -15,7 +15,7 @@
 #include "actors/mailbox_inbox.hpp"
 #include "backends/host_memory.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/trace_writer.hpp"
+#include "runtime/telemetry/trace_writer.hpp"
 #include "ops/model/weights.hpp"
 #include "training/progress.hpp"
 #include "training/recovery_snapshots.hpp"

@@ -9,8 +9,8 @@
 #include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
 #include "common/cpu_time.hpp"
-#include "runtime/health_relay.hpp"
-#include "runtime/local_pauses.hpp"
+#include "runtime/health/health_relay.hpp"
+#include "runtime/health/local_pauses.hpp"
 
 #include <pthread.h>
 #include <spdlog/spdlog.h>

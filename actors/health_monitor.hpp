@@ -20,7 +20,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/health_judge.hpp"
+#include "runtime/health/health_judge.hpp"
 #include "training/progress.hpp"
 
 namespace troupe {

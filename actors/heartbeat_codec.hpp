@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "actors/protocol.hpp"
-#include "runtime/health_judge.hpp"
+#include "runtime/health/health_judge.hpp"
 
 namespace troupe {
 

@@ -16,10 +16,10 @@
 #include "actors/protocol.hpp"
 #include "actors/scheduler_policy.hpp"
 #include "backends/transport/local_transport.hpp"
-#include "runtime/health_judge.hpp"
-#include "runtime/metrics_writer.hpp"
+#include "runtime/health/health_judge.hpp"
+#include "runtime/telemetry/metrics_writer.hpp"
 #include "training/progress.hpp"
-#include "runtime/trace_writer.hpp"
+#include "runtime/telemetry/trace_writer.hpp"
 
 namespace troupe {
 

@@ -14,7 +14,7 @@
 
 #include "actors/actor_registry.hpp"
 #include "actors/gpt_stage_actor.hpp"
-#include "runtime/token_file.hpp"
+#include "runtime/data/token_file.hpp"
 
 namespace troupe {
 namespace {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "actors/actor_registry.hpp"
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 
 namespace troupe {
 
@@ -52,7 +52,7 @@ caf::actor spawn_node_actor(caf::actor_system& sys, NodeActorConfig config);
 /// Only a local actor can send this: the message type is never announced, so
 /// it cannot arrive from the network. `ucx`: every actor's UCX worker address
 /// (by actor rank), as published at rendezvous; `holders`: the holder of each
-/// node's buddy copies (runtime/failure_domains.hpp, FD-1).
+/// node's buddy copies (runtime/config/failure_domains.hpp, FD-1).
 void tell_members(caf::actor_system& sys, const caf::actor& node, int coordinator_rank,
                   const std::string& coordinator_system, std::vector<std::string> ucx, std::vector<int> holders);
 

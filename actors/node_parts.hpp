@@ -17,7 +17,7 @@
 #include "actors/succession.hpp"
 #include "actors/verdict_record.hpp"
 #include "backends/transport/ucx_transport.hpp"
-#include "runtime/failure_domains.hpp"
+#include "runtime/config/failure_domains.hpp"
 #include "common/message_key.hpp"
 #include "training/recovery_snapshots.hpp"
 #include "training/fault_drill.hpp"

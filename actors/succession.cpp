@@ -7,8 +7,8 @@
 #include <caf/io/all.hpp>
 
 #include "actors/remote_connect.hpp"
-#include "runtime/coordinator_lease.hpp"
-#include "runtime/redis_client.hpp"
+#include "runtime/control/coordinator_lease.hpp"
+#include "runtime/control/redis_client.hpp"
 
 namespace troupe {
 

@@ -3,7 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "runtime/metrics_writer.hpp"
+#include "runtime/telemetry/metrics_writer.hpp"
 
 namespace troupe {
 

@@ -8,8 +8,8 @@
 #include <chrono>
 #include <string>
 
-#include "runtime/health_judge.hpp"
-#include "runtime/trace_writer.hpp"
+#include "runtime/health/health_judge.hpp"
+#include "runtime/telemetry/trace_writer.hpp"
 
 namespace troupe {
 

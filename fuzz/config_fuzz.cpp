@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string input(reinterpret_cast<const char*>(data), size);

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/rendezvous.hpp"
+#include "runtime/control/rendezvous.hpp"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/token_file.hpp"
+#include "runtime/data/token_file.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   auto header = troupe::parse_token_header(data, size, "fuzz.bin");

@@ -61,7 +61,7 @@ TEST_CASE("SV-11, FD-2: a rack of two nodes lost in one step is replaced in one 
 }
 
 TEST_CASE("SV-11: when a lost node's copies were lost with it, every actor restores the checkpoint, and the job says "
-          "which node had no copy; one loss more than allowed ends the job naming the setting",
+          "which node had no copy, and one loss more than allowed ends the job naming the setting",
           "[recovery][domains]") {
   ScratchDir dir("rackdisk");
   const std::string ck = dir / "checkpoints";

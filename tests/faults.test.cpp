@@ -16,8 +16,8 @@
 #include <set>
 #include <sstream>
 
-#include "runtime/redis_server.hpp"
-#include "runtime/shm_ring.hpp"
+#include "runtime/control/redis_server.hpp"
+#include "runtime/data/shm_ring.hpp"
 #include "tests/test_support.hpp"
 
 namespace troupe::testing {

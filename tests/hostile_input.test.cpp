@@ -10,8 +10,8 @@
 #include <set>
 
 #include "common/version.hpp"
-#include "runtime/redis_server.hpp"
-#include "runtime/rendezvous.hpp"
+#include "runtime/control/redis_server.hpp"
+#include "runtime/control/rendezvous.hpp"
 #include "tests/test_support.hpp"
 
 namespace troupe::testing {

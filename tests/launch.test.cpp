@@ -16,7 +16,7 @@
 #include <thread>
 #include <tuple>
 
-#include "runtime/redis_server.hpp"
+#include "runtime/control/redis_server.hpp"
 #include "tests/test_support.hpp"
 
 namespace troupe::testing {

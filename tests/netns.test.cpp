@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/redis_server.hpp"
+#include "runtime/control/redis_server.hpp"
 #include "runtime/harness/veth_hosts.hpp"
 #include "tests/test_support.hpp"
 

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <regex>
 
-#include "runtime/redis_server.hpp"
+#include "runtime/control/redis_server.hpp"
 #include "tests/recovery_job.hpp"
 #include "tests/test_support.hpp"
 
@@ -126,6 +126,38 @@ TEST_CASE("UH-1: a plugin's actor is restored bit for bit, its own state too, af
   CHECK(other.err.find("stage actor 0's own state is not restored: the checkpoint was written by another layout") !=
         std::string::npos);
   CHECK(stats_line(other.err, 0, 11).find("over 4 steps") != std::string::npos);  // UH-2: started afresh at step 8
+}
+
+TEST_CASE("the guide's code is the examples' code, and the README shows the commands this test runs", "[plugin][docs]") {
+  // Every block of docs/writing-a-stage-actor.md that names its file on its
+  // first line is a verbatim piece of that file (which CI compiles).
+  const std::string guide = slurp(source_dir() + "/docs/writing-a-stage-actor.md");
+  std::size_t blocks = 0;
+  for (std::size_t at = guide.find("```"); at != std::string::npos;) {
+    const std::size_t body = guide.find('\n', at) + 1, end = guide.find("```", body);
+    REQUIRE(end != std::string::npos);
+    const std::string block = guide.substr(body, end - body);
+    const std::size_t first_line = block.find('\n');
+    std::smatch named;
+    const std::string head = block.substr(0, first_line);
+    if (std::regex_match(head, named, std::regex(R"((//|#) (examples/\S+))"))) {
+      INFO(named[2].str());
+      CHECK(slurp(source_dir() + "/" + named[2].str()).find(block.substr(first_line + 1)) != std::string::npos);
+      ++blocks;
+    }
+    at = guide.find("```", end + 3);
+  }
+  CHECK(blocks >= 6);
+  // The commands a user types, as the install test above runs them.
+  const std::string readme = slurp(source_dir() + "/README.md");
+  for (const std::string& line :
+       {"cmake --install build --prefix PREFIX", "cmake -S examples/custom_stage -B build-plugin -DCMAKE_PREFIX_PATH=PREFIX",
+        "cmake --build build-plugin",
+        "PREFIX/bin/troupe launch examples/configs/custom_stage.toml --nodes 2 --plugin build-plugin/libactivation_stats.so"}) {
+    INFO(line);
+    CHECK(readme.find(line + "\n") != std::string::npos);
+    CHECK(guide.find(line + "\n") != std::string::npos);
+  }
 }
 
 TEST_CASE("PL-1, PL-2: a plugin that cannot be loaded is refused in one line naming the flag or key and the file", "[plugin]") {

@@ -15,7 +15,7 @@
 #include <sstream>
 
 #include "common/temporary_folder.hpp"
-#include "runtime/redis_server.hpp"
+#include "runtime/control/redis_server.hpp"
 #include "tests/recovery_job.hpp"
 #include "tests/test_support.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "runtime/batch_sampler.hpp"
+#include "runtime/data/batch_sampler.hpp"
 
 namespace troupe {
 

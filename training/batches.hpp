@@ -7,7 +7,7 @@
 
 #include "backends/tensor.hpp"
 #include "common/expected.hpp"
-#include "runtime/token_file.hpp"
+#include "runtime/data/token_file.hpp"
 
 namespace troupe {
 

@@ -8,7 +8,7 @@
 #include "ops/exec_context.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
-#include "runtime/token_file.hpp"
+#include "runtime/data/token_file.hpp"
 
 namespace troupe {
 

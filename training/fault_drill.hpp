@@ -1,5 +1,5 @@
 // Fault drills: what one stage actor carries out of the job's [[faults]]
-// (runtime/job_config.hpp). A drill is a real fault, not a simulated report:
+// (runtime/config/job_config.hpp). A drill is a real fault, not a simulated report:
 // kill and hang of a node signal its whole process (SIGKILL, SIGSTOP), kill
 // of an actor ends that actor without a report (ActorKilled), exception
 // throws out of the actor's work, stall stops its progress while the process
@@ -27,7 +27,7 @@
 
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 
 namespace troupe {
 

@@ -5,7 +5,7 @@
 #include "ops/model/gpt_config.hpp"
 #include "ops/optim/lr_schedule.hpp"
 #include "ops/optim/stage_optimizer.hpp"
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 
 namespace troupe {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/health_judge.hpp"
+#include "runtime/health/health_judge.hpp"
 
 namespace troupe {
 

@@ -15,7 +15,7 @@
 #include "backends/transport/wait.hpp"
 #include "common/hash.hpp"
 #include "common/version.hpp"
-#include "runtime/topology.hpp"
+#include "runtime/config/topology.hpp"
 #include "training/checkpoint_store.hpp"
 
 namespace troupe {

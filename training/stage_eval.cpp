@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "backends/host_memory.hpp"
-#include "runtime/topology.hpp"
+#include "runtime/config/topology.hpp"
 #include "training/batches.hpp"
 #include "training/evaluation.hpp"
 

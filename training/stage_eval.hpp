@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "common/expected.hpp"
-#include "runtime/token_file.hpp"
+#include "runtime/data/token_file.hpp"
 #include "training/stage_plan.hpp"
 #include "training/stage_runner.hpp"
 

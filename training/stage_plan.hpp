@@ -9,8 +9,8 @@
 
 #include "common/expected.hpp"
 #include "ops/model/gpt_config.hpp"
-#include "runtime/job_config.hpp"
-#include "runtime/topology.hpp"
+#include "runtime/config/job_config.hpp"
+#include "runtime/config/topology.hpp"
 #include "schedules/program.hpp"
 
 namespace troupe {

@@ -18,7 +18,7 @@
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
-#include "runtime/trace_writer.hpp"
+#include "runtime/telemetry/trace_writer.hpp"
 #include "schedules/program.hpp"
 #include "training/fault_drill.hpp"
 #include "training/progress.hpp"

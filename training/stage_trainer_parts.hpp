@@ -21,7 +21,7 @@
 #include "backends/transport/wait.hpp"
 #include "common/cpu_time.hpp"
 #include "ops/model/weights.hpp"
-#include "runtime/metrics_writer.hpp"
+#include "runtime/telemetry/metrics_writer.hpp"
 #include "training/run_record.hpp"
 #include "training/batches.hpp"
 #include "training/stage_eval.hpp"

@@ -17,7 +17,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "runtime/topology.hpp"
+#include "runtime/config/topology.hpp"
 #include "schedules/program.hpp"
 
 namespace troupe {

@@ -25,7 +25,7 @@
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
 #include "ops/optim/stage_optimizer.hpp"
-#include "runtime/trace_writer.hpp"
+#include "runtime/telemetry/trace_writer.hpp"
 
 namespace troupe {
 

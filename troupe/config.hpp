@@ -4,4 +4,4 @@
 // range-checked; load_job_config and parse_job_config read one.
 #pragma once
 
-#include "runtime/job_config.hpp"  // IWYU pragma: export
+#include "runtime/config/job_config.hpp"  // IWYU pragma: export

@@ -5,4 +5,4 @@
 #pragma once
 
 #include "actors/node.hpp"       // IWYU pragma: export
-#include "runtime/launcher.hpp"  // IWYU pragma: export
+#include "runtime/launch/launcher.hpp"  // IWYU pragma: export

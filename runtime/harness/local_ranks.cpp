@@ -10,8 +10,8 @@
 
 #include "common/cpu_affinity.hpp"
 #include "common/version.hpp"
-#include "runtime/rendezvous.hpp"
-#include "runtime/redis_server.hpp"
+#include "runtime/control/rendezvous.hpp"
+#include "runtime/control/redis_server.hpp"
 #include "runtime/harness/veth_hosts.hpp"
 
 namespace troupe {

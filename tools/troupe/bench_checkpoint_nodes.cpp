@@ -20,7 +20,7 @@
 #include <random>
 
 #include "common/posix_file.hpp"
-#include "runtime/launcher.hpp"
+#include "runtime/launch/launcher.hpp"
 #include "training/checkpoint_store.hpp"
 #include "training/job_model.hpp"
 

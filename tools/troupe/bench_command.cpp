@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 #include "tools/troupe/bench_ops.hpp"
 #include "tools/troupe/bench_checkpoint.hpp"
 #include "tools/troupe/bench_collectives.hpp"

@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/bench_launch.hpp"
 #include "tools/troupe/commands.hpp"

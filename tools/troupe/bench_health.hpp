@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/expected.hpp"
-#include "runtime/health_judge.hpp"
+#include "runtime/health/health_judge.hpp"
 
 namespace troupe::cli {
 

@@ -21,7 +21,7 @@
 #include "actors/heartbeat_codec.hpp"
 #include "actors/protocol.hpp"
 #include "common/cpu_time.hpp"
-#include "runtime/health_relay.hpp"
+#include "runtime/health/health_relay.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/bench_health.hpp"
 

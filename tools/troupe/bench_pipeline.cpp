@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "runtime/launcher.hpp"
+#include "runtime/launch/launcher.hpp"
 #include "tools/troupe/commands.hpp"
 #include "tools/troupe/bench_figures.hpp"
 

@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/bench_launch.hpp"
 #include "tools/troupe/commands.hpp"

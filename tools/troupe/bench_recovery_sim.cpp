@@ -19,7 +19,7 @@
 
 #include "actors/coordinator.hpp"
 #include "actors/protocol.hpp"
-#include "runtime/redis_server.hpp"
+#include "runtime/control/redis_server.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/bench_recovery.hpp"
 

@@ -14,9 +14,9 @@
 #include <set>
 #include <thread>
 
-#include "runtime/rendezvous.hpp"
-#include "runtime/redis_server.hpp"
-#include "runtime/topology.hpp"
+#include "runtime/control/rendezvous.hpp"
+#include "runtime/control/redis_server.hpp"
+#include "runtime/config/topology.hpp"
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "training/job_model.hpp"
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
 
 

@@ -26,7 +26,7 @@
 #include <sstream>
 #include <sys/mman.h>
 
-#include "runtime/redis_server.hpp"
+#include "runtime/control/redis_server.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "runtime/harness/local_ranks.hpp"
 #include "runtime/harness/veth_hosts.hpp"

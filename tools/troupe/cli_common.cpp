@@ -9,7 +9,7 @@
 #include "actors/actor_registry.hpp"
 #include "actors/node.hpp"
 #include "actors/plugin_loader.hpp"
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 #include "tools/troupe/bench_figures.hpp"
 #include "tools/troupe/commands.hpp"
 

@@ -6,7 +6,7 @@
 #include "actors/actor_registry.hpp"
 #include "actors/node.hpp"
 #include "actors/plugin_loader.hpp"
-#include "runtime/launcher.hpp"
+#include "runtime/launch/launcher.hpp"
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {

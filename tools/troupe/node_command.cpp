@@ -1,7 +1,7 @@
 // troupe node: one node of a job (by hand, or under `srun`).
 #include "actors/actor_registry.hpp"
 #include "actors/node.hpp"
-#include "runtime/redis_client.hpp"
+#include "runtime/control/redis_client.hpp"
 
 #include <cstdio>
 #include "tools/troupe/commands.hpp"

@@ -4,7 +4,7 @@
 #include <iterator>
 #include <vector>
 
-#include "runtime/token_file.hpp"
+#include "runtime/data/token_file.hpp"
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {

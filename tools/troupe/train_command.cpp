@@ -13,7 +13,7 @@
 #include "actors/node.hpp"
 #include "ops/compute_device.hpp"
 #include "ops/model/weights.hpp"
-#include "runtime/job_config.hpp"
+#include "runtime/config/job_config.hpp"
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {
