@@ -43,9 +43,10 @@ TEST_CASE("bench transport refuses a TCP congestion control the namespaces refus
 }
 
 TEST_CASE("bench transport: latency and bandwidth per size and link, repeated, beside ucx_perftest", "[bench][transport]") {
-  const auto j = bench("transport --sizes 8 --sizes 65536 --repetitions 2");
+  const auto j = bench("transport --sizes 8 --sizes 65536 --repetitions 2 --max-iterations 2000");
   CHECK(j["bench"] == "transport");
   CHECK(j["repetitions"] == 2);
+  CHECK(j["max_iterations"] == 2000);
   REQUIRE(j["links"].size() == 2);  // loopback, then across two network namespaces
   CHECK(j["goals_met"].contains("latency_le_3x"));
   for (const auto& link : j["links"]) {

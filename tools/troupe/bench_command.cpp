@@ -18,7 +18,7 @@ namespace troupe::cli {
 nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts,
-                                         const std::string& tcp_congestion_control);
+                                         const std::string& tcp_congestion_control, int max_iterations);
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
                                         int warmup);
 }
@@ -208,9 +208,13 @@ void register_bench(CLI::App& app, Action& action) {
   auto tcc = std::make_shared<std::string>("reno");
   tr->add_option("--tcp-congestion-control", *tcc,
                  "TCP congestion control in the two namespaces; empty keeps the machine's (reno: see bench_transport.cpp)");
-  tr->callback([tsizes, treps, tloop, tcc, &action] {
-    action = [tsizes, treps, tloop, tcc] {
-      auto out = bench_transport(*tsizes, *treps, !*tloop, *tcc);
+  auto titers = std::make_shared<int>(100000);
+  tr->add_option("--max-iterations", *titers,
+                 "At most this many messages per figure (default: 1 GiB's worth, 16 to 100,000; fewer is a smoke run)")
+      ->check(CLI::Range(1, 100000));
+  tr->callback([tsizes, treps, tloop, tcc, titers, &action] {
+    action = [tsizes, treps, tloop, tcc, titers] {
+      auto out = bench_transport(*tsizes, *treps, !*tloop, *tcc, *titers);
       if (!out) return fail("bench transport", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;

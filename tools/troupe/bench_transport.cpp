@@ -39,8 +39,10 @@ using Clock = std::chrono::steady_clock;
 // Messages per figure, ours and ucx_perftest's: 1 GiB, 16 to 100,000. With
 // 256 MiB and at most 2,000, a figure at 8 B lasted under a millisecond and
 // one at 8 MiB 25 ms, and a single hiccup of the shared machine moved it.
-int iterations_for(std::size_t bytes) {
-  return static_cast<int>(std::clamp<std::size_t>((std::size_t{1} << 30) / std::max<std::size_t>(bytes, 1), 16, 100000));
+// --max-iterations lowers the cap (a smoke run's figures, not the goals').
+int iterations_for(std::size_t bytes, int max_iterations) {
+  const auto n = std::clamp<std::size_t>((std::size_t{1} << 30) / std::max<std::size_t>(bytes, 1), 16, 100000);
+  return static_cast<int>(std::min<std::size_t>(n, static_cast<std::size_t>(max_iterations)));
 }
 
 // Anonymous memory that this process never writes: until a transfer writes
@@ -76,8 +78,8 @@ class UnwrittenBytes {
 // received, so every round trip moved them between the cores' caches twice;
 // when the VM was slow to do that (8 B in 0.65 us), 256 KiB took 35 us,
 // ucx_perftest's 18.
-Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes, char* out, char* in) {
-  const int peer = 1 - t.rank(), iters = iterations_for(bytes);
+Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes, char* out, char* in, int iters) {
+  const int peer = 1 - t.rank();
   // Keep about 64 MiB in flight per window (as a streaming sender would).
   const int window = static_cast<int>(std::clamp<std::size_t>((std::size_t{64} << 20) / std::max<std::size_t>(bytes, 1), 2, 64));
   char ack = 0;
@@ -140,18 +142,18 @@ Expected<nlohmann::json> measure(UcxTransport& t, std::size_t bytes, char* out, 
 // as a tensor is sent.
 enum class SendFrom { unwritten, written };
 
-Expected<nlohmann::json> measure_from(UcxTransport& t, std::size_t bytes, SendFrom from) {
+Expected<nlohmann::json> measure_from(UcxTransport& t, std::size_t bytes, SendFrom from, int iters) {
   auto unmapped = [bytes] { return make_error("bench transport: cannot map ", std::to_string(bytes), " bytes"); };
   UnwrittenBytes in(bytes);
   if (!in.data()) return unmapped();
   if (from == SendFrom::unwritten) {
     UnwrittenBytes out(bytes);
     if (!out.data()) return unmapped();
-    return measure(t, bytes, out.data(), in.data());
+    return measure(t, bytes, out.data(), in.data(), iters);
   }
   std::vector<char> out(std::max<std::size_t>(bytes, 1));
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<char>(i * 131 + 7);
-  return measure(t, bytes, out.data(), in.data());
+  return measure(t, bytes, out.data(), in.data(), iters);
 }
 
 // Where the two processes run: loopback on this machine, or two namespaces
@@ -244,7 +246,7 @@ std::vector<double> paired(const nlohmann::json& ours, const nlohmann::json& pee
 // turns (below), so that the two figures of a pair are taken about half a
 // second apart.
 Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::size_t>& sizes, int repetitions,
-                                    nlohmann::json& goals_met) {
+                                    int max_iterations, nlohmann::json& goals_met) {
   std::vector<nlohmann::json> ours(sizes.size(), nlohmann::json::array()), lat_runs(sizes.size(), nlohmann::json::array()),
       bw_runs(sizes.size(), nlohmann::json::array()), written(sizes.size(), nlohmann::json::array());
   for (int r = 0; r < repetitions; ++r) {
@@ -252,9 +254,9 @@ Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::siz
       // The peer's latency, ours (latency, then bandwidth), the peer's
       // bandwidth: each judged figure of ours is taken next to its peer's.
       // Then ours from written memory, not judged, in a new pair of processes.
-      const int iters = iterations_for(sizes[i]);
+      const int iters = iterations_for(sizes[i], max_iterations);
       auto ours_from = [&](SendFrom from) {
-        return run_ranks(2, [&](UcxTransport& t) { return measure_from(t, sizes[i], from); }, link.placement);
+        return run_ranks(2, [&](UcxTransport& t) { return measure_from(t, sizes[i], from, iters); }, link.placement);
       };
       lat_runs[i].push_back(perftest(link, "tag_lat", sizes[i], iters));
       auto once = ours_from(SendFrom::unwritten);
@@ -307,7 +309,7 @@ Expected<nlohmann::json> bench_link(const Link& link, const std::vector<std::siz
 }  // namespace
 
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts,
-                                         const std::string& tcp_congestion_control) {
+                                         const std::string& tcp_congestion_control, int max_iterations) {
   nlohmann::json goals_met = {{"latency_le_3x", true}, {"bandwidth_ge_0.9", true}};
   nlohmann::json links = nlohmann::json::array();
   auto lo = loopback();
@@ -328,11 +330,11 @@ Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, 
       across_link = std::move(*link);
     }
   }
-  auto first = bench_link(*lo, sizes, repetitions, goals_met);
+  auto first = bench_link(*lo, sizes, repetitions, max_iterations, goals_met);
   if (!first) return first.error();
   links.push_back(*first);
   if (across_link) {
-    auto second = bench_link(*across_link, sizes, repetitions, goals_met);
+    auto second = bench_link(*across_link, sizes, repetitions, max_iterations, goals_met);
     if (!second) return second.error();
     links.push_back(*second);
   } else if (!skipped.empty()) {
@@ -341,6 +343,7 @@ Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, 
   return nlohmann::json{{"bench", "transport"},
                         {"transport", "ucx tag API, two processes"},
                         {"repetitions", repetitions},
+                        {"max_iterations", max_iterations},
                         {"placement", "ours and ucx_perftest's: two processes pinned to a core each; each repetition "
                                       "of each size runs ucx_perftest's latency, ours, ucx_perftest's bandwidth, then "
                                       "ours from written memory"},
