@@ -48,7 +48,7 @@ std::string checkpoint_dir(const std::string& root, int step) { return root + "/
 std::string partial_dir(const std::string& root, int step) { return root + "/.partial-step-" + step_text(step); }
 std::string shard_name(int rank) { return "shard-a" + step_text(rank).substr(3) + ".safetensors"; }
 
-std::string actor_state_name(int rank) { return "actor-state-a" + step_text(rank).substr(3) + ".bin"; }
+std::string actor_state_name(int rank) { return kActorStateFilePrefix + step_text(rank).substr(3) + ".bin"; }
 
 Status begin_partial(const std::string& root, int step) {
   std::error_code ec;

@@ -37,7 +37,9 @@ std::string checkpoint_dir(const std::string& root, int step);
 std::string partial_dir(const std::string& root, int step);
 /// The shard file of stage actor `rank`.
 std::string shard_name(int rank);
-/// The file of stage actor `rank`'s own state (UH-1; only where it has some).
+/// The file of stage actor `rank`'s own state (UH-1; only where it has some):
+/// kActorStateFilePrefix and the rank.
+inline constexpr const char* kActorStateFilePrefix = "actor-state-a";
 std::string actor_state_name(int rank);
 
 /// Creates ROOT and ROOT/.partial-step-N (which may already exist: other nodes).

@@ -178,7 +178,7 @@ Expected<RestoreFigures> restore_stage(StageState& state, HostCommunicator& repl
     if (*own) snapshot.actor_state = std::move(**own);
   } else {
     actor_state_lost = std::any_of(m->files.begin(), m->files.end(),
-                                   [](const auto& f) { return f.name.starts_with("actor-state-"); });
+                                   [](const auto& f) { return f.name.starts_with(kActorStateFilePrefix); });
   }
   TROUPE_TRY(state.restore(snapshot));
   return RestoreFigures{m->step, *bytes, seconds_since(start), m->config_hash == resume_hash(plan.job),
