@@ -7,6 +7,7 @@
 #include <caf/all.hpp>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 namespace example {
 namespace {
@@ -31,33 +32,33 @@ void log_stats(const troupe::StageView& stage, RunningRms& running) {
 }
 
 // UH-1: the running average as bytes, saved and restored with the stage.
-troupe::ActorStateHooks keep(RunningRms& running) {
+troupe::ActorStateHooks keep(std::shared_ptr<RunningRms> running) {
   troupe::ActorStateHooks hooks;
-  hooks.save = [&running] {
-    std::vector<std::uint8_t> bytes(sizeof running);
-    std::memcpy(bytes.data(), &running, sizeof running);
+  hooks.save = [running] {
+    std::vector<std::uint8_t> bytes(sizeof(RunningRms));
+    std::memcpy(bytes.data(), running.get(), sizeof(RunningRms));
     return bytes;
   };
-  hooks.load = [&running](std::span<const std::uint8_t> bytes) -> troupe::Status {
+  hooks.load = [running](std::span<const std::uint8_t> bytes) -> troupe::Status {
     if (bytes.empty()) {  // saved by an actor without this state: start afresh
-      running = RunningRms{};
+      *running = RunningRms{};
       return troupe::Status::success();
     }
-    if (bytes.size() != sizeof running)
+    if (bytes.size() != sizeof(RunningRms))
       return troupe::make_error("example.activation_stats: ", std::to_string(bytes.size()),
-                                " bytes of state, expected ", std::to_string(sizeof running));
-    std::memcpy(&running, bytes.data(), sizeof running);
+                                " bytes of state, expected ", std::to_string(sizeof(RunningRms)));
+    std::memcpy(running.get(), bytes.data(), sizeof(RunningRms));
     return troupe::Status::success();
   };
   return hooks;
 }
 
 void activation_stats_main(caf::blocking_actor* self, troupe::ActorArgs args) {
-  RunningRms running;
+  auto running = std::make_shared<RunningRms>();
   troupe::GptStageHooks hooks;
-  hooks.after_step = [&running](const troupe::StageView& stage) { log_stats(stage, running); };
+  hooks.after_step = [running](const troupe::StageView& stage) { log_stats(stage, *running); };
   hooks.state = keep(running);
-  troupe::run_and_report(self, args, [&] { return troupe::train_gpt_stage(self, args, hooks); });
+  troupe::run_and_report(self, args, [self, args, hooks] { return troupe::train_gpt_stage(self, args, hooks); });
 }
 
 }  // namespace

@@ -6,7 +6,7 @@
 namespace {
 
 void other_stage_main(caf::blocking_actor* self, troupe::ActorArgs args) {
-  troupe::run_and_report(self, args, [&] { return troupe::train_gpt_stage(self, args); });
+  troupe::run_and_report(self, args, [self, args] { return troupe::train_gpt_stage(self, args); });
 }
 
 troupe::Status register_other(troupe::ActorRegistry& registry) {
