@@ -84,7 +84,7 @@ Expected<JobConfig> check_job(const std::string& config_path, const std::vector<
     k = *n;
   }
   if (auto st = check_fault_nodes(job->faults, nodes, k); !st) return make_error(config_path, ": ", st.error().message);
-  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}, {}, {}, {}};
+  ActorArgs probe{0, nodes * k, 0, nullptr, {}, *job, files, 0, nodes, {}, {}, {}, {}, {}, {}, -1, {}};
   TROUPE_TRY(registry.validate(type, probe));
   return job;
 }

@@ -72,7 +72,7 @@ Status train_in_process(const std::string& config_path, const std::vector<std::s
     VerdictRecord verdicts("", options.metrics_path, options.trace_path);
     for (int r = 0; r < actors; ++r) {
       ActorArgs args{r, actors, 0, endpoints[static_cast<std::size_t>(r)].get(), self, *job, files, 0, 1, loader,
-                     ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool, board};
+                     ring ? ring->name() : std::string(), checkpoints->writer, checkpoints->pool, board, {}, -1, {}};
       auto a = registry.spawn(type, sys, args);
       if (!a) {
         for (int p = 0; p < actors; ++p) fabric->fail(p);

@@ -109,7 +109,7 @@ TEST_CASE("N-9: a renewed worker's address replaces only its own slot of the pub
   auto server = RedisServer::start();
   REQUIRE(server.ok());
   auto c = *server->connect(3000ms);
-  const NodeEndpoint published{"127.0.0.1", 4000, "system-1", {"old-0", "old-1"}};
+  const NodeEndpoint published{"127.0.0.1", 4000, "system-1", {"old-0", "old-1"}, ""};
   REQUIRE(c.command({"HSET", "troupe:j:nodes", "1", encode_endpoint(published)}).ok());
   REQUIRE(republish_ucx(c, "j", 1, 1, std::string("new\0-1", 6)).ok());
   auto now = published_endpoint(c, "j", 1);

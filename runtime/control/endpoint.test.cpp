@@ -18,7 +18,7 @@ TEST_CASE("an endpoint round-trips, binary addresses included", "[endpoint]") {
 }
 
 TEST_CASE("a malformed endpoint is an error naming the node, never a crash", "[endpoint]") {
-  const std::string good = encode_endpoint({"h", 1, "id", {"abc"}});
+  const std::string good = encode_endpoint({"h", 1, "id", {"abc"}, ""});
   for (const std::string& bad :
        {std::string(), std::string("garbage"), good.substr(0, good.size() - 1), good + "x",
         std::string("troupe-endpoint 2\nh:99999\nid\nrack-a\n0\n"), std::string("troupe-endpoint 2\nh:x\nid\nrack-a\n0\n"),
