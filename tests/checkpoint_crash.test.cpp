@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "tests/checkpoint_job.hpp"
@@ -58,7 +59,10 @@ TEST_CASE("a launch killed mid-persist resumes: every later checkpoint commits, 
   const auto full = job.losses("launch --nodes 2", every + " --save " + (job.dir / "full.safetensors"));
   REQUIRE(full.size() == 12);
   CpuHog hog(2);
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // CI runs 3 attempts; TROUPE_CRASH_ATTEMPTS=20 is the issue's soak (its figure in the closing note).
+  const char* asked = std::getenv("TROUPE_CRASH_ATTEMPTS");
+  const int attempts = asked && *asked ? std::max(1, std::atoi(asked)) : 3;
+  for (int attempt = 0; attempt < attempts; ++attempt) {
     INFO("attempt " << attempt);
     fs::remove_all(job.ckpt);
     const std::string log = job.dir / ("killed-" + std::to_string(attempt) + ".txt");  // never an earlier attempt's
