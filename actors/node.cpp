@@ -373,7 +373,12 @@ int run_node(NodeOptions o, const ActorRegistry& registry) {
     if (!domain) return abort(domain.error());
     NodeEndpoint me{o.host, *port, caf::to_string(sys.node()), my_addresses, *domain};
     // PL-3: the plugins a node loaded are part of what every node must run alike.
-    RendezvousRequest req{o.job_id, o.rank, o.world, content_hash(text.str() + registry.plugin_fingerprint()), kTroupeVersion, encode_endpoint(me),
+    RendezvousRequest req{o.job_id,
+                          o.rank,
+                          o.world,
+                          content_hash(text.str() + registry.plugin_fingerprint()),
+                          kTroupeVersion,
+                          encode_endpoint(me),
                           std::chrono::milliseconds(job->health.rendezvous_timeout_ms)};
     auto members = o.rejoin ? rejoin(*redis, req) : rendezvous(*redis, req);
     if (!members) return abort(members.error());

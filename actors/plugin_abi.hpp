@@ -17,22 +17,23 @@
 #include <cstdint>
 
 #include "actors/actor_registry.hpp"
+#include "common/hash.hpp"
 #include "common/version.hpp"
 #include "training/stage_trainer.hpp"
 
 namespace troupe {
 
-namespace plugin_detail {
-constexpr std::uint64_t mix(std::uint64_t h, std::uint64_t v) { return (h ^ v) * 1099511628211ull; }
-}  // namespace plugin_detail
-
-/// PL-1: the version's major and minor part, then the shapes plugins share.
-inline constexpr std::uint64_t kPluginAbi =
-    plugin_detail::mix(plugin_detail::mix(plugin_detail::mix(plugin_detail::mix(plugin_detail::mix(
-                           plugin_detail::mix(14695981039346656037ull, TROUPE_VERSION_MAJOR * 1000ull +
-                                                                          TROUPE_VERSION_MINOR),
-                           sizeof(ActorArgs)), sizeof(JobConfig)), sizeof(ActorPlacement)), sizeof(GptStageHooks)),
-                       sizeof(StageView)) >> 1;
+/// PL-1: FNV-1a (common/hash.hpp) over the version's major and minor part,
+/// then the sizes of the types plugins share.
+inline constexpr std::uint64_t kPluginAbi = [] {
+  std::uint64_t h = kFnvOffset;
+  for (const std::uint64_t part :
+       {std::uint64_t{TROUPE_VERSION_MAJOR} * 1000 + TROUPE_VERSION_MINOR, std::uint64_t{sizeof(ActorArgs)},
+        std::uint64_t{sizeof(JobConfig)}, std::uint64_t{sizeof(ActorPlacement)}, std::uint64_t{sizeof(GptStageHooks)},
+        std::uint64_t{sizeof(StageView)}})
+    h = (h ^ part) * kFnvPrime;
+  return h;
+}();
 
 }  // namespace troupe
 

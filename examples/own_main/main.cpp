@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     return troupe::launch(launch);
   }
   if (command != "node") return usage();
-  troupe::NodeOptions node;  // what `troupe launch` passes each node process
+  troupe::NodeOptions node;  // what `troupe::launch` passes each node process (the Redis password: in the environment)
   node.config_path = argv[2];
   for (int i = 3; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -50,7 +50,6 @@ int main(int argc, char** argv) {
     else if (flag == "--node-rank") node.rank = std::atoi(value.c_str());
     else if (flag == "--nodes") node.world = std::atoi(value.c_str());
     else if (flag == "--job") node.job_id = value;
-    else if (flag == "--redis-password-file") continue;  // the password comes from $TROUPE_REDIS_PASSWORD
     else return usage();
   }
   troupe::ActorRegistry registry;

@@ -2,8 +2,6 @@
 #include "actors/actor_registry.hpp"
 #include "actors/node.hpp"
 #include "runtime/control/redis_client.hpp"
-
-#include <cstdio>
 #include "tools/troupe/commands.hpp"
 
 namespace troupe::cli {
@@ -44,16 +42,10 @@ void register_node(CLI::App& app, Action& action) {
     add_faults();
     action = [o, password_file, plugins] {
       auto password = redis_password(*password_file);
-      if (!password) {
-        std::fprintf(stderr, "troupe node: %s\n", password.error().message.c_str());
-        return 1;
-      }
+      if (!password) return fail("node", password.error());
       o->redis_password = *password;
       ActorRegistry registry;
-      if (auto st = build_registry(*plugins, o->config_path, o->overrides, registry); !st) {
-        std::fprintf(stderr, "troupe node: %s\n", st.error().message.c_str());
-        return 1;
-      }
+      if (auto st = build_registry(*plugins, o->config_path, o->overrides, registry); !st) return fail("node", st.error());
       return run_node(*o, registry);
     };
   });
