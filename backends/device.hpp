@@ -75,20 +75,27 @@ class Stream {
   }
 };
 
+/// Where a buffer's bytes live: in the device's own memory, or in host
+/// memory the device stages through (pinned). On a device whose memory is
+/// the host's (the CPU) every buffer is the device's own.
+enum class Memory { device, pinned_host };
+
 /// Memory owned by a device; freed by the device's deleter.
 class Buffer {
  public:
   using Deleter = std::function<void(void*)>;
-  Buffer(Device& device, void* data, std::size_t bytes, Deleter deleter)
-      : device_(&device), data_(data, deleter), bytes_(bytes) {}
+  Buffer(Device& device, void* data, std::size_t bytes, Deleter deleter, Memory memory = Memory::device)
+      : device_(&device), data_(data, deleter), bytes_(bytes), memory_(memory) {}
   Device& device() const { return *device_; }
   void* data() const { return data_.get(); }
   std::size_t bytes() const { return bytes_; }
+  Memory memory() const { return memory_; }
 
  private:
   Device* device_;
   std::unique_ptr<void, Deleter> data_;
   std::size_t bytes_;
+  Memory memory_;
 };
 
 /// What a device can do, for callers that choose between code paths.
@@ -112,6 +119,14 @@ class Device {
   /// Host memory the device copies to and from at full speed (pinned), for
   /// staging buffers; plain host memory where the device is the host.
   virtual Expected<std::shared_ptr<Buffer>> allocate_pinned_host(std::size_t bytes) { return allocate(bytes); }
+  /// Pins `bytes` of host memory at `p`, which the caller owns and keeps
+  /// alive, so that this device copies to and from it at full speed, until
+  /// the returned handle's last copy is released. Where the device is the
+  /// host there is nothing to pin: a null handle.
+  virtual Expected<std::shared_ptr<void>> pin_host_memory(void* p, std::size_t bytes) {
+    (void)p, (void)bytes;
+    return std::shared_ptr<void>{};
+  }
   /// Whether the host may read and write this device's allocations directly.
   virtual bool host_accessible() const = 0;
   /// Enqueues a copy of `bytes` from `src` to `dst` (either may be host memory) on `s`.

@@ -53,6 +53,8 @@ class Tensor {
   DType dtype() const { return dtype_; }
   std::size_t nbytes() const { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
   Device& device() const { return storage_->device(); }
+  /// The device's own memory, or pinned host memory it stages through.
+  Memory memory() const { return storage_->memory(); }
 
   void* raw() const {
     return static_cast<char*>(storage_->data()) + offset_ * static_cast<std::int64_t>(dtype_size(dtype_));

@@ -6,17 +6,22 @@
 # processes on the one GPU, NCCL where there are more), `troupe bench ops
 # --device cuda` and `troupe bench step --device cuda
 # --pytorch` on small.toml and GPT-2 124M, and a short training run on the
-# GPU. Into $OUT (5 files): steps.log, cuda_test.log, sanitizer.log,
-# bench.jsonl (one line per benchmark as it finishes: {"step", "result"}) and
-# report.json (every step's exit status and time, the benchmarks, written at
-# the end). Each step is bounded; all of them together can pass a device
-# call's 10 minutes: name the steps (below) to split the check over two calls.
-# `scripts/gpu_check.sh STEP...` runs the named steps in the order named
-# (cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16
-# bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny): the ones that
-# matter first, where device time may run out. For a quick look: PEER=none
-# leaves PyTorch out of the step benchmarks; GPU_JOBS="spec" runs only the
-# gpu_jobs tests that Catch2 spec names.
+# GPU. Into $OUT: steps.log, cuda_test.log, sanitizer.log, bench.jsonl (one
+# line per benchmark as it finishes: {"step", "result"}), report.json (every
+# step's exit status and time, the benchmarks, written at the end) and, with
+# profile_gpt2, profile.txt and profile.csv.gz. The test executables run
+# each test case in a process of its own (scripts/run_cases.sh): a skipped
+# case ends its process. Each step is bounded; all of them together can pass
+# a device call's 10 minutes: name the steps (below) to split the check over
+# two calls. `scripts/gpu_check.sh STEP...` runs the named steps in the order
+# named (cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops
+# bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16
+# train_tiny profile_gpt2): the ones that matter first, where device time may
+# run out. profile_gpt2 (not in the default list) times every kernel of one
+# GPT-2 bf16 step under ncu, graphs off (scripts/kernel_profile.py). For a
+# quick look: PEER=none leaves PyTorch out of the step benchmarks and gloo
+# out of bench_comm; COMM_SIZES="67108864" sets bench_comm's sizes;
+# GPU_JOBS="spec" runs only the gpu_jobs tests that Catch2 spec names.
 set -uo pipefail
 STEPS=${*:-cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny}
 cd "$(dirname "$0")/.."
@@ -65,10 +70,10 @@ cat "$B/gpu.txt" >> "$LOG"
 : > "$OUT/sanitizer.log"
 for step in $STEPS; do
   case $step in
-    cuda_test) run cuda_test 120 "$B/cuda_test.log" "$B/bin/cuda_test" --durations yes
+    cuda_test) run cuda_test 180 "$B/cuda_test.log" scripts/run_cases.sh "$B/bin/cuda_test"
       cat "$B/cuda_test.log" >> "$OUT/cuda_test.log" ;;
-    gpu_jobs) run gpu_jobs 300 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" "$B/bin/gpu_jobs_test" \
-        --durations yes ${GPU_JOBS:+"$GPU_JOBS"}
+    gpu_jobs) run gpu_jobs 300 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" \
+        scripts/run_cases.sh "$B/bin/gpu_jobs_test" ${GPU_JOBS:+"$GPU_JOBS"}
       cat "$B/gpu_jobs.log" >> "$OUT/cuda_test.log" ;;
     memcheck) run memcheck 120 "$B/memcheck.log" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/bin/cuda_test" \
         "[kernels]"
@@ -86,8 +91,15 @@ for step in $STEPS; do
         $(peer eager,compile) --steps 10 --warmup 3 ;;
     bench_gpt2_bf16) bench bench_gpt2_bf16 150 "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
         --precision bf16 $(peer eager,compile) --steps 10 --warmup 3 ;;
-    bench_comm) bench bench_comm 180 "$T" bench collectives --nodes 2 --device cuda --repetitions 3 \
-        --sizes 1048576 --sizes 16777216 --sizes 67108864 ;;
+    bench_comm) sizes=(); for b in ${COMM_SIZES:-1048576 16777216 67108864}; do sizes+=(--sizes "$b"); done
+      bench bench_comm 180 "$T" bench collectives --nodes 2 --device cuda --repetitions 3 "${sizes[@]}" \
+        $([ "${PEER:-pytorch}" = none ] && echo --no-gloo) ;;
+    profile_gpt2) run profile_gpt2 180 "$B/profile.out" ncu --clock-control none --target-processes all \
+        --metrics gpu__time_duration.sum --csv --page raw --print-units base --log-file "$B/profile.csv" \
+        "$T" bench step examples/configs/gpt2_124m.toml --device cuda --precision bf16 --steps 1 --warmup 1 \
+        --set train.cuda_graphs=false
+      python3 scripts/kernel_profile.py "$B/profile.csv" > "$OUT/profile.txt" 2>> "$LOG"
+      gzip -c "$B/profile.csv" > "$OUT/profile.csv.gz" ;;
     train_tiny) run train_tiny 60 "$B/train.log" "$T" train examples/configs/tiny.toml --set train.device='"cuda"' \
         --set train.steps=100 --set data.train="$B/data/train.bin" --set data.val="$B/data/val.bin" \
         --metrics "$B/metrics.jsonl" ;;

@@ -69,6 +69,9 @@ class Communicator {
   bool shared() const { return size() > 1; }
 
   virtual CommPath path() const = 0;
+  /// What the path does beyond its name, for reports (the staged path's
+  /// pinned buffers); empty where there is nothing more to say.
+  virtual std::string detail() const { return {}; }
 
   /// Collectives over a contiguous f32 tensor, in place (nccl-tests' definitions):
   /// t becomes the elementwise sum over members.

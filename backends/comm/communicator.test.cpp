@@ -4,7 +4,8 @@
 // copies, in pieces of a few floats), as the ring collectives do over the
 // same ranks; a group of a subset of the world in a member order of its own;
 // what a path cannot take is refused with the group's name; an abort fails
-// what is in flight, once; pinned buffers are reused.
+// what is in flight, once; pinned buffers are reused, host-shared and pinned
+// in place where the device can pin them (PP-1).
 #include "backends/comm/communicator.hpp"
 
 #include <catch2/catch.hpp>
@@ -15,6 +16,7 @@
 #include "backends/comm/pinned_pool.hpp"
 #include "backends/comm/staged_communicator.hpp"
 #include "backends/cpu/cpu_device.hpp"
+#include "backends/shared_bytes.hpp"
 #include "backends/transport/local_world.test.hpp"
 #include "backends/transport/wait.hpp"
 
@@ -242,6 +244,56 @@ TEST_CASE("Pinned buffers are reused: the smallest free one that fits", "[comm]"
   REQUIRE(c.ok());
   CHECK((*c)->data() != first);
   CHECK(pool->buffers() == 2);
+}
+
+// A device whose memory the host cannot read (a CPU device that says so, to
+// which it hands everything else), that pins host memory or refuses to, and
+// counts the bytes it holds pinned.
+class PinningDevice final : public Device {
+ public:
+  explicit PinningDevice(bool refuse) : cpu_(1, /*as_device_memory=*/true), refuse_(refuse) {}
+  Expected<std::shared_ptr<void>> pin_host_memory(void* p, std::size_t bytes) override {
+    if (refuse_) return make_error("pinning refused");
+    pinned += static_cast<long>(bytes);
+    return std::shared_ptr<void>(p, [this, bytes](void*) { pinned -= static_cast<long>(bytes); });
+  }
+  DeviceKind kind() const override { return cpu_.kind(); }
+  std::string name() const override { return "pinning test device"; }
+  DeviceCapabilities capabilities() const override { return cpu_.capabilities(); }
+  Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) override { return cpu_.allocate(bytes); }
+  Expected<std::shared_ptr<Buffer>> allocate_pinned_host(std::size_t bytes) override { return cpu_.allocate(bytes); }
+  bool host_accessible() const override { return false; }
+  Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override { return cpu_.copy(dst, src, bytes, s); }
+  Status fill_zero(void* dst, std::size_t bytes, Stream& s) override { return cpu_.fill_zero(dst, bytes, s); }
+  Stream& default_stream() override { return cpu_.default_stream(); }
+  Expected<std::unique_ptr<Stream>> create_stream() override { return cpu_.create_stream(); }
+  long pinned = 0;
+
+ private:
+  CpuDevice cpu_;
+  bool refuse_;
+};
+
+TEST_CASE("PP-1: staged buffers are host-shared and pinned in place, else the device's own pinned memory",
+          "[comm]") {
+  PinningDevice device(false);
+  {
+    auto pool = PinnedPool::create(device);
+    auto a = pool->acquire(1 << 16);
+    REQUIRE(a.ok());
+    CHECK((*a)->memory() == Memory::pinned_host);
+    CHECK(find_shared((*a)->data(), 1 << 16).has_value());  // the rings lend it (CL-5)
+    CHECK(device.pinned >= (1 << 16));
+    CHECK_THAT(pool->kind(), Catch::Contains("host-shared, pinned in place"));
+  }
+  CHECK(device.pinned == 0);  // unpinned once the pool and the lease are gone
+
+  PinningDevice refusing(true);
+  auto pool = PinnedPool::create(refusing);
+  auto b = pool->acquire(1 << 16);
+  REQUIRE(b.ok());  // the device's own pinned memory: slower rings, same bytes
+  CHECK_FALSE(find_shared((*b)->data(), 1 << 16).has_value());
+  CHECK_THAT(pool->kind(), Catch::Contains("could not be pinned: pinning refused"));
 }
 
 }  // namespace troupe

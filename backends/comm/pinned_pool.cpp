@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "backends/shared_bytes.hpp"
+
 namespace troupe {
 
 Expected<PinnedPool::Lease> PinnedPool::acquire(std::size_t bytes) {
@@ -18,7 +20,7 @@ Expected<PinnedPool::Lease> PinnedPool::acquire(std::size_t bytes) {
     }
   }
   if (!buffer) {
-    auto fresh = device_.allocate_pinned_host(std::max<std::size_t>(bytes, 1));
+    auto fresh = allocate(std::max<std::size_t>(bytes, 1));
     if (!fresh) return make_error("staged transfer: ", fresh.error().message);
     buffer = std::move(*fresh);
     std::lock_guard<std::mutex> lock(mu_);
@@ -36,6 +38,34 @@ Expected<PinnedPool::Lease> PinnedPool::acquire(std::size_t bytes) {
   });
 }
 
+Expected<std::shared_ptr<Buffer>> PinnedPool::allocate(std::size_t bytes) {
+  if (device_.host_accessible()) return device_.allocate_pinned_host(bytes);  // the host's own memory: nothing to pin
+  auto own_pinned = [&](const Error& why) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unshared_ = why.message;
+    }
+    return device_.allocate_pinned_host(bytes);
+  };
+  auto region = SharedBytes::create(bytes, /*findable=*/true);
+  if (!region) return own_pinned(region.error());
+  std::shared_ptr<SharedBytes> owner = std::move(*region);
+  auto pinned = device_.pin_host_memory(owner->data(), owner->size());
+  if (!pinned) return own_pinned(pinned.error());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unshared_.clear();
+  }
+  // Unpinned before the region is unmapped: the handle goes first.
+  return std::make_shared<Buffer>(
+      device_, owner->data(), bytes,
+      [owner, pin = std::move(*pinned)](void*) mutable {
+        pin.reset();
+        owner.reset();
+      },
+      Memory::pinned_host);
+}
+
 std::size_t PinnedPool::buffers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return buffers_;
@@ -44,6 +74,15 @@ std::size_t PinnedPool::buffers() const {
 std::size_t PinnedPool::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
+}
+
+std::string PinnedPool::kind() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (buffers_ == 0) return {};
+  if (device_.host_accessible()) return "the host's own memory";
+  if (unshared_.empty()) return "host-shared, pinned in place: the host rings lend it to their peers (PP-1)";
+  return "the device's own pinned memory (host-shared memory could not be pinned: " + unshared_ +
+         "): the host rings copy it through staging slots";
 }
 
 }  // namespace troupe

@@ -47,6 +47,7 @@ class StagedCommunicator final : public Communicator {
   ~StagedCommunicator() override;
 
   CommPath path() const override { return CommPath::staged; }
+  std::string detail() const override { return pool_->kind(); }
   void all_reduce(const Tensor& t, Stream& s, Completion done) override;
   void reduce_scatter(const Tensor& t, Stream& s, Completion done) override;
   void all_gather(const Tensor& t, Stream& s, Completion done) override;

@@ -201,11 +201,21 @@ Expected<std::shared_ptr<Buffer>> CudaDevice::allocate(std::size_t bytes) {
   });
 }
 
+Expected<std::shared_ptr<void>> CudaDevice::pin_host_memory(void* p, std::size_t bytes) {
+  activate();
+  TROUPE_CUDA_TRY(cudaHostRegister(p, bytes, cudaHostRegisterPortable), index_);
+  const int index = index_;
+  return std::shared_ptr<void>(p, [index](void* q) {
+    cudaSetDevice(index);
+    cudaHostUnregister(q);
+  });
+}
+
 Expected<std::shared_ptr<Buffer>> CudaDevice::allocate_pinned_host(std::size_t bytes) {
   activate();
   void* p = nullptr;
   TROUPE_CUDA_TRY(cudaMallocHost(&p, bytes == 0 ? 64 : bytes), index_);
-  return std::make_shared<Buffer>(*this, p, bytes, [](void* q) { cudaFreeHost(q); });
+  return std::make_shared<Buffer>(*this, p, bytes, [](void* q) { cudaFreeHost(q); }, Memory::pinned_host);
 }
 
 cudaStream_t CudaDevice::handle_of(Stream& s) const {

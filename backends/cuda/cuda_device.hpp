@@ -81,6 +81,7 @@ class CudaDevice final : public Device {
   DeviceCapabilities capabilities() const override;
   Expected<std::shared_ptr<Buffer>> allocate(std::size_t bytes) override;
   Expected<std::shared_ptr<Buffer>> allocate_pinned_host(std::size_t bytes) override;
+  Expected<std::shared_ptr<void>> pin_host_memory(void* p, std::size_t bytes) override;
   bool host_accessible() const override { return false; }
   Status copy(void* dst, const void* src, std::size_t bytes, Stream& s) override;
   Status fill_zero(void* dst, std::size_t bytes, Stream& s) override;

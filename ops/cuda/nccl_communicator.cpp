@@ -144,8 +144,8 @@ class NcclCommunicator final : public Communicator {
   };
 
   Status check_memory(const Tensor& t, const char* op) const {
-    if (!t.defined() || &t.device() != &device_)
-      return make_error(name(), " ", op, ": NCCL moves memory of ", device_.name(), " only");
+    if (!t.defined() || &t.device() != &device_ || t.memory() != Memory::device)
+      return make_error(name(), " ", op, ": NCCL moves memory of ", device_.name(), " only, not host memory");
     return Status::success();
   }
   Status check(const Tensor& t, const char* op) const {

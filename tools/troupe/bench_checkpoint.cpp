@@ -102,7 +102,7 @@ struct OneActor {
     auto g = ProcessGroups::build(ProcessGroupArgs{&plan, 0, &collectives, transport.get(), compute.get()});
     if (!g) return g.error();
     groups = std::move(*g);
-    auto st = StageState::build(StageStateArgs{&compute->context(), groups.get(), &plan, 0, links, ""});
+    auto st = StageState::build(StageStateArgs{&compute->context(), groups.get(), &plan, 0, links, "", {}});
     if (!st) return st.error();
     state = std::move(*st);
     return Status::success();

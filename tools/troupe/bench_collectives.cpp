@@ -332,6 +332,7 @@ Expected<nlohmann::json> measure(UcxTransport& t, const std::vector<std::size_t>
   if (*on_device && !rows.empty()) {  // rank 0's answer carries the path, for the report
     rows[0]["device_path"] = (*on_device)->path ? comm_path_name((*on_device)->path->path()) : "host";
     rows[0]["device_path_why"] = (*on_device)->why;
+    if ((*on_device)->path) rows[0]["device_path_detail"] = (*on_device)->path->detail();
     rows[0]["device"] = (*on_device)->compute->describe();
   }
   return rows;
@@ -535,7 +536,8 @@ Expected<nlohmann::json> run_nodes(int nodes, const CollectivesBenchArgs& args, 
   nlohmann::json run = {{"nodes", nodes}, {"hosts", where.name}, {"results", rows}, {"goals_met", goals_met}};
   if ((*ours)[0].contains("device_path"))
     run["device"] = {{"name", (*ours)[0]["device"]}, {"path", (*ours)[0]["device_path"]},
-                     {"why", (*ours)[0]["device_path_why"]}};
+                     {"why", (*ours)[0]["device_path_why"]},
+                     {"detail", (*ours)[0].value("device_path_detail", std::string())}};
   return run;
 }
 
