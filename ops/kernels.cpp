@@ -169,6 +169,66 @@ void Kernels::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, c
   do_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd);
 }
 
+void Kernels::linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor& inp, const Tensor& weight,
+                                  const Tensor& bias) const {
+  Checker c{"linear_gelu_forward"};
+  c.rank(weight, 2, "weight");
+  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
+  c.last_dim(inp, C, "inp");
+  c.numel(pre, rows(inp) * OC, "pre");
+  c.numel(out, rows(inp) * OC, "out");
+  if (bias.defined()) c.numel(bias, OC, "bias");
+  c.floating({&pre, &out, &inp, &weight, &bias});
+  c.that(pre.raw() != out.raw(), "pre and out must be different tensors");
+  do_linear_gelu_forward(pre, out, inp, weight, bias);
+}
+
+void Kernels::linear_residual_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                      const Tensor& residual) const {
+  Checker c{"linear_residual_forward"};
+  c.rank(weight, 2, "weight");
+  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
+  c.last_dim(inp, C, "inp");
+  c.numel(out, rows(inp) * OC, "out");
+  c.numel(residual, out.numel(), "residual");
+  if (bias.defined()) c.numel(bias, OC, "bias");
+  c.floating({&inp, &weight, &bias});
+  c.f32(out, "out (the residual stream)");
+  c.f32(residual, "residual");
+  c.that(out.raw() != residual.raw(), "out must not be the residual");
+  do_linear_residual_forward(out, inp, weight, bias, residual);
+}
+
+void Kernels::linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                   const Tensor& inp, const Tensor& weight, const Tensor& pre) const {
+  Checker c{"linear_backward_gelu"};
+  c.rank(weight, 2, "weight");
+  c.rank(dweight, 2, "dweight");
+  c.that(weight.shape() == dweight.shape(), "weight and dweight must have the same shape");
+  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
+  c.last_dim(dout, OC, "dout");
+  c.last_dim(inp, C, "inp");
+  c.that(rows(dout) == rows(inp), "dout and inp must have the same rows");
+  c.numel(dinp, rows(dout) * C, "dinp");
+  c.numel(pre, dinp.numel(), "pre");
+  if (dbias.defined()) c.numel(dbias, OC, "dbias");
+  c.f32(dweight, "dweight");
+  c.floating({&dinp, &dout, &inp, &weight, &pre});
+  do_linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, pre);
+}
+
+void Kernels::linear_backward_input_gelu(Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                         const Tensor& pre) const {
+  Checker c{"linear_backward_input_gelu"};
+  c.rank(weight, 2, "weight");
+  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
+  c.last_dim(dout, OC, "dout");
+  c.numel(dinp, rows(dout) * C, "dinp");
+  c.numel(pre, dinp.numel(), "pre");
+  c.floating({&dinp, &dout, &weight, &pre});
+  do_linear_backward_input_gelu(dinp, dout, weight, pre);
+}
+
 void Kernels::gelu_forward(Tensor& out, const Tensor& inp) const {
   Checker c{"gelu_forward"};
   c.numel(out, inp.numel(), "out");

@@ -37,6 +37,22 @@ class Kernels {
   void linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
                        const Tensor& weight, bool accumulate) const;
 
+  // Linear layers with their neighbour fused where the backend can (in the
+  // GEMM's epilogue on a GPU); elsewhere the calls above and below, in that
+  // order, with their bits.
+  /// pre = inp @ weight + bias (kept for the backward), out = gelu(pre).
+  void linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const;
+  /// out = inp @ weight + bias + residual; out must not be `residual`.
+  void linear_residual_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                               const Tensor& residual) const;
+  /// linear_backward whose dinp is then taken through GELU's backward at
+  /// `pre` (the layer before the GELU): dinp = (dout @ weight^T) * gelu'(pre);
+  /// dinp overwritten.
+  void linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                            const Tensor& weight, const Tensor& pre) const;
+  /// Its input half alone (the zero-bubble schedules' split backward).
+  void linear_backward_input_gelu(Tensor& dinp, const Tensor& dout, const Tensor& weight, const Tensor& pre) const;
+
   // The LM head tied to the token embedding wte: (V,C).
   /// logits: (N,V) = x: (N,C) @ wte^T.
   void tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const;
@@ -121,6 +137,26 @@ class Kernels {
                                   const Tensor& weight, bool accumulate) const {
     do_linear_backward_input(dinp, dout, weight, accumulate);
     do_linear_backward_weight(dweight, dbias, dout, inp);
+  }
+  virtual void do_linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor& inp, const Tensor& weight,
+                                      const Tensor& bias) const {
+    do_linear_forward(pre, inp, weight, bias);
+    do_gelu_forward(out, pre);
+  }
+  virtual void do_linear_residual_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                          const Tensor& residual) const {
+    do_linear_forward(out, inp, weight, bias);
+    do_residual_forward(out, out, residual);
+  }
+  virtual void do_linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                       const Tensor& inp, const Tensor& weight, const Tensor& pre) const {
+    do_linear_backward(dinp, dweight, dbias, dout, inp, weight, false);
+    do_gelu_backward(dinp, pre, dinp);
+  }
+  virtual void do_linear_backward_input_gelu(Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                             const Tensor& pre) const {
+    do_linear_backward_input(dinp, dout, weight, false);
+    do_gelu_backward(dinp, pre, dinp);
   }
   virtual void do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const = 0;
   virtual void do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const = 0;

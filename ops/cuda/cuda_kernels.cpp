@@ -18,6 +18,24 @@ int as_int(std::int64_t x) { return static_cast<int>(x); }
 std::int64_t rows(const Tensor& t) { return t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
 __nv_bfloat16* bf16_data(const Tensor& t) { return reinterpret_cast<__nv_bfloat16*>(t.data<BFloat16>()); }
 
+// A GEMM operand in bf16: a bf16 tensor as it is, an fp32 one as a rounded
+// copy in `copy` (the fp32 values, master weights included, stay as they are).
+const __nv_bfloat16* bf16_operand(const Tensor& t, std::optional<cuda::Scratch>& copy, cudaStream_t st) {
+  if (t.dtype() == DType::bf16) return bf16_data(t);
+  copy.emplace(static_cast<std::size_t>(t.numel()) * sizeof(__nv_bfloat16), st);
+  cuda::to_bf16(copy->as<__nv_bfloat16>(), t.f32(), t.numel(), st);
+  return copy->as<__nv_bfloat16>();
+}
+
+// A bf16 output's bias is bf16 too (cuBLASLt's rule): rounded into `copy`, as
+// PyTorch's autocast rounds it; null without a bias.
+const __nv_bfloat16* bf16_bias(const Tensor& bias, std::optional<cuda::Scratch>& copy, cudaStream_t st) {
+  if (!bias.defined()) return nullptr;
+  copy.emplace(static_cast<std::size_t>(bias.numel()) * sizeof(__nv_bfloat16), st);
+  cuda::to_bf16(copy->as<__nv_bfloat16>(), bias.f32(), bias.numel(), st);
+  return copy->as<__nv_bfloat16>();
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<CudaKernels>> CudaKernels::create(CudaDevice& device, CudaStream& stream,
@@ -39,26 +57,14 @@ void CudaKernels::gemm(const cuda::GemmShape& shape, const Tensor& A, const Tens
                        const float* bias) const {
   const cudaStream_t st = s();
   if (precision_ == Precision::fp32) return matmul_->gemm(shape, A.f32(), B.f32(), C.f32(), bias);
-  // fp32 operands as rounded copies in scratch (the fp32 values, master
-  // weights included, stay as they are); bf16 ones as they are.
-  std::optional<cuda::Scratch> copies[2];
-  auto operand = [&](const Tensor& t, std::optional<cuda::Scratch>& copy) -> const __nv_bfloat16* {
-    if (t.dtype() == DType::bf16) return bf16_data(t);
-    copy.emplace(static_cast<std::size_t>(t.numel()) * sizeof(__nv_bfloat16), st);
-    cuda::to_bf16(copy->as<__nv_bfloat16>(), t.f32(), t.numel(), st);
-    return copy->as<__nv_bfloat16>();
-  };
-  const __nv_bfloat16* a = operand(A, copies[0]);
-  const __nv_bfloat16* b = operand(B, copies[1]);
+  std::optional<cuda::Scratch> copies[3];
+  const __nv_bfloat16* a = bf16_operand(A, copies[0], st);
+  const __nv_bfloat16* b = bf16_operand(B, copies[1], st);
   if (C.dtype() != DType::bf16) return matmul_->gemm(shape, a, b, C.f32(), bias);
-  // A bf16 output's bias is bf16 too (cuBLASLt's rule): rounded into scratch,
-  // as PyTorch's autocast rounds it.
-  std::optional<cuda::Scratch> bias16;
-  if (bias) {
-    bias16.emplace(static_cast<std::size_t>(shape.N) * sizeof(__nv_bfloat16), st);
-    cuda::to_bf16(bias16->as<__nv_bfloat16>(), bias, shape.N, st);
-  }
-  matmul_->gemm(shape, a, b, bf16_data(C), bias ? bias16->as<__nv_bfloat16>() : nullptr);
+  if (!bias) return matmul_->gemm(shape, a, b, bf16_data(C), nullptr);
+  copies[2].emplace(static_cast<std::size_t>(shape.N) * sizeof(__nv_bfloat16), st);
+  cuda::to_bf16(copies[2]->as<__nv_bfloat16>(), bias, shape.N, st);
+  matmul_->gemm(shape, a, b, bf16_data(C), copies[2]->as<__nv_bfloat16>());
 }
 
 void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
@@ -102,6 +108,80 @@ void CudaKernels::do_linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbia
   const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
   gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, rounded, dweight, nullptr);
   if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, st);
+}
+
+// The fused epilogues (bf16: GELU; both precisions: the residual), where
+// cuBLASLt has an algorithm for them; else the unfused calls of Kernels.
+void CudaKernels::do_linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor& inp, const Tensor& weight,
+                                         const Tensor& bias) const {
+  if (precision_ == Precision::bf16 && pre.dtype() == DType::bf16 && out.dtype() == DType::bf16) {
+    const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(inp));
+    const cudaStream_t st = s();
+    std::optional<cuda::Scratch> copies[3];
+    const __nv_bfloat16* a = bf16_operand(inp, copies[0], st);
+    const __nv_bfloat16* b = bf16_operand(weight, copies[1], st);
+    const __nv_bfloat16* b16 = bf16_bias(bias, copies[2], st);
+    if (matmul_->gemm_gelu({false, false, N, OC, C, C, OC, OC, bias.defined(), false}, a, b, bf16_data(out),
+                           bf16_data(pre), b16))
+      return;
+  }
+  Kernels::do_linear_gelu_forward(pre, out, inp, weight, bias);
+}
+
+void CudaKernels::do_linear_residual_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                             const Tensor& residual) const {
+  const bool aligned = !bias.defined() || reinterpret_cast<std::uintptr_t>(bias.raw()) % cuda::kBiasAlignment == 0;
+  if (aligned) {
+    const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(inp));
+    const cuda::GemmShape shape{false, false, N, OC, C, C, OC, OC, bias.defined(), false};
+    const float* b = bias.defined() ? bias.f32() : nullptr;
+    if (precision_ == Precision::fp32) {
+      if (matmul_->gemm_residual(shape, inp.f32(), weight.f32(), out.f32(), b, residual.f32())) return;
+    } else {
+      const cudaStream_t st = s();
+      std::optional<cuda::Scratch> copies[2];
+      const __nv_bfloat16* a16 = bf16_operand(inp, copies[0], st);
+      const __nv_bfloat16* w16 = bf16_operand(weight, copies[1], st);
+      if (matmul_->gemm_residual(shape, a16, w16, out.f32(), b, residual.f32())) return;
+    }
+  }
+  Kernels::do_linear_residual_forward(out, inp, weight, bias, residual);
+}
+
+void CudaKernels::do_linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
+                                          const Tensor& inp, const Tensor& weight, const Tensor& pre) const {
+  if (precision_ == Precision::bf16 && dinp.dtype() == DType::bf16 && pre.dtype() == DType::bf16) {
+    const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
+    const cudaStream_t st = s();
+    std::optional<cuda::Scratch> copies[2];
+    const __nv_bfloat16* dy = bf16_operand(dout, copies[0], st);  // rounded once for both GEMMs
+    const __nv_bfloat16* w = bf16_operand(weight, copies[1], st);
+    if (matmul_->gemm_dgelu({false, true, N, C, OC, OC, OC, C, false, false}, dy, w, bf16_data(dinp),
+                            bf16_data(pre))) {
+      const Tensor rounded = Tensor::borrow(device_, const_cast<__nv_bfloat16*>(dy), dout.shape(), DType::bf16);
+      gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, rounded, dweight, nullptr);
+      if (!dbias.defined()) return;
+      // The bias gradient sums dout as it came (an fp32 one in fp32).
+      if (dout.dtype() == DType::bf16) return cuda::column_sum_add(dbias.f32(), bf16_data(dout), N, OC, st);
+      return cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, st);
+    }
+  }
+  Kernels::do_linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, pre);
+}
+
+void CudaKernels::do_linear_backward_input_gelu(Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                                const Tensor& pre) const {
+  if (precision_ == Precision::bf16 && dinp.dtype() == DType::bf16 && pre.dtype() == DType::bf16) {
+    const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
+    const cudaStream_t st = s();
+    std::optional<cuda::Scratch> copies[2];
+    const __nv_bfloat16* dy = bf16_operand(dout, copies[0], st);
+    const __nv_bfloat16* w = bf16_operand(weight, copies[1], st);
+    if (matmul_->gemm_dgelu({false, true, N, C, OC, OC, OC, C, false, false}, dy, w, bf16_data(dinp),
+                            bf16_data(pre)))
+      return;
+  }
+  Kernels::do_linear_backward_input_gelu(dinp, dout, weight, pre);
 }
 
 void CudaKernels::do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const {

@@ -29,6 +29,14 @@ class CudaKernels final : public Kernels {
                                  const Tensor& inp) const override;
   void do_linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
                           const Tensor& weight, bool accumulate) const override;
+  void do_linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias) const override;
+  void do_linear_residual_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                                  const Tensor& residual) const override;
+  void do_linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
+                               const Tensor& weight, const Tensor& pre) const override;
+  void do_linear_backward_input_gelu(Tensor& dinp, const Tensor& dout, const Tensor& weight,
+                                     const Tensor& pre) const override;
   void do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const override;
   void do_tied_head_backward_input(Tensor& dx, const Tensor& dlogits, const Tensor& wte) const override;
   void do_tied_head_backward_weight(Tensor& dwte, const Tensor& dlogits, const Tensor& x) const override;

@@ -8,6 +8,7 @@
 // Backward kernels run twice on the GPU and must give the same bits.
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "ops/cuda/cuda_test_support.hpp"
 
@@ -391,6 +392,103 @@ TEST_CASE("CUDA bf16 cross-entropy on rows that are not 16-byte aligned", "[cuda
   for (std::size_t i = 0; i < got.size(); ++i) {
     INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
     REQUIRE(std::abs(static_cast<double>(got[i]) - want[i]) <= (std::ldexp(1.0, -8) + 1e-5) * std::abs(want[i]) + 1e-9);
+  }
+}
+
+// The fused epilogues against the same GPU's unfused kernels (which the
+// tests above hold to the CPU's): the GEMM's sums may run in another order
+// and the fused GELU rounds once where the unfused one rounds its input to
+// bf16 first. Bounds per element, from the values: two roundings to bf16 of
+// nearby values differ by at most one bf16 step (2^-7 of the value), a
+// rounding moves a value by at most half a step (2^-8), and GELU's slope
+// (tanh approximation) lies within [-0.13, 1.13], so an input moved by d
+// moves its output by at most 1.2 d. fp32 sums of K products in another
+// order differ by at most 2 K 2^-24 of the sum of the products' magnitudes.
+TEST_CASE("CUDA fused epilogues (linear + GELU, its backward, linear + residual) agree with the unfused kernels",
+          "[cuda][kernels][bf16]") {
+  Both b(Precision::bf16);
+  const int N = 70, C = 96, OC = 136;  // C and OC multiples of 8 (the aux's row stride)
+  const Kernels& k = b.g().kernels;
+  auto bf16 = [&](const Shape& shape, float lo = -1, float hi = 1) {
+    return testing::tensor_of(b.g(), shape, uniform(static_cast<std::size_t>(shape_numel(shape)), b.rng, lo, hi),
+                              DType::bf16);
+  };
+  auto empty16 = [&](const Shape& shape) { return *Tensor::empty(b.g().device, shape, DType::bf16); };
+  auto zeros = [&](const Shape& shape) { return *Tensor::zeros(b.g().device, shape); };
+  auto rms = [](const std::vector<float>& v) {
+    double sq = 0;
+    for (float x : v) sq += static_cast<double>(x) * x;
+    return v.empty() ? 0.0 : std::sqrt(sq / static_cast<double>(v.size()));
+  };
+  auto within = [&](const std::vector<float>& got, const std::vector<float>& want,
+                    const std::function<double(std::size_t)>& limit) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("element " << i << ": fused " << got[i] << ", unfused " << want[i] << ", bound " << limit(i));
+      REQUIRE(std::abs(static_cast<double>(got[i]) - want[i]) <= limit(i));
+    }
+  };
+
+  // Forward: pre = x w + bias, out = gelu(pre).
+  Tensor x = bf16({N, C});
+  auto w = b.random({C, OC}), bias = b.random({OC});
+  Tensor pre_u = empty16({N, OC}), out_u = empty16({N, OC}), pre_f = empty16({N, OC}), out_f = empty16({N, OC});
+  k.linear_forward(pre_u, x, w.gpu, bias.gpu);
+  k.gelu_forward(out_u, pre_u);
+  k.linear_gelu_forward(pre_f, out_f, x, w.gpu, bias.gpu);
+  const auto pu = b.host_gpu(pre_u), pf = b.host_gpu(pre_f), ou = b.host_gpu(out_u), of = b.host_gpu(out_f);
+  const double pre_floor = 1e-5 * rms(pu), out_floor = 1e-5 * rms(ou);
+  within(pf, pu, [&](std::size_t i) { return std::ldexp(1.0, -7) * std::abs(pu[i]) + pre_floor; });
+  within(of, ou, [&](std::size_t i) {
+    return std::ldexp(1.0, -8) * (std::abs(of[i]) + std::abs(ou[i])) + 1.2 * std::ldexp(1.0, -7) * std::abs(pu[i]) +
+           out_floor;
+  });
+
+  // Backward of the layer after the GELU (inputs C2 = OC wide, outputs C):
+  // dinp = (dout w2^T) * gelu'(pre); the weight and bias gradients as linear_backward's.
+  auto w2 = b.random({OC, C}), dout = b.random({N, C});
+  Tensor z = empty16({N, OC});  // dout w2^T, rounded: the scale of the GELU's input error
+  k.linear_backward_input(z, dout.gpu, w2.gpu, false);
+  Tensor dinp_u = empty16({N, OC}), dinp_f = empty16({N, OC}), dinp_s = empty16({N, OC});
+  Tensor dw_u = zeros({OC, C}), db_u = zeros({C}), dw_f = zeros({OC, C}), db_f = zeros({C});
+  k.linear_backward(dinp_u, dw_u, db_u, dout.gpu, out_u, w2.gpu, false);
+  k.gelu_backward(dinp_u, pre_u, dinp_u);
+  k.linear_backward_gelu(dinp_f, dw_f, db_f, dout.gpu, out_u, w2.gpu, pre_u);
+  const auto du = b.host_gpu(dinp_u), df = b.host_gpu(dinp_f), zs = b.host_gpu(z);
+  const double d_floor = 1e-5 * rms(du);
+  within(df, du, [&](std::size_t i) {
+    return std::ldexp(1.0, -8) * (std::abs(df[i]) + std::abs(du[i])) + 1.2 * std::ldexp(1.0, -7) * std::abs(zs[i]) +
+           d_floor;
+  });
+  CHECK(b.host_gpu(dw_f) == b.host_gpu(dw_u));  // the same rounded dout, the same GEMM
+  CHECK(b.host_gpu(db_f) == b.host_gpu(db_u));
+  // The split backward's input half gives the joined one's bits (the zero-bubble schedules equal 1F1B).
+  k.linear_backward_input_gelu(dinp_s, dout.gpu, w2.gpu, pre_u);
+  CHECK(b.host_gpu(dinp_s) == df);
+
+  // Residual: out = x w + bias + r, in both precisions (fp32: fp32 operands).
+  for (Precision precision : {Precision::bf16, Precision::fp32}) {
+    Both p(precision);
+    const Kernels& pk = p.g().kernels;
+    auto xr = p.random({N, C}), wr = p.random({C, OC}), br = p.random({OC}), r = p.random({N, OC}, -4, 4);
+    if (precision == Precision::bf16) {  // operands bf16 holds exactly: the CPU's magnitudes then bound the sums
+      for (Pair* t : {&xr, &wr}) {
+        std::vector<float> v = p.host(t->cpu);
+        for (float& e : v) e = from_bf16(to_bf16(e));
+        *t = p.of(t->cpu.shape(), v);
+      }
+    }
+    Tensor ru = *Tensor::empty(p.g().device, {N, OC}), rf = *Tensor::empty(p.g().device, {N, OC});
+    pk.linear_forward(ru, xr.gpu, wr.gpu, br.gpu);
+    pk.residual_forward(ru, ru, r.gpu);
+    pk.linear_residual_forward(rf, xr.gpu, wr.gpu, br.gpu, r.gpu);
+    auto mag = *Tensor::empty(p.cpu.device, {N, OC});
+    p.cpu.kernels.linear_forward(mag, magnitudes(p, xr), magnitudes(p, wr), Tensor{});
+    const auto u = p.host_gpu(ru), f = p.host_gpu(rf), m = p.host(mag), rv = p.host(r.cpu), bv = p.host(br.cpu);
+    within(f, u, [&](std::size_t i) {
+      return 2.0 * C * std::ldexp(1.0, -24) * m[i] +
+             std::ldexp(1.0, -22) * (std::abs(u[i]) + std::abs(rv[i]) + std::abs(bv[i % OC])) + 1e-30;
+    });
   }
 }
 

@@ -5,6 +5,7 @@
 // column of C.
 #include "ops/cuda/matmul.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -70,9 +71,9 @@ Matmul::~Matmul() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-const Matmul::Plan& Matmul::plan(const GemmShape& s) {
+const Matmul::Plan* Matmul::plan(const GemmShape& s) {
   auto it = plans_.find(s);
-  if (it != plans_.end()) return *it->second;
+  if (it != plans_.end()) return it->second.get();
   auto p = std::make_unique<Plan>();
   must(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   // Lt's A is our B, Lt's B is our A (see the file comment).
@@ -80,10 +81,18 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
   const cublasOperation_t op_b = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
   must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
-  if (s.bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  cublasLtEpilogue_t epilogue = s.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  if (s.gelu == GemmShape::Gelu::forward) epilogue = s.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+  if (s.gelu == GemmShape::Gelu::backward) epilogue = CUBLASLT_EPILOGUE_DGELU;
+  if (epilogue != CUBLASLT_EPILOGUE_DEFAULT)
     must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue),
          "EPILOGUE");
+  if (s.gelu != GemmShape::Gelu::none) {  // the pre-activation: C's layout (column-major N x M, ld = ldc) and type
+    const std::int64_t ld = s.ldc;
+    const std::int32_t type = s.out_bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld), "AUX_LD");
+    must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof type),
+         "AUX_DATA_TYPE");
   }
   // Stored (column-major) dimensions before the op: Lt A is (N x K) or (K x N), Lt B (K x M) or (M x K).
   const cudaDataType_t in = s.bf16 ? CUDA_R_16BF : CUDA_R_32F;
@@ -112,14 +121,18 @@ const Matmul::Plan& Matmul::plan(const GemmShape& s) {
   const cublasStatus_t st =
       cublasLtMatmulAlgoGetHeuristic(handle_, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) fail("cublasLtMatmulAlgoGetHeuristic (no algorithm)", st);
-  p->algo = result.algo;
-  return *plans_.emplace(s, std::move(p)).first->second;
+  const bool fused = s.gelu != GemmShape::Gelu::none || s.residual;
+  if (fused && (st != CUBLAS_STATUS_SUCCESS || found == 0)) p.reset();  // the caller runs it unfused
+  else if (st != CUBLAS_STATUS_SUCCESS || found == 0) fail("cublasLtMatmulAlgoGetHeuristic (no algorithm)", st);
+  else p->algo = result.algo;
+  return plans_.emplace(s, std::move(p)).first->second.get();
 }
 
 void Matmul::gemm(GemmShape s, const float* A, const float* B, float* C, const float* bias, float alpha) {
   s.bf16 = false;
   s.out_bf16 = false;
+  s.gelu = GemmShape::Gelu::none;
+  s.residual = false;
   run(s, A, B, C, bias, alpha);
 }
 
@@ -127,6 +140,8 @@ void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, f
                   float alpha) {
   s.bf16 = true;
   s.out_bf16 = false;
+  s.gelu = GemmShape::Gelu::none;
+  s.residual = false;
   run(s, A, B, C, bias, alpha);
 }
 
@@ -138,22 +153,66 @@ void Matmul::gemm(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, _
   }
   s.bf16 = true;
   s.out_bf16 = true;
+  s.gelu = GemmShape::Gelu::none;
+  s.residual = false;
   run(s, A, B, C, bias, alpha);
 }
 
-void Matmul::run(GemmShape s, const void* A, const void* B, void* C, const void* bias, float alpha) {
-  if (s.M == 0 || s.N == 0) return;
+bool Matmul::gemm_gelu(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                       __nv_bfloat16* pre, const __nv_bfloat16* bias) {
+  s.bf16 = s.out_bf16 = true;
+  s.accumulate = s.residual = false;
+  s.gelu = GemmShape::Gelu::forward;
+  return s.ldc % 8 == 0 && run(s, A, B, C, bias, 1.0f, pre);  // cuBLASLt: the aux's ld a multiple of 8
+}
+
+bool Matmul::gemm_dgelu(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                        const __nv_bfloat16* pre) {
+  s.bf16 = s.out_bf16 = true;
+  s.accumulate = s.residual = s.bias = false;
+  s.gelu = GemmShape::Gelu::backward;
+  return s.ldc % 8 == 0 && run(s, A, B, C, nullptr, 1.0f, pre);
+}
+
+bool Matmul::gemm_residual(GemmShape s, const float* A, const float* B, float* C, const float* bias, const float* R) {
+  s.bf16 = s.out_bf16 = false;
+  s.accumulate = false;
+  s.gelu = GemmShape::Gelu::none;
+  s.residual = true;
+  return run(s, A, B, C, bias, 1.0f, nullptr, R);
+}
+
+bool Matmul::gemm_residual(GemmShape s, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias,
+                           const float* R) {
+  s.bf16 = true;
+  s.out_bf16 = false;
+  s.accumulate = false;
+  s.gelu = GemmShape::Gelu::none;
+  s.residual = true;
+  return run(s, A, B, C, bias, 1.0f, nullptr, R);
+}
+
+bool Matmul::run(GemmShape s, const void* A, const void* B, void* C, const void* bias, float alpha, const void* aux,
+                 const void* Cin) {
+  if (s.M == 0 || s.N == 0) return true;
   s.align_a = alignment(A);
   s.align_b = alignment(B);
-  s.align_c = alignment(C);
+  s.align_c = s.residual ? std::min(alignment(C), alignment(Cin)) : alignment(C);
   s.align_bias = s.bias ? alignment(bias) : 0;
-  const Plan& p = plan(s);
+  s.align_aux = aux ? alignment(aux) : 0;
+  const Plan* p = plan(s);
+  if (!p) return false;
   if (s.bias)
-    must(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");
-  const float beta = s.accumulate ? 1.0f : 0.0f;
-  must(cublasLtMatmul(handle_, p.desc, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,
+    must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias), "BIAS_POINTER");
+  if (aux)
+    must(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux),
+         "EPILOGUE_AUX_POINTER");
+  const float beta = s.accumulate || s.residual ? 1.0f : 0.0f;
+  const void* in = s.residual ? Cin : C;
+  must(cublasLtMatmul(handle_, p->desc, &alpha, B, p->a, A, p->b, &beta, in, p->c, C, p->c, &p->algo, workspace_,
                       kWorkspaceBytes, stream_),
        "cublasLtMatmul");
+  return true;
 }
 
 }  // namespace troupe::cuda

@@ -27,15 +27,23 @@ struct GemmShape {
   int lda = 0, ldb = 0, ldc = 0;  ///< row strides in elements
   bool bias = false;
   bool accumulate = false;   ///< beta = 1 (else 0)
+  /// A GELU fused into the epilogue (bf16 in and out): the forward's
+  /// C = gelu(op(A) op(B) + bias) with the pre-activation stored in `aux`, or
+  /// the backward's C = (op(A) op(B)) * gelu'(aux). cuBLASLt's GELU is the
+  /// tanh approximation, as Kernels::gelu_forward.
+  enum class Gelu { none, forward, backward } gelu = Gelu::none;
+  /// C = op(A) op(B) (+ bias) + R, R read from a tensor of its own (the
+  /// residual stream; cuBLASLt's C input, its D output): beta = 1.
+  bool residual = false;
   bool bf16 = false;         ///< A and B in bf16 (set by the gemm overload)
   bool out_bf16 = false;     ///< C in bf16 (set by the gemm overload)
   /// Alignment in bytes (a power of two, at most 256) of A, B, C and the bias:
   /// set by gemm from the pointers, so the algorithm chosen suits them
   /// (parameters are views at any element offset of one flat buffer).
-  int align_a = 0, align_b = 0, align_c = 0, align_bias = 0;
+  int align_a = 0, align_b = 0, align_c = 0, align_bias = 0, align_aux = 0;
   auto key() const {
-    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate, bf16, out_bf16, align_a, align_b,
-                    align_c, align_bias);
+    return std::tie(trans_a, trans_b, M, N, K, lda, ldb, ldc, bias, accumulate, gelu, residual, bf16, out_bf16, align_a,
+                    align_b, align_c, align_bias, align_aux);
   }
   bool operator<(const GemmShape& o) const { return key() < o.key(); }
 };
@@ -60,11 +68,29 @@ class Matmul {
   void gemm(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
             const __nv_bfloat16* bias, float alpha = 1.0f);
 
+  // Fused epilogues. Each returns false, having enqueued nothing, where
+  // cuBLASLt has no algorithm for the shape with that epilogue: the caller
+  // then runs the GEMM and the elementwise kernel apart.
+  /// C = gelu(op(A) op(B) + bias), bf16; `pre` (C's layout) = the bf16 pre-activation.
+  bool gemm_gelu(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                 __nv_bfloat16* pre, const __nv_bfloat16* bias);
+  /// C = (op(A) op(B)) * gelu'(pre), bf16 (pre as gemm_gelu stored it).
+  bool gemm_dgelu(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C,
+                  const __nv_bfloat16* pre);
+  /// C = op(A) op(B) + bias + R, fp32 out (R: C's layout, may be C itself).
+  bool gemm_residual(GemmShape shape, const float* A, const float* B, float* C, const float* bias, const float* R);
+  bool gemm_residual(GemmShape shape, const __nv_bfloat16* A, const __nv_bfloat16* B, float* C, const float* bias,
+                     const float* R);
+
  private:
   struct Plan;
   Matmul(int device, cudaStream_t stream);
-  const Plan& plan(const GemmShape& shape);
-  void run(GemmShape shape, const void* A, const void* B, void* C, const void* bias, float alpha);
+  // The shape's plan, chosen once; null where a fused epilogue has no algorithm.
+  const Plan* plan(const GemmShape& shape);
+  // D = alpha op(A) op(B) + beta Cin (+ the epilogue) into C; Cin is C unless
+  // shape.residual. False (nothing enqueued) where the shape has no plan.
+  bool run(GemmShape shape, const void* A, const void* B, void* C, const void* bias, float alpha,
+           const void* aux = nullptr, const void* Cin = nullptr);
 
   int device_;
   cudaStream_t stream_;

@@ -248,21 +248,18 @@ void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tens
   ctx.kernels.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w);
   ctx.kernels.linear_forward(a.qkv, a.ln1, w.qkv_w.w, w.qkv_b.w);
   ctx.kernels.attention_forward(a.atty, a.att, a.qkv, cfg_.heads, cfg_.window);
-  ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w);
   if (cfg_.parallel_block) {
     // out = x + attn(ln1) + mlp(ln1)
-    ctx.kernels.linear_forward(a.fch, a.ln1, w.fc_w.w, w.fc_b.w);
-    ctx.kernels.gelu_forward(a.fcg, a.fch);
+    ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w);
+    ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln1, w.fc_w.w, w.fc_b.w);
     ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w);
     ctx.kernels.residual3_forward(out, out, a.x2, x);
     return;
   }
-  ctx.kernels.residual_forward(a.x2, a.x2, x);
+  ctx.kernels.linear_residual_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w, x);  // x2 = x + attn(ln1)
   ctx.kernels.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w);
-  ctx.kernels.linear_forward(a.fch, a.ln2, w.fc_w.w, w.fc_b.w);
-  ctx.kernels.gelu_forward(a.fcg, a.fch);
-  ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w);
-  ctx.kernels.residual_forward(out, out, a.x2);
+  ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln2, w.fc_w.w, w.fc_b.w);
+  ctx.kernels.linear_residual_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, a.x2);  // out = x2 + mlp(ln2)
 }
 
 // On entry scratch.dres holds d(block output); on return, d(block input).
@@ -281,8 +278,13 @@ void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x
     if (kept) must(ctx.copy(*kept, dy));
     ctx.kernels.linear_backward_input(dinp, dy, weight.w, accumulate);
   };
-  linear(dfch, mlp_w, mlp_b, d.dres, a.fcg, false, keep ? &keep->dmlp : nullptr);
-  ctx.kernels.gelu_backward(dfch, a.fch, dfch);
+  // The MLP's output layer, its input gradient taken through GELU's backward.
+  if (!keep) {
+    ctx.kernels.linear_backward_gelu(dfch, mlp_w.g, mlp_b.g, d.dres, a.fcg, mlp_w.w, a.fch);
+  } else {
+    must(ctx.copy(keep->dmlp, d.dres));
+    ctx.kernels.linear_backward_input_gelu(dfch, d.dres, mlp_w.w, a.fch);
+  }
   if (cfg_.parallel_block) {
     linear(d.dln, fc_w, fc_b, dfch, a.ln1, false, nullptr);
     linear(d.datty, proj_w, proj_b, d.dres, a.atty, false, keep ? &keep->dproj : nullptr);
