@@ -14,6 +14,9 @@ namespace {
   std::abort();
 }
 
+// Rows of a tensor seen as (rows, last dimension).
+std::int64_t rows(const Tensor& t) { return t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
+
 // The checks of one op. A message is built only when its check fails: the
 // checks run on every kernel call, the messages almost never.
 struct Checker {
@@ -34,6 +37,21 @@ struct Checker {
   }
   void ids(const Tensor& t) const {
     that(t.dtype() == DType::i32, [&] { return "token ids must be i32, got " + std::string(dtype_name(t.dtype())); });
+  }
+  // A linear layer's backward, both halves: weight (C,OC), dout (N,OC), inp (N,C), dinp (N,C).
+  void linear_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                       const Tensor& inp, const Tensor& weight) const {
+    rank(weight, 2, "weight");
+    rank(dweight, 2, "dweight");
+    that(weight.shape() == dweight.shape(), "weight and dweight must have the same shape");
+    const std::int64_t C = weight.dim(0), OC = weight.dim(1);
+    last_dim(dout, OC, "dout");
+    last_dim(inp, C, "inp");
+    that(rows(dout) == rows(inp), "dout and inp must have the same rows");
+    numel(dinp, rows(dout) * C, "dinp");
+    if (dbias.defined()) numel(dbias, OC, "dbias");
+    f32(dweight, "dweight");
+    floating({&dinp, &dout, &inp, &weight});
   }
   void f32(const Tensor& t, const char* name) const {
     that(t.dtype() == DType::f32, [&] { return std::string(name) + " must be f32 (master weights, moments, statistics)"; });
@@ -56,8 +74,6 @@ struct Checker {
          [&] { return std::string(name) + " " + shape_string(t.shape()) + " must have rank " + std::to_string(r); });
   }
 };
-
-std::int64_t rows(const Tensor& t) { return t.dim(-1) == 0 ? 0 : t.numel() / t.dim(-1); }
 
 }  // namespace
 
@@ -96,18 +112,7 @@ void Kernels::linear_backward_weight(Tensor& dweight, Tensor& dbias, const Tenso
 
 void Kernels::linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout, const Tensor& inp,
                               const Tensor& weight, bool accumulate) const {
-  Checker c{"linear_backward"};
-  c.rank(weight, 2, "weight");
-  c.rank(dweight, 2, "dweight");
-  c.that(weight.shape() == dweight.shape(), "weight and dweight must have the same shape");
-  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
-  c.last_dim(dout, OC, "dout");
-  c.last_dim(inp, C, "inp");
-  c.that(rows(dout) == rows(inp), "dout and inp must have the same rows");
-  c.numel(dinp, rows(dout) * C, "dinp");
-  if (dbias.defined()) c.numel(dbias, OC, "dbias");
-  c.f32(dweight, "dweight");
-  c.floating({&dinp, &dout, &inp, &weight});
+  Checker{"linear_backward"}.linear_backward(dinp, dweight, dbias, dout, inp, weight);
   do_linear_backward(dinp, dweight, dbias, dout, inp, weight, accumulate);
 }
 
@@ -202,18 +207,9 @@ void Kernels::linear_residual_forward(Tensor& out, const Tensor& inp, const Tens
 void Kernels::linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                    const Tensor& inp, const Tensor& weight, const Tensor& pre) const {
   Checker c{"linear_backward_gelu"};
-  c.rank(weight, 2, "weight");
-  c.rank(dweight, 2, "dweight");
-  c.that(weight.shape() == dweight.shape(), "weight and dweight must have the same shape");
-  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
-  c.last_dim(dout, OC, "dout");
-  c.last_dim(inp, C, "inp");
-  c.that(rows(dout) == rows(inp), "dout and inp must have the same rows");
-  c.numel(dinp, rows(dout) * C, "dinp");
+  c.linear_backward(dinp, dweight, dbias, dout, inp, weight);
   c.numel(pre, dinp.numel(), "pre");
-  if (dbias.defined()) c.numel(dbias, OC, "dbias");
-  c.f32(dweight, "dweight");
-  c.floating({&dinp, &dout, &inp, &weight, &pre});
+  c.floating({&pre});
   do_linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, pre);
 }
 

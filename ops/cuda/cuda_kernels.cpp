@@ -148,40 +148,36 @@ void CudaKernels::do_linear_residual_forward(Tensor& out, const Tensor& inp, con
   Kernels::do_linear_residual_forward(out, inp, weight, bias, residual);
 }
 
+bool CudaKernels::fused_dgelu(Tensor& dinp, const Tensor& dout, const Tensor& weight, const Tensor& pre,
+                              std::optional<cuda::Scratch>& dout16) const {
+  if (precision_ != Precision::bf16 || dinp.dtype() != DType::bf16 || pre.dtype() != DType::bf16) return false;
+  const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
+  const cudaStream_t st = s();
+  std::optional<cuda::Scratch> w16;
+  const __nv_bfloat16* dy = bf16_operand(dout, dout16, st);
+  const __nv_bfloat16* w = bf16_operand(weight, w16, st);
+  return matmul_->gemm_dgelu({false, true, N, C, OC, OC, OC, C, false, false}, dy, w, bf16_data(dinp),
+                             bf16_data(pre));
+}
+
 void CudaKernels::do_linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias, const Tensor& dout,
                                           const Tensor& inp, const Tensor& weight, const Tensor& pre) const {
-  if (precision_ == Precision::bf16 && dinp.dtype() == DType::bf16 && pre.dtype() == DType::bf16) {
-    const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
-    const cudaStream_t st = s();
-    std::optional<cuda::Scratch> copies[2];
-    const __nv_bfloat16* dy = bf16_operand(dout, copies[0], st);  // rounded once for both GEMMs
-    const __nv_bfloat16* w = bf16_operand(weight, copies[1], st);
-    if (matmul_->gemm_dgelu({false, true, N, C, OC, OC, OC, C, false, false}, dy, w, bf16_data(dinp),
-                            bf16_data(pre))) {
-      const Tensor rounded = Tensor::borrow(device_, const_cast<__nv_bfloat16*>(dy), dout.shape(), DType::bf16);
-      gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, rounded, dweight, nullptr);
-      if (!dbias.defined()) return;
-      // The bias gradient sums dout as it came (an fp32 one in fp32).
-      if (dout.dtype() == DType::bf16) return cuda::column_sum_add(dbias.f32(), bf16_data(dout), N, OC, st);
-      return cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, st);
-    }
-  }
-  Kernels::do_linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, pre);
+  std::optional<cuda::Scratch> dout16;  // dout rounded once for both GEMMs
+  if (!fused_dgelu(dinp, dout, weight, pre, dout16))
+    return Kernels::do_linear_backward_gelu(dinp, dweight, dbias, dout, inp, weight, pre);
+  const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(dout));
+  const Tensor rounded = dout16 ? Tensor::borrow(device_, dout16->as<void>(), dout.shape(), DType::bf16) : dout;
+  gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, rounded, dweight, nullptr);
+  if (!dbias.defined()) return;
+  // The bias gradient sums dout as it came (an fp32 one in fp32).
+  if (dout.dtype() == DType::bf16) return cuda::column_sum_add(dbias.f32(), bf16_data(dout), N, OC, s());
+  cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, s());
 }
 
 void CudaKernels::do_linear_backward_input_gelu(Tensor& dinp, const Tensor& dout, const Tensor& weight,
                                                 const Tensor& pre) const {
-  if (precision_ == Precision::bf16 && dinp.dtype() == DType::bf16 && pre.dtype() == DType::bf16) {
-    const int C = as_int(weight.dim(0)), OC = as_int(weight.dim(1)), N = as_int(rows(dout));
-    const cudaStream_t st = s();
-    std::optional<cuda::Scratch> copies[2];
-    const __nv_bfloat16* dy = bf16_operand(dout, copies[0], st);
-    const __nv_bfloat16* w = bf16_operand(weight, copies[1], st);
-    if (matmul_->gemm_dgelu({false, true, N, C, OC, OC, OC, C, false, false}, dy, w, bf16_data(dinp),
-                            bf16_data(pre)))
-      return;
-  }
-  Kernels::do_linear_backward_input_gelu(dinp, dout, weight, pre);
+  std::optional<cuda::Scratch> dout16;
+  if (!fused_dgelu(dinp, dout, weight, pre, dout16)) Kernels::do_linear_backward_input_gelu(dinp, dout, weight, pre);
 }
 
 void CudaKernels::do_tied_head_forward(Tensor& logits, const Tensor& x, const Tensor& wte) const {

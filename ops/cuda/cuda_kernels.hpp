@@ -3,13 +3,16 @@
 // In bf16 precision the GEMMs (linear layers, the tied head) and attention's
 // products round their inputs to bf16 and accumulate in fp32 on the tensor
 // cores; everything else (activations in memory, LayerNorm, softmax
-// statistics, the loss, the optimizer) stays fp32.
+// statistics, the loss, the optimizer) stays fp32. The MLP's GELU and the
+// residual additions after the projections run in the GEMMs' epilogues.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "backends/cuda/cuda_device.hpp"
 #include "ops/cuda/matmul.hpp"
+#include "ops/cuda/scratch.hpp"
 #include "ops/exec_context.hpp"
 #include "ops/kernels.hpp"
 
@@ -76,6 +79,10 @@ class CudaKernels final : public Kernels {
   // fp32 operands are rounded into scratch, bf16 ones used as they are); C in
   // its own dtype (bf16 only from bf16 precision, without bias).
   void gemm(const cuda::GemmShape& shape, const Tensor& A, const Tensor& B, const Tensor& C, const float* bias) const;
+  // dinp = (dout weight^T) * gelu'(pre) in one GEMM (bf16), dout's rounded
+  // copy (if it is fp32) left in `dout16`; false where it cannot be fused.
+  bool fused_dgelu(Tensor& dinp, const Tensor& dout, const Tensor& weight, const Tensor& pre,
+                   std::optional<cuda::Scratch>& dout16) const;
 
   CudaDevice& device_;
   CudaStream& stream_;
