@@ -1,7 +1,8 @@
 // GPU jobs through the CLI, Skipped where no GPU answers: stage actors sharing
 // one GPU train as one actor with the whole batch does, for every schedule;
 // over two node processes, through the staged communicators, they train as
-// in one, bit for bit, and a killed node is replaced bit for bit; a
+// in one, bit for bit, and a killed node is replaced bit for bit; on two
+// GPUs the pipeline's NCCL channels train as the staged path does; a
 // checkpoint moves between the GPU and the CPU; bf16 ends where fp32 does.
 #include <catch2/catch.hpp>
 #include <cstdlib>
@@ -154,6 +155,28 @@ TEST_CASE("PG-4 on two GPUs: a node killed mid-step aborts its peers' NCCL commu
   REQUIRE(clean.exit_code == 0);
   CHECK(clean.err.find("communicators: tied-embedding group (stage actors 0 2): nccl") != std::string::npos);
   kill_node_1(dir, cfg, gpu);
+}
+
+TEST_CASE("PG-3 on two GPUs: the pipeline's transfers over NCCL channels train as the staged path, every schedule",
+          "[gpu][pipeline][nccl]") {
+  // Two node processes, each on its own GPU: the pipeline's stages (stage
+  // actors 0 and 2, 1 and 3) are on different nodes, so their transfers take
+  // NCCL's in-order channels (CH-1); the replicas of a stage share a node's
+  // GPU (staged). Transfers move bytes: every loss bit for bit the staged run's.
+  GpuJob job("gpu_nccl_pipeline", 60000, kSmall);
+  job.skip_without_gpu();
+  const auto gpus = run("nvidia-smi --query-gpu=name --format=csv,noheader | wc -l");
+  if (std::atoi(gpus.out.c_str()) < 2) skip("needs 2 GPUs (NCCL refuses two ranks on one), this machine has " + gpus.out);
+  for (const char* kind : {"1f1b", "interleaved-1f1b", "zb-h1"}) {
+    INFO(kind);
+    std::string layout = std::string("--set parallel.pp=2 --set parallel.dp=2 --set parallel.stage_actor=troupe.gpt_stage "
+                                     "--set parallel.schedule=") + kind;
+    if (std::string(kind) == "interleaved-1f1b") layout += " --set parallel.chunks=2";
+    const auto staged = job.losses("launch --nodes 2", layout + " --set parallel.device_transport=staged");
+    const auto nccl = job.losses("launch --nodes 2", layout);
+    CHECK(job.last_err.find("communicators: pipeline group (stage actors 0 2): nccl") != std::string::npos);
+    CHECK(nccl == staged);
+  }
 }
 
 TEST_CASE("a checkpoint written on the GPU resumes on the CPU, and the other way round", "[gpu][checkpoint]") {

@@ -279,8 +279,12 @@ TEST_CASE("troupe launch with pp=2 (and dp=2) matches troupe train step by step"
 // sum).
 // TROUPE_CPU_AS_DEVICE=1 runs those paths on CPU memory; they must change
 // nothing: every schedule, in one process and over two node processes, and
-// the saved weights, bit for bit.
-TEST_CASE("DV-1: the staged device paths train bit for bit as host memory", "[launch][pipeline][device]") {
+// the saved weights, bit for bit. CH-2: TROUPE_PIPELINE_IN_ORDER=1 matches
+// the pipeline's transfers in issue order per channel, as the NCCL channels
+// between GPUs match them; that must change nothing either, on two stages
+// and on four.
+TEST_CASE("DV-1, CH-2: the staged device paths, and transfers matched in order per channel, train bit for bit",
+          "[launch][pipeline][device]") {
   ScratchDir dir("staged");
   const auto cfg = prepared_job(dir, 60000,
                                 "[model]\nlayers = 4\nheads = 2\ndim = 32\nctx = 32\n[train]\nbatch = 2\nthreads = 1\n"
@@ -312,11 +316,29 @@ TEST_CASE("DV-1: the staged device paths train bit for bit as host memory", "[la
     REQUIRE(host.size() == 6);  // 4 losses, 2 validation losses
     CHECK(losses(run_job("TROUPE_CPU_AS_DEVICE=1 ", "train", layout, "staged.safetensors")) == host);
     CHECK(slurp(dir / "staged.safetensors") == slurp(dir / "host.safetensors"));
+    // CH-2: the pipeline's transfers matched in issue order per channel, as
+    // NCCL's channels match them (the schedule's S-3 keeps sender and
+    // receiver in one order on each): a channel out of order would deliver
+    // another microbatch's tensor.
+    CHECK(losses(run_job("TROUPE_PIPELINE_IN_ORDER=1 ", "train", layout, "in_order.safetensors")) == host);
+    CHECK(slurp(dir / "in_order.safetensors") == slurp(dir / "host.safetensors"));
+  }
+  for (const char* kind : {"interleaved-1f1b", "zb-h1"}) {  // four stages: channels to both neighbours and around
+    INFO(kind << " on 4 stages");
+    std::string layout =
+        std::string("--set parallel.schedule=") + kind + " --set parallel.pp=4 --set parallel.dp=1 --set model.layers=8";
+    if (std::string(kind) == "interleaved-1f1b") layout += " --set parallel.chunks=2";
+    const auto host = losses(run_job("", "train", layout, "host4.safetensors"));
+    CHECK(losses(run_job("TROUPE_CPU_AS_DEVICE=1 TROUPE_PIPELINE_IN_ORDER=1 ", "train", layout,
+                         "in_order4.safetensors")) == host);
+    CHECK(slurp(dir / "in_order4.safetensors") == slurp(dir / "host4.safetensors"));
   }
   const std::string launched = "--nodes 2 --set parallel.stage_actor=troupe.gpt_stage --set train.optimizer=lamb";
   const auto host = losses(run_job("", "launch", launched, "host.safetensors"));
   CHECK(losses(run_job("TROUPE_CPU_AS_DEVICE=1 ", "launch", launched, "staged.safetensors")) == host);
   CHECK(slurp(dir / "staged.safetensors") == slurp(dir / "host.safetensors"));
+  CHECK(losses(run_job("TROUPE_CPU_AS_DEVICE=1 TROUPE_PIPELINE_IN_ORDER=1 ", "launch", launched,
+                       "in_order.safetensors")) == host);
 }
 
 TEST_CASE("a stage actor that fails mid-step ends the job promptly", "[launch][pipeline][failure]") {

@@ -1,11 +1,14 @@
 // Device paths: which members share a GPU, and NCCL started on a group or the staged path.
 #include "training/device_path.hpp"
 
+#include <algorithm>
 #include <cstring>
 
+#include "backends/comm/channelled_communicator.hpp"
 #include "backends/comm/staged_communicator.hpp"
 #include "backends/transport/wait.hpp"
 #include "common/hash.hpp"
+#include "training/transfer_tags.hpp"
 
 namespace troupe {
 
@@ -97,6 +100,83 @@ Expected<NcclAttempt> try_nccl(HostCommunicator& host, ComputeDevice& device, st
   return out;
 }
 
+// The pipeline's channels (CH-1) in one order every member knows: for each
+// pair of neighbouring virtual stages k, k+1, the activations' (k's stage
+// sends) then the gradients' (k+1's stage sends).
+struct ChannelSpec {
+  int sender, receiver;  // group indices (stages)
+  Tag bits;              // transfer_channel_tags()'s bits of its tags
+};
+std::vector<ChannelSpec> pipeline_channels(int stages, int chunks) {
+  std::vector<ChannelSpec> out;
+  for (int k = 0; k + 1 < stages * chunks; ++k) {
+    const int a = k % stages, b = (k + 1) % stages;
+    out.push_back({a, b, transfer_tag(0, false, (k + 1) / stages, 0)});
+    out.push_back({b, a, transfer_tag(0, true, k / stages, 0)});
+  }
+  return out;
+}
+
+// NCCL channels for the pipeline's transfers: member 0 makes every channel's
+// unique id and broadcasts them over the host ring; each member opens its
+// channels in the shared order (no two members wait on each other's
+// different channel); then whether every member opened all of its own
+// (PG-1: all fall back together). Null with the reason if not.
+Expected<NcclAttempt> try_nccl_channels(HostCommunicator& host, ComputeDevice& device, int chunks,
+                                        std::chrono::milliseconds limit) {
+  constexpr std::size_t kIdFloats = 64;
+  const std::vector<ChannelSpec> specs = pipeline_channels(host.size(), chunks);
+  std::vector<float> message(1 + specs.size() * kIdFloats, 0.0f);
+  std::string why_not = "NCCL did not start on stage actor " + std::to_string(host.rank_at(0));
+  if (host.index() == 0) {
+    message[0] = 1;
+    for (std::size_t i = 0; i < specs.size() && message[0] == 1; ++i) {
+      auto id = device.nccl_unique_id();
+      if (!id || id->size() > (kIdFloats - 1) * sizeof(float)) {
+        why_not = id ? "NCCL's unique id is larger than expected" : id.error().message;
+        message[0] = 0;
+        break;
+      }
+      float* at = message.data() + 1 + i * kIdFloats;
+      at[0] = static_cast<float>(id->size());
+      std::memcpy(at + 1, id->data(), id->size());
+    }
+  }
+  TROUPE_TRY(exchange(host, limit, "the NCCL channel ids' broadcast",
+                      [&](Completion c) { host.broadcast(message.data(), message.size(), 0, std::move(c)); }));
+  ChannelledCommunicator::Channels channels;
+  float ok = message[0] == 1 ? 1 : 0;
+  for (std::size_t i = 0; i < specs.size() && ok == 1; ++i) {
+    const ChannelSpec& c = specs[i];
+    if (c.sender != host.index() && c.receiver != host.index()) continue;
+    const float* at = message.data() + 1 + i * kIdFloats;
+    const std::string id(reinterpret_cast<const char*>(at + 1), static_cast<std::size_t>(at[0]));
+    const bool sending = c.sender == host.index();
+    const int peer = sending ? c.receiver : c.sender;
+    const int lo = std::min(c.sender, c.receiver), hi = std::max(c.sender, c.receiver);
+    GroupMembers pair{host.name() + " channel", {host.rank_at(lo), host.rank_at(hi)}, host.index() == lo ? 0 : 1};
+    auto comm = device.nccl_communicator(pair, id, limit);
+    if (!comm) {
+      why_not = comm.error().message;
+      ok = 0;
+      break;
+    }
+    channels[{sending, peer, c.bits}] = std::move(*comm);
+  }
+  TROUPE_TRY(exchange(host, limit, "the NCCL channels' agreement",
+                      [&](Completion c) { host.all_reduce(&ok, 1, std::move(c)); }));
+  NcclAttempt out;
+  if (static_cast<int>(ok) == host.size()) {
+    out.comm = ChannelledCommunicator::over_channels(GroupMembers{host.name(), host.ranks(), host.index()},
+                                                     transfer_channel_tags(), std::move(channels));
+  } else {
+    out.why_not = message[0] == 1 && why_not.rfind("NCCL did not start", 0) == 0
+                      ? "NCCL did not start on every member"
+                      : why_not;
+  }
+  return out;  // channels not handed on are destroyed here: aborted, as the others' are
+}
+
 }  // namespace
 
 Expected<DevicePath> open_device_path(const DevicePathRequest& r) {
@@ -108,19 +188,19 @@ Expected<DevicePath> open_device_path(const DevicePathRequest& r) {
     out.why = "one member: nothing moves";
   } else if (r.choice == "staged") {
     out.why = "parallel.device_transport = \"staged\"";
-  } else if (r.transfers) {  // NC-2
-    out.why = "its receives are posted ahead of their sends, which NCCL would match in another order";
   } else if (r.device->hardware_id().empty()) {
     out.why = "NCCL needs train.device = \"cuda\"";
   } else if (!shared.empty()) {
     out.why = shared + " share one GPU (NCCL refuses two ranks on one GPU)";
   } else {
-    auto nccl = try_nccl(host, *r.device, r.limit);
+    auto nccl = r.transfers ? try_nccl_channels(host, *r.device, r.chunks, r.limit) : try_nccl(host, *r.device, r.limit);
     if (!nccl) return nccl.error();
     out.comm = std::move(nccl->comm);
-    out.why = out.comm ? "every member has a GPU of its own" : nccl->why_not;
+    out.why = !out.comm           ? nccl->why_not
+              : r.transfers ? "every member has a GPU of its own; a channel per neighbouring virtual stages and direction"
+                            : "every member has a GPU of its own";
   }
-  if (!out.comm && r.choice == "nccl" && m.ranks.size() > 1 && !r.transfers)
+  if (!out.comm && r.choice == "nccl" && m.ranks.size() > 1)
     return make_error("parallel.device_transport = \"nccl\": the ", m.name, " group ", members_text(m),
                       " cannot use NCCL: ", out.why, " (use \"auto\" or \"staged\")");
   if (!out.comm) {

@@ -28,6 +28,7 @@ struct DevicePathRequest {
   std::string choice = "auto";  ///< parallel.device_transport
   const std::vector<std::uint64_t>* gpu_ids = nullptr;  ///< exchange_gpu_identities, by world rank
   bool transfers = false;  ///< point-to-point transfers (the pipeline) rather than collectives
+  int chunks = 1;          ///< transfers: model chunks per stage (the channels: neighbouring virtual stages)
   std::chrono::milliseconds limit{30000};
 };
 

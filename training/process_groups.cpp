@@ -2,11 +2,19 @@
 // path: host where the host reads device memory, else staged or NCCL.
 #include "training/process_groups.hpp"
 
+#include <cstdlib>
 #include <numeric>
 
+#include "backends/comm/channelled_communicator.hpp"
 #include "training/device_path.hpp"
+#include "training/transfer_tags.hpp"
 
 namespace troupe {
+
+bool in_order_transfers() {
+  const char* v = std::getenv("TROUPE_PIPELINE_IN_ORDER");
+  return v && std::string(v) == "1";
+}
 
 GroupLayout group_layout(const StagePlan& plan, int rank) {
   const ParallelDims& d = plan.dims;
@@ -44,15 +52,26 @@ Expected<std::unique_ptr<ProcessGroups>> ProcessGroups::build(const ProcessGroup
     ids = std::move(*exchanged);
   }
   // One group: its host communicator and, where device memory is not the
-  // host's, its device path.
+  // host's, its device path; the pipeline's transfers in order per channel
+  // where asked (CH-2: as NCCL's channels match them, on any path).
   auto build_one = [&](const GroupMembers& m, bool transfers) -> Expected<std::unique_ptr<ProcessGroup>> {
     auto host = host_of(m);
     if (!host) return host.error();
-    if (device.host_accessible()) return std::make_unique<ProcessGroup>(std::move(*host), nullptr, "");
-    auto path = open_device_path(DevicePathRequest{host->get(), a.device, a.collectives, a.transport, choice, &ids,
-                                                   transfers, a.limit});
-    if (!path) return path.error();
-    return std::make_unique<ProcessGroup>(std::move(*host), std::move(path->comm), std::move(path->why));
+    std::unique_ptr<Communicator> tensors;
+    std::string why;
+    if (!device.host_accessible()) {
+      auto path = open_device_path(DevicePathRequest{host->get(), a.device, a.collectives, a.transport, choice, &ids,
+                                                     transfers, a.plan->schedule.chunks, a.limit});
+      if (!path) return path.error();
+      tensors = std::move(path->comm);
+      why = std::move(path->why);
+    }
+    if (transfers && in_order_transfers() && !(tensors && tensors->path() == CommPath::nccl)) {
+      Communicator& tagged = tensors ? *tensors : **host;
+      tensors = ChannelledCommunicator::in_order_over(tagged, transfer_channel_tags(), std::move(tensors));
+      why += std::string(why.empty() ? "" : "; ") + "in order per channel (TROUPE_PIPELINE_IN_ORDER)";
+    }
+    return std::make_unique<ProcessGroup>(std::move(*host), std::move(tensors), std::move(why));
   };
   struct Wanted {
     const GroupMembers* members;

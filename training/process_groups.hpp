@@ -14,9 +14,11 @@
 //      NCCL initialised on all of them);
 // PG-2 the tied group exists only on the first and last stage of a replica
 //      whose embedding and head are on different stages;
-// PG-3 the pipeline group's transfers stay off NCCL (NC-2: the stage runner
-//      posts a step's receives before any send, NCCL matches in issue
-//      order); parallel.device_transport = "nccl" concerns the collectives;
+// PG-3 the pipeline group's transfers go over NCCL only as in-order channels,
+//      one per pair of neighbouring virtual stages and direction (CH-1: the
+//      stage runner posts a step's receives before any send, and NCCL
+//      matches in issue order, which the schedule's S-3 keeps per channel);
+//      TROUPE_PIPELINE_IN_ORDER=1 matches them that way on any path (CH-2);
 // PG-4 every abort of the actor's transport (its own failed or timed-out
 //      wait, the node's recovery after a peer's failure or a health verdict)
 //      aborts its NCCL communicators too: no NCCL kernel outlives the
@@ -88,6 +90,10 @@ class ProcessGroups {
   /// gone, waiting for a running abort, before the groups are).
   std::shared_ptr<void> abort_with_transport_;
 };
+
+/// Whether TROUPE_PIPELINE_IN_ORDER=1 asks the pipeline's transfers to match
+/// in order per channel on every path, as NCCL's channels do (CH-2; tests).
+bool in_order_transfers();
 
 /// The members of each group of `rank` under `plan` (PG-1, PG-2: tied has no
 /// ranks where this actor holds no end).

@@ -14,6 +14,7 @@
 
 #include "backends/transport/local_world.test.hpp"
 #include "ops/testing/cpu_context.hpp"
+#include "training/transfer_tags.hpp"
 
 namespace troupe {
 namespace {
@@ -148,7 +149,8 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
       CHECK((*g)->data_parallel().path() == CommPath::nccl);
       CHECK((*g)->tied()->path() == CommPath::nccl);
       CHECK((*g)->tensor_parallel().path() == CommPath::staged);  // one member: nothing moves
-      CHECK((*g)->pipeline().path() == CommPath::staged);         // PG-3
+      CHECK((*g)->pipeline().path() == CommPath::nccl);           // PG-3: in-order channels
+      CHECK_THAT((*g)->pipeline().why(), Catch::Contains("a channel per neighbouring virtual stages"));
     }
   }
   SECTION("replicas on one GPU, stages on two") {
@@ -174,6 +176,8 @@ TEST_CASE("PG-1: members sharing a GPU go staged, a GPU each and NCCL go NCCL, o
     CHECK_THAT((*built[3])->data_parallel().why(), Catch::Contains("pretend NCCL failed"));
     CHECK_THAT((*built[2])->data_parallel().why(), Catch::Contains("did not start on every member"));
     CHECK((*built[1])->tied()->path() == CommPath::staged);  // rank 1's tied group holds rank 3 too
+    CHECK((*built[1])->pipeline().path() == CommPath::staged);  // and so does its pipeline: no channel opened
+    CHECK((*built[0])->pipeline().path() == CommPath::nccl);
   }
 }
 
@@ -208,11 +212,47 @@ TEST_CASE("PG-4: an abort of an actor's transport, by anyone, aborts its NCCL co
   auto aborts = [&](int r) { return static_cast<PretendGpu&>(*devices[static_cast<std::size_t>(r)]).aborts->load(); };
   CHECK(aborts(0) == 0);
   world.ts[0]->abort_all();  // as the node does on a recovery's Recover
-  CHECK(aborts(0) == 2);     // its data-parallel and tied groups' NCCL communicators
+  CHECK(aborts(0) == 8);     // its data-parallel and tied groups' NCCL communicators and its pipeline's 6 channels
   CHECK(aborts(1) == 0);
   built[0] = make_error("gone");  // the groups went: their listener with them
   world.ts[0]->abort_all();
-  CHECK(aborts(0) == 2);
+  CHECK(aborts(0) == 8);
+}
+
+TEST_CASE("PG-3: the pipeline's NCCL channels are the neighbouring virtual stages' in each direction", "[groups]") {
+  const StagePlan plan = plan_for(2, 2, 2);  // 2 stages x 2 chunks: virtual stages 0 1 2 3 on stages 0 1 0 1
+  auto devices = gpus({"GPU-a", "GPU-b", "GPU-c", "GPU-d"});
+  LocalWorld world(4);
+  auto built = build_all(plan, devices, world);
+  for (auto& g : built) REQUIRE(g.ok());
+  for (auto& g : built) {
+    Communicator& pipe = (*g)->pipeline().tensors();
+    const bool first = pipe.index() == 0;
+    Stream& s = devices[0]->context().stream;
+    Tensor t = *Tensor::empty(devices[0]->context().device, {4});
+    auto outcome = [&](bool sending, bool grad, int chunk) {
+      std::promise<Status> p;
+      auto f = p.get_future();
+      const Tag tag = transfer_tag(7, grad, chunk, 3);
+      if (sending) pipe.send(t, 1 - pipe.index(), tag, s, [&](Status st) { p.set_value(st); });
+      else pipe.recv(t, 1 - pipe.index(), tag, s, [&](Status st) { p.set_value(st); });
+      return f.get().ok();
+    };
+    INFO("stage " << pipe.index());
+    // Stage 0 sends activations into chunks 0 and 1 of stage 1 (virtual 0 -> 1, 2 -> 3) and receives them
+    // into its chunk 1 (1 -> 2); it sends gradients into stage 1's chunk 0 (2 -> 1) and receives them into
+    // its chunks 0 and 1 (1 -> 0, 3 -> 2). Stage 1 sends activations into stage 0's chunk 1, receives
+    // them into its chunks 0 and 1, sends gradients into stage 0's chunks 0 and 1 and receives them
+    // into its chunk 0.
+    CHECK(outcome(true, false, 0) == first);
+    CHECK(outcome(true, false, 1));
+    CHECK(outcome(false, false, 1));
+    CHECK(outcome(false, false, 0) == !first);
+    CHECK(outcome(true, true, 0));
+    CHECK(outcome(true, true, 1) == !first);
+    CHECK(outcome(false, true, 0));
+    CHECK(outcome(false, true, 1) == first);
+  }
 }
 
 }  // namespace troupe

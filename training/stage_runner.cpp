@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/transport/wait.hpp"
+#include "training/transfer_tags.hpp"
 
 namespace troupe {
 namespace {
@@ -17,15 +18,6 @@ using schedules::Op;
 
 double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Point-to-point tags: step (15 bits) | direction (1) | receiver's chunk (3) | microbatch (19).
-// Bits 38 and 39 stay clear: snapshots (kSnapshotTagBit) and collectives.
-constexpr int kChunkBits = 3, kMbBits = 19;
-Tag tag_of(int step, bool grad, int chunk, int mb) {
-  return (static_cast<Tag>(step & 0x7fff) << (1 + kChunkBits + kMbBits)) |
-         (static_cast<Tag>(grad) << (kChunkBits + kMbBits)) | (static_cast<Tag>(chunk) << kMbBits) |
-         static_cast<Tag>(mb);
 }
 
 }  // namespace
@@ -105,7 +97,7 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
   if (stage < 0 || stage >= schedule.stages) return make_error("stage runner: stage out of range");
   if (!links.pipeline || links.pipeline->size() != schedule.stages || links.pipeline->index() != stage)
     return make_error("stage runner: the pipeline group must hold every stage, this one at its index");
-  if (schedule.chunks > (1 << kChunkBits) || schedule.microbatches > (1 << kMbBits))
+  if (schedule.chunks > (1 << kTransferChunkBits) || schedule.microbatches > (1 << kTransferMbBits))
     return make_error("stage runner: too many chunks or microbatches for the message tags");
   auto impl = std::make_unique<Impl>();
   impl->program = schedule.programs[static_cast<std::size_t>(stage)];
@@ -230,10 +222,10 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
     const std::size_t i = m.at(in.chunk, in.mb);
     const int vs = in.chunk * m.stages + m.stage;
     if (in.op == Op::recv_act)
-      m.recv(ctx, m.act_in[i], vs - 1, tag_of(step, false, in.chunk, in.mb),
+      m.recv(ctx, m.act_in[i], vs - 1, transfer_tag(step, false, in.chunk, in.mb),
              {StageEvent::activation_arrived, in.chunk, in.mb});
     if (in.op == Op::recv_grad)
-      m.recv(ctx, m.grad_in[i], vs + 1, tag_of(step, true, in.chunk, in.mb),
+      m.recv(ctx, m.grad_in[i], vs + 1, transfer_tag(step, true, in.chunk, in.mb),
              {StageEvent::gradient_arrived, in.chunk, in.mb});
   }
   StepTimes times;
@@ -305,7 +297,7 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
         break;
       }
       case Op::send_act:
-        m.send(ctx, g.output(slot), vs + 1, tag_of(step, false, (vs + 1) / m.stages, in.mb),
+        m.send(ctx, g.output(slot), vs + 1, transfer_tag(step, false, (vs + 1) / m.stages, in.mb),
                {StageEvent::activation_sent, in.chunk, in.mb});
         break;
       case Op::backward:
@@ -326,7 +318,7 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
       case Op::send_grad:
         // Into the microbatch's own buffer: the stage's input gradient is overwritten by the next backward.
         TROUPE_TRY(ctx.copy(m.grad_out[i], g.input_grad()));
-        m.send(ctx, m.grad_out[i], vs - 1, tag_of(step, true, (vs - 1) / m.stages, in.mb),
+        m.send(ctx, m.grad_out[i], vs - 1, transfer_tag(step, true, (vs - 1) / m.stages, in.mb),
                {StageEvent::gradient_sent, in.chunk, in.mb});
         break;
       case Op::grad_sync:
@@ -403,7 +395,7 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
       for (int c = 0; c < chunks; ++c)
         if (!models_[static_cast<std::size_t>(c)]->spec().embedding) {
           const std::size_t i = m.at(c, mb - first_mb);
-          m.recv(ctx, m.act_in[i], c * m.stages + m.stage - 1, tag_of(tag_step, false, c, mb),
+          m.recv(ctx, m.act_in[i], c * m.stages + m.stage - 1, transfer_tag(tag_step, false, c, mb),
                  {StageEvent::activation_arrived, c, mb});  // CM-2: after the last round's reads
         }
     for (int mb = first_mb; mb < end_mb; ++mb)
@@ -428,7 +420,7 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
           const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();
           ctx.kernels.sum_into(sums, mb, g.token_losses(slot).view(0, {n}));
         } else {
-          m.send(ctx, g.output(slot), vs + 1, tag_of(tag_step, false, (vs + 1) / m.stages, mb),
+          m.send(ctx, g.output(slot), vs + 1, transfer_tag(tag_step, false, (vs + 1) / m.stages, mb),
                  {StageEvent::activation_sent, c, mb});
         }
       }

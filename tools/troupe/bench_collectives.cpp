@@ -278,7 +278,7 @@ Expected<std::optional<DeviceGroup>> open_device_group(UcxTransport& t, Collecti
   constexpr std::chrono::milliseconds kLimit{60000};
   auto ids = exchange_gpu_identities(host, *g.compute, kLimit);
   if (!ids) return ids.error();
-  auto opened = open_device_path(DevicePathRequest{&host, g.compute.get(), &coll, &t, "auto", &*ids, false, kLimit});
+  auto opened = open_device_path(DevicePathRequest{&host, g.compute.get(), &coll, &t, "auto", &*ids, false, 1, kLimit});
   if (!opened) return opened.error();
   g.path = std::move(opened->comm);
   g.why = opened->why;
