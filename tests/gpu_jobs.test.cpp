@@ -79,6 +79,12 @@ void skip_if_no_gpu(const RunResult& r) {
     skip("no GPU here: " + r.err.substr(0, r.err.find('\n')));
 }
 
+// Ends the test Skipped where the machine has fewer than two GPUs.
+void skip_with_one_gpu() {
+  const auto gpus = run("nvidia-smi --query-gpu=name --format=csv,noheader | wc -l");
+  if (std::atoi(gpus.out.c_str()) < 2) skip("needs 2 GPUs (NCCL refuses two ranks on one), this machine has " + gpus.out);
+}
+
 // `cfg` launched again (with `extra`) with node 1 killed at a random step:
 // it ends with the fault-free run's weights and losses, bit for bit; its stderr.
 std::string kill_node_1(const ScratchDir& dir, const std::string& cfg, const std::string& extra) {
@@ -148,8 +154,7 @@ TEST_CASE("PG-4 on two GPUs: a node killed mid-step aborts its peers' NCCL commu
   auto probe = run("timeout 120 " + troupe_bin() + " train " + cfg + " " + gpu + "--set train.steps=1 --set parallel.dp=1 "
                    "--set parallel.pp=1");
   skip_if_no_gpu(probe);
-  const auto gpus = run("nvidia-smi --query-gpu=name --format=csv,noheader | wc -l");
-  if (std::atoi(gpus.out.c_str()) < 2) skip("needs 2 GPUs (NCCL refuses two ranks on one), this machine has " + gpus.out);
+  skip_with_one_gpu();
   auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", gpu));
   INFO(clean.err);
   REQUIRE(clean.exit_code == 0);
@@ -165,12 +170,11 @@ TEST_CASE("PG-3 on two GPUs: the pipeline's transfers over NCCL channels train a
   // GPU (staged). Transfers move bytes: every loss bit for bit the staged run's.
   GpuJob job("gpu_nccl_pipeline", 60000, kSmall);
   job.skip_without_gpu();
-  const auto gpus = run("nvidia-smi --query-gpu=name --format=csv,noheader | wc -l");
-  if (std::atoi(gpus.out.c_str()) < 2) skip("needs 2 GPUs (NCCL refuses two ranks on one), this machine has " + gpus.out);
+  skip_with_one_gpu();
   for (const char* kind : {"1f1b", "interleaved-1f1b", "zb-h1"}) {
     INFO(kind);
-    std::string layout = std::string("--set parallel.pp=2 --set parallel.dp=2 --set parallel.stage_actor=troupe.gpt_stage "
-                                     "--set parallel.schedule=") + kind;
+    std::string layout = "--set parallel.pp=2 --set parallel.dp=2 --set parallel.stage_actor=troupe.gpt_stage "
+                         "--set parallel.schedule=" + std::string(kind);
     if (std::string(kind) == "interleaved-1f1b") layout += " --set parallel.chunks=2";
     const auto staged = job.losses("launch --nodes 2", layout + " --set parallel.device_transport=staged");
     const auto nccl = job.losses("launch --nodes 2", layout);

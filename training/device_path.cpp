@@ -196,9 +196,10 @@ Expected<DevicePath> open_device_path(const DevicePathRequest& r) {
     auto nccl = r.transfers ? try_nccl_channels(host, *r.device, r.chunks, r.limit) : try_nccl(host, *r.device, r.limit);
     if (!nccl) return nccl.error();
     out.comm = std::move(nccl->comm);
-    out.why = !out.comm           ? nccl->why_not
-              : r.transfers ? "every member has a GPU of its own; a channel per neighbouring virtual stages and direction"
-                            : "every member has a GPU of its own";
+    if (!out.comm) out.why = nccl->why_not;
+    else if (r.transfers)
+      out.why = "every member has a GPU of its own; a channel per neighbouring virtual stages and direction";
+    else out.why = "every member has a GPU of its own";
   }
   if (!out.comm && r.choice == "nccl" && m.ranks.size() > 1)
     return make_error("parallel.device_transport = \"nccl\": the ", m.name, " group ", members_text(m),

@@ -90,7 +90,8 @@ TEST_CASE("CH-1: transfers go over the channel of their direction, peer and tag,
     channels[{m == 0, 1 - m, Tag{0x10}}] = std::make_unique<HostCommunicator>(
         GroupMembers{"pipeline channel", {0, 1}, m}, *p.world.cs[static_cast<std::size_t>(m)],
         *p.world.ts[static_cast<std::size_t>(m)]);
-    cs.push_back(ChannelledCommunicator::over_channels(GroupMembers{"pipeline", {0, 1}, m}, kTags, std::move(channels)));
+    cs.push_back(
+        ChannelledCommunicator::over_channels(GroupMembers{"pipeline", {0, 1}, m}, kTags, std::move(channels)));
   }
   Stream& s = p.device.default_stream();
   Tensor a = p.filled(5), x = p.filled(0);
