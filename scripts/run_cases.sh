@@ -3,7 +3,8 @@
 # SPEC selects) in a process of its own, as CTest runs them: a test that
 # cannot run here ends its process with 77 (Skipped), which would cut the
 # rest short in one process. Prints each case's output and outcome, then a
-# tally; exits 1 if any case failed, 77 if every case was skipped, else 0.
+# tally; exits 1 if any case failed or none matched, 77 if every case was
+# skipped, else 0.
 set -uo pipefail
 exe=$1; shift
 passed=0 skipped=0 failed=0
@@ -19,6 +20,10 @@ while IFS= read -r name; do
   esac
 done < <("$exe" --list-test-names-only "$@")
 echo "run_cases: $(basename "$exe"): $passed passed, $skipped skipped, $failed failed"
+if [ $((passed + skipped + failed)) -eq 0 ]; then
+  echo "run_cases: $(basename "$exe"): no test case matches ${*:-(all)}" >&2
+  exit 1
+fi
 [ "$failed" -eq 0 ] || exit 1
 [ "$passed" -gt 0 ] || [ "$skipped" -eq 0 ] || exit 77
 exit 0
