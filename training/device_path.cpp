@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 
 #include "backends/comm/channelled_communicator.hpp"
 #include "backends/comm/staged_communicator.hpp"
@@ -117,11 +118,32 @@ std::vector<ChannelSpec> pipeline_channels(int stages, int chunks) {
   return out;
 }
 
+// One float over a new channel, its sender to its receiver, waited for; past
+// `limit` the channel is aborted (CM-3: nothing writes into the float after).
+Status connect_channel(Communicator& channel, bool sending, ComputeDevice& device, std::chrono::milliseconds limit) {
+  auto probe = Tensor::zeros(device.device(), {1});
+  if (!probe) return probe.error();
+  auto result = std::make_shared<std::promise<Status>>();
+  std::future<Status> arrived = result->get_future();
+  Completion done = [result](Status st) { result->set_value(std::move(st)); };
+  const int other = 1 - channel.index();
+  if (sending) channel.send(*probe, other, 0, device.stream(), std::move(done));
+  else channel.recv(*probe, other, 0, device.stream(), std::move(done));
+  if (arrived.wait_for(limit) == std::future_status::ready) return arrived.get();
+  channel.abort();
+  arrived.wait();
+  return make_error("the first transfer over a new NCCL channel (", channel.name(), ") did not complete within ",
+                    std::to_string(limit.count()), " ms (health.wait_timeout_ms)");
+}
+
 // NCCL channels for the pipeline's transfers: member 0 makes every channel's
 // unique id and broadcasts them over the host ring; each member opens its
 // channels in the shared order (no two members wait on each other's
-// different channel); then whether every member opened all of its own
-// (PG-1: all fall back together). Null with the reason if not.
+// different channel) and moves one float over each, sender to receiver:
+// NCCL connects a pair at its first transfer and needs both ends there for
+// it, and the stage runner posts receives long before their sends, which
+// must then find the pair connected; then whether every member opened all
+// of its own (PG-1: all fall back together). Null with the reason if not.
 Expected<NcclAttempt> try_nccl_channels(HostCommunicator& host, ComputeDevice& device, int chunks,
                                         std::chrono::milliseconds limit) {
   constexpr std::size_t kIdFloats = 64;
@@ -156,8 +178,9 @@ Expected<NcclAttempt> try_nccl_channels(HostCommunicator& host, ComputeDevice& d
     const int lo = std::min(c.sender, c.receiver), hi = std::max(c.sender, c.receiver);
     GroupMembers pair{host.name() + " channel", {host.rank_at(lo), host.rank_at(hi)}, host.index() == lo ? 0 : 1};
     auto comm = device.nccl_communicator(pair, id, limit);
-    if (!comm) {
-      why_not = comm.error().message;
+    Status connected = comm ? connect_channel(**comm, sending, device, limit) : Status(comm.error());
+    if (!connected) {
+      why_not = connected.error().message;
       ok = 0;
       break;
     }

@@ -35,7 +35,8 @@ StagePlan plan_for(int dp, int pp, int chunks, const std::string& transport = "a
 // or not; its communicators only say which path they are.
 class PretendGpu final : public ComputeDevice {
  public:
-  PretendGpu(std::string id, bool nccl_starts) : id_(std::move(id)), nccl_starts_(nccl_starts) {
+  PretendGpu(std::string id, bool nccl_starts, bool transfers_fail = false)
+      : id_(std::move(id)), nccl_starts_(nccl_starts), transfers_fail_(transfers_fail) {
     setenv("TROUPE_CPU_AS_DEVICE", "1", 1);  // before any thread of the test starts
     inner_ = std::move(*ComputeDevice::open(DeviceChoice{}));
     unsetenv("TROUPE_CPU_AS_DEVICE");
@@ -49,25 +50,28 @@ class PretendGpu final : public ComputeDevice {
                                                             std::chrono::milliseconds) override {
     if (!nccl_starts_) return make_error("pretend NCCL failed on ", id_);
     if (id != std::string(128, 'x')) return make_error("the id did not arrive whole");
-    return std::unique_ptr<Communicator>(new Started(std::move(members), aborts));
+    return std::unique_ptr<Communicator>(new Started(std::move(members), aborts, transfers_fail_));
   }
   std::shared_ptr<std::atomic<int>> aborts = std::make_shared<std::atomic<int>>(0);
 
  private:
   struct Started final : Communicator {
-    Started(GroupMembers m, std::shared_ptr<std::atomic<int>> a) : Communicator(std::move(m)), aborts(std::move(a)) {}
+    Started(GroupMembers m, std::shared_ptr<std::atomic<int>> a, bool fail)
+        : Communicator(std::move(m)), aborts(std::move(a)), fail_transfers(fail) {}
     std::shared_ptr<std::atomic<int>> aborts;
+    bool fail_transfers;
+    Status transferred() const { return fail_transfers ? Status(make_error("pretend transfer failed")) : Status::success(); }
     CommPath path() const override { return CommPath::nccl; }
     void all_reduce(const Tensor&, Stream&, Completion d) override { d(Status::success()); }
     void reduce_scatter(const Tensor&, Stream&, Completion d) override { d(Status::success()); }
     void all_gather(const Tensor&, Stream&, Completion d) override { d(Status::success()); }
     void broadcast(const Tensor&, int, Stream&, Completion d) override { d(Status::success()); }
-    void send(const Tensor&, int, Tag, Stream&, Completion d) override { d(Status::success()); }
-    void recv(const Tensor&, int, Tag, Stream&, Completion d) override { d(Status::success()); }
+    void send(const Tensor&, int, Tag, Stream&, Completion d) override { d(transferred()); }
+    void recv(const Tensor&, int, Tag, Stream&, Completion d) override { d(transferred()); }
     void abort() override { ++*aborts; }
   };
   std::string id_;
-  bool nccl_starts_;
+  bool nccl_starts_, transfers_fail_;
   std::unique_ptr<ComputeDevice> inner_;
 };
 
@@ -217,6 +221,21 @@ TEST_CASE("PG-4: an abort of an actor's transport, by anyone, aborts its NCCL co
   built[0] = make_error("gone");  // the groups went: their listener with them
   world.ts[0]->abort_all();
   CHECK(aborts(0) == 8);
+}
+
+TEST_CASE("PG-3: a channel whose first transfer fails sends the whole pipeline group to staged", "[groups]") {
+  const StagePlan plan = plan_for(1, 2, 1);
+  std::vector<std::unique_ptr<ComputeDevice>> devices;
+  devices.push_back(std::make_unique<PretendGpu>("GPU-a", true));
+  devices.push_back(std::make_unique<PretendGpu>("GPU-b", true, /*transfers_fail=*/true));
+  LocalWorld world(2);
+  auto built = build_all(plan, devices, world);
+  for (auto& g : built) {
+    REQUIRE(g.ok());
+    CHECK((*g)->pipeline().path() == CommPath::staged);
+  }
+  CHECK_THAT((*built[1])->pipeline().why(), Catch::Contains("pretend transfer failed"));
+  CHECK_THAT((*built[0])->pipeline().why(), Catch::Contains("did not start on every member"));
 }
 
 TEST_CASE("PG-3: the pipeline's NCCL channels are the neighbouring virtual stages' in each direction", "[groups]") {
