@@ -67,13 +67,15 @@ std::set<std::string> shm_entries() {
   return out;
 }
 
-int troupe_node_processes() {
+// Node processes of this bench's own jobs, still running: their command
+// lines name its working directory (another bench's, run meanwhile, is another).
+int troupe_node_processes(const std::string& dir) {
   int n = 0;
   std::error_code ec;
   for (auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string cmd = slurp_file((e.path() / "cmdline").string());
     if (cmd.find("troupe") != std::string::npos && cmd.find(std::string("node") + '\0') != std::string::npos &&
-        cmd.find("bench_recovery") != std::string::npos)
+        cmd.find(dir + "/") != std::string::npos)
       ++n;
   }
   return n;
@@ -306,7 +308,7 @@ Expected<nlohmann::json> bench_recovery(const BenchRecoveryArgs& a) {
       {"buddy_copy_cost", buddy_cost},
       {"weights_identical", !w_clean.empty() && w_clean == w_faulty},
       {"losses_identical", !clean_losses.empty() && clean_losses == faulty_losses},
-      {"left_behind", {{"shared_memory", leftover_shm}, {"node_processes", troupe_node_processes()}}},
+      {"left_behind", {{"shared_memory", leftover_shm}, {"node_processes", troupe_node_processes(dir)}}},
       {"goals", {{"every_fault_recovered", recovered >= plan.size() && faulty.exit_code == 0},
                  {"kill_resumed_within_1s_plus_detection", resumed_within_1s_plus_detection("kill")},
                  {"coordinator_kill_resumed_within_1s_plus_detection", resumed_within_1s_plus_detection("coordinator_kill")},
