@@ -38,6 +38,22 @@ struct Checker {
   void ids(const Tensor& t) const {
     that(t.dtype() == DType::i32, [&] { return "token ids must be i32, got " + std::string(dtype_name(t.dtype())); });
   }
+  // A linear layer's forward: weight (C,OC), inp (N,C), out (N,OC), bias (OC) if defined.
+  void linear_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                      const char* out_name = "out") const {
+    rank(weight, 2, "weight");
+    last_dim(inp, weight.dim(0), "inp");
+    numel(out, rows(inp) * weight.dim(1), out_name);
+    if (bias.defined()) numel(bias, weight.dim(1), "bias");
+    floating({&inp, &weight, &bias});
+  }
+  // A linear layer's input gradient: weight (C,OC), dout (N,OC), dinp (N,C).
+  void linear_backward_input(const Tensor& dinp, const Tensor& dout, const Tensor& weight) const {
+    rank(weight, 2, "weight");
+    last_dim(dout, weight.dim(1), "dout");
+    numel(dinp, rows(dout) * weight.dim(0), "dinp");
+    floating({&dinp, &dout, &weight});
+  }
   // A linear layer's backward, both halves: weight (C,OC), dout (N,OC), inp (N,C), dinp (N,C).
   void linear_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                        const Tensor& inp, const Tensor& weight) const {
@@ -79,22 +95,13 @@ struct Checker {
 
 void Kernels::linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
   Checker c{"linear_forward"};
-  c.rank(weight, 2, "weight");
-  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
-  c.last_dim(inp, C, "inp");
-  c.numel(out, rows(inp) * OC, "out");
-  if (bias.defined()) c.numel(bias, OC, "bias");
-  c.floating({&out, &inp, &weight, &bias});
+  c.linear_forward(out, inp, weight, bias);
+  c.floating({&out});
   do_linear_forward(out, inp, weight, bias);
 }
 
 void Kernels::linear_backward_input(Tensor& dinp, const Tensor& dout, const Tensor& weight, bool accumulate) const {
-  Checker c{"linear_backward_input"};
-  c.rank(weight, 2, "weight");
-  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
-  c.last_dim(dout, OC, "dout");
-  c.numel(dinp, rows(dout) * C, "dinp");
-  c.floating({&dinp, &dout, &weight});
+  Checker{"linear_backward_input"}.linear_backward_input(dinp, dout, weight);
   do_linear_backward_input(dinp, dout, weight, accumulate);
 }
 
@@ -177,13 +184,9 @@ void Kernels::layernorm_backward(Tensor& dinp, Tensor& dweight, Tensor& dbias, c
 void Kernels::linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor& inp, const Tensor& weight,
                                   const Tensor& bias) const {
   Checker c{"linear_gelu_forward"};
-  c.rank(weight, 2, "weight");
-  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
-  c.last_dim(inp, C, "inp");
-  c.numel(pre, rows(inp) * OC, "pre");
-  c.numel(out, rows(inp) * OC, "out");
-  if (bias.defined()) c.numel(bias, OC, "bias");
-  c.floating({&pre, &out, &inp, &weight, &bias});
+  c.linear_forward(pre, inp, weight, bias, "pre");
+  c.numel(out, pre.numel(), "out");
+  c.floating({&pre, &out});
   c.that(pre.raw() != out.raw(), "pre and out must be different tensors");
   do_linear_gelu_forward(pre, out, inp, weight, bias);
 }
@@ -191,13 +194,8 @@ void Kernels::linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor& inp, c
 void Kernels::linear_residual_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                                       const Tensor& residual) const {
   Checker c{"linear_residual_forward"};
-  c.rank(weight, 2, "weight");
-  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
-  c.last_dim(inp, C, "inp");
-  c.numel(out, rows(inp) * OC, "out");
+  c.linear_forward(out, inp, weight, bias);
   c.numel(residual, out.numel(), "residual");
-  if (bias.defined()) c.numel(bias, OC, "bias");
-  c.floating({&inp, &weight, &bias});
   c.f32(out, "out (the residual stream)");
   c.f32(residual, "residual");
   c.that(out.raw() != residual.raw(), "out must not be the residual");
@@ -216,12 +214,9 @@ void Kernels::linear_backward_gelu(Tensor& dinp, Tensor& dweight, Tensor& dbias,
 void Kernels::linear_backward_input_gelu(Tensor& dinp, const Tensor& dout, const Tensor& weight,
                                          const Tensor& pre) const {
   Checker c{"linear_backward_input_gelu"};
-  c.rank(weight, 2, "weight");
-  const std::int64_t C = weight.dim(0), OC = weight.dim(1);
-  c.last_dim(dout, OC, "dout");
-  c.numel(dinp, rows(dout) * C, "dinp");
+  c.linear_backward_input(dinp, dout, weight);
   c.numel(pre, dinp.numel(), "pre");
-  c.floating({&dinp, &dout, &weight, &pre});
+  c.floating({&pre});
   do_linear_backward_input_gelu(dinp, dout, weight, pre);
 }
 

@@ -59,45 +59,69 @@ std::string shared_gpu(const GroupMembers& g, const std::vector<std::uint64_t>& 
   return "";
 }
 
-// NCCL over `g`: member 0's unique id broadcast over the host ring (a flag
-// float, then the id's bytes), each member's communicator, then whether every
-// member has one (PG-1: all fall back together). Null with the reason if not.
 struct NcclAttempt {
   std::unique_ptr<Communicator> comm;
   std::string why_not;
 };
-Expected<NcclAttempt> try_nccl(HostCommunicator& host, ComputeDevice& device, std::chrono::milliseconds limit) {
+
+// Member 0's `count` NCCL unique ids, broadcast over the host ring (a flag
+// float, then each id's length and bytes); none where member 0 could not
+// make them, `why_not` saying why there.
+Expected<std::vector<std::string>> broadcast_nccl_ids(HostCommunicator& host, ComputeDevice& device, std::size_t count,
+                                                     std::chrono::milliseconds limit, std::string& why_not) {
   constexpr std::size_t kIdFloats = 64;  // room for NCCL's 128-byte id and its length
-  std::vector<float> message(1 + kIdFloats, 0.0f);
-  std::string why_not = "NCCL did not start on stage actor " + std::to_string(host.rank_at(0));
+  std::vector<float> message(1 + count * kIdFloats, 0.0f);
   if (host.index() == 0) {
-    auto id = device.nccl_unique_id();
-    if (id && id->size() <= (kIdFloats - 1) * sizeof(float)) {
-      message[0] = 1;
-      message[1] = static_cast<float>(id->size());
-      std::memcpy(message.data() + 2, id->data(), id->size());
-    } else {
-      why_not = id ? "NCCL's unique id is larger than expected" : id.error().message;
+    message[0] = 1;
+    for (std::size_t i = 0; i < count; ++i) {
+      auto id = device.nccl_unique_id();
+      if (!id || id->size() > (kIdFloats - 1) * sizeof(float)) {
+        why_not = id ? "NCCL's unique id is larger than expected" : id.error().message;
+        message[0] = 0;
+        break;
+      }
+      float* at = message.data() + 1 + i * kIdFloats;
+      at[0] = static_cast<float>(id->size());
+      std::memcpy(at + 1, id->data(), id->size());
     }
   }
-  TROUPE_TRY(exchange(host, limit, "the NCCL id's broadcast",
+  TROUPE_TRY(exchange(host, limit, "the NCCL ids' broadcast",
                       [&](Completion c) { host.broadcast(message.data(), message.size(), 0, std::move(c)); }));
-  NcclAttempt out;
-  float ok = 0;
-  if (message[0] == 1) {
-    const std::string id(reinterpret_cast<const char*>(message.data() + 2), static_cast<std::size_t>(message[1]));
-    auto comm = device.nccl_communicator(GroupMembers{host.name(), host.ranks(), host.index()}, id, limit);
-    if (comm) out.comm = std::move(*comm), ok = 1;
-    else why_not = comm.error().message;
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < count && message[0] == 1; ++i) {
+    const float* at = message.data() + 1 + i * kIdFloats;
+    ids.emplace_back(reinterpret_cast<const char*>(at + 1), static_cast<std::size_t>(at[0]));
   }
+  return ids;
+}
+
+// Whether every member started what it opened (PG-1: all fall back
+// together); where not, `why_not` becomes the group's reason.
+Expected<bool> all_started(HostCommunicator& host, bool mine, bool ids_arrived, std::chrono::milliseconds limit,
+                           std::string& why_not) {
+  float ok = mine ? 1 : 0;
   TROUPE_TRY(exchange(host, limit, "the NCCL start's agreement",
                       [&](Completion c) { host.all_reduce(&ok, 1, std::move(c)); }));
-  if (static_cast<int>(ok) != host.size()) {
-    out.comm.reset();  // destroyed: aborted, as the others' are
-    out.why_not = message[0] == 1 && why_not.rfind("NCCL did not start", 0) == 0
-                      ? "NCCL did not start on every member"
-                      : why_not;
+  if (static_cast<int>(ok) == host.size()) return true;
+  if (ids_arrived && why_not.rfind("NCCL did not start", 0) == 0) why_not = "NCCL did not start on every member";
+  return false;
+}
+
+// NCCL over the group: member 0's id, each member's communicator, all or none
+// (the others' destroyed: aborted). Null with the reason if not.
+Expected<NcclAttempt> try_nccl(HostCommunicator& host, ComputeDevice& device, std::chrono::milliseconds limit) {
+  std::string why_not = "NCCL did not start on stage actor " + std::to_string(host.rank_at(0));
+  auto ids = broadcast_nccl_ids(host, device, 1, limit, why_not);
+  if (!ids) return ids.error();
+  NcclAttempt out;
+  if (!ids->empty()) {
+    auto comm = device.nccl_communicator(GroupMembers{host.name(), host.ranks(), host.index()}, ids->front(), limit);
+    if (comm) out.comm = std::move(*comm);
+    else why_not = comm.error().message;
   }
+  auto all = all_started(host, out.comm != nullptr, !ids->empty(), limit, why_not);
+  if (!all) return all.error();
+  if (!*all) out = NcclAttempt{nullptr, why_not};
   return out;
 }
 
@@ -146,58 +170,34 @@ Status connect_channel(Communicator& channel, bool sending, ComputeDevice& devic
 // of its own (PG-1: all fall back together). Null with the reason if not.
 Expected<NcclAttempt> try_nccl_channels(HostCommunicator& host, ComputeDevice& device, int chunks,
                                         std::chrono::milliseconds limit) {
-  constexpr std::size_t kIdFloats = 64;
   const std::vector<ChannelSpec> specs = pipeline_channels(host.size(), chunks);
-  std::vector<float> message(1 + specs.size() * kIdFloats, 0.0f);
   std::string why_not = "NCCL did not start on stage actor " + std::to_string(host.rank_at(0));
-  if (host.index() == 0) {
-    message[0] = 1;
-    for (std::size_t i = 0; i < specs.size() && message[0] == 1; ++i) {
-      auto id = device.nccl_unique_id();
-      if (!id || id->size() > (kIdFloats - 1) * sizeof(float)) {
-        why_not = id ? "NCCL's unique id is larger than expected" : id.error().message;
-        message[0] = 0;
-        break;
-      }
-      float* at = message.data() + 1 + i * kIdFloats;
-      at[0] = static_cast<float>(id->size());
-      std::memcpy(at + 1, id->data(), id->size());
-    }
-  }
-  TROUPE_TRY(exchange(host, limit, "the NCCL channel ids' broadcast",
-                      [&](Completion c) { host.broadcast(message.data(), message.size(), 0, std::move(c)); }));
+  auto ids = broadcast_nccl_ids(host, device, specs.size(), limit, why_not);
+  if (!ids) return ids.error();
   ChannelledCommunicator::Channels channels;
-  float ok = message[0] == 1 ? 1 : 0;
-  for (std::size_t i = 0; i < specs.size() && ok == 1; ++i) {
+  bool mine = !ids->empty();
+  for (std::size_t i = 0; i < specs.size() && mine; ++i) {
     const ChannelSpec& c = specs[i];
     if (c.sender != host.index() && c.receiver != host.index()) continue;
-    const float* at = message.data() + 1 + i * kIdFloats;
-    const std::string id(reinterpret_cast<const char*>(at + 1), static_cast<std::size_t>(at[0]));
     const bool sending = c.sender == host.index();
     const int peer = sending ? c.receiver : c.sender;
     const int lo = std::min(c.sender, c.receiver), hi = std::max(c.sender, c.receiver);
     GroupMembers pair{host.name() + " channel", {host.rank_at(lo), host.rank_at(hi)}, host.index() == lo ? 0 : 1};
-    auto comm = device.nccl_communicator(pair, id, limit);
+    auto comm = device.nccl_communicator(pair, (*ids)[i], limit);
     Status connected = comm ? connect_channel(**comm, sending, device, limit) : Status(comm.error());
     if (!connected) {
       why_not = connected.error().message;
-      ok = 0;
+      mine = false;
       break;
     }
     channels[{sending, peer, c.bits}] = std::move(*comm);
   }
-  TROUPE_TRY(exchange(host, limit, "the NCCL channels' agreement",
-                      [&](Completion c) { host.all_reduce(&ok, 1, std::move(c)); }));
-  NcclAttempt out;
-  if (static_cast<int>(ok) == host.size()) {
-    out.comm = ChannelledCommunicator::over_channels(GroupMembers{host.name(), host.ranks(), host.index()},
-                                                     transfer_channel_tags(), std::move(channels));
-  } else {
-    out.why_not = message[0] == 1 && why_not.rfind("NCCL did not start", 0) == 0
-                      ? "NCCL did not start on every member"
-                      : why_not;
-  }
-  return out;  // channels not handed on are destroyed here: aborted, as the others' are
+  auto all = all_started(host, mine, !ids->empty(), limit, why_not);
+  if (!all) return all.error();
+  if (!*all) return NcclAttempt{nullptr, why_not};  // the channels opened here are destroyed: aborted
+  return NcclAttempt{ChannelledCommunicator::over_channels(GroupMembers{host.name(), host.ranks(), host.index()},
+                                                          transfer_channel_tags(), std::move(channels)),
+                     ""};
 }
 
 }  // namespace

@@ -29,10 +29,10 @@ const __nv_bfloat16* bf16_operand(const Tensor& t, std::optional<cuda::Scratch>&
 
 // A bf16 output's bias is bf16 too (cuBLASLt's rule): rounded into `copy`, as
 // PyTorch's autocast rounds it; null without a bias.
-const __nv_bfloat16* bf16_bias(const Tensor& bias, std::optional<cuda::Scratch>& copy, cudaStream_t st) {
-  if (!bias.defined()) return nullptr;
-  copy.emplace(static_cast<std::size_t>(bias.numel()) * sizeof(__nv_bfloat16), st);
-  cuda::to_bf16(copy->as<__nv_bfloat16>(), bias.f32(), bias.numel(), st);
+const __nv_bfloat16* bf16_bias(const float* bias, std::int64_t n, std::optional<cuda::Scratch>& copy, cudaStream_t st) {
+  if (!bias) return nullptr;
+  copy.emplace(static_cast<std::size_t>(n) * sizeof(__nv_bfloat16), st);
+  cuda::to_bf16(copy->as<__nv_bfloat16>(), bias, n, st);
   return copy->as<__nv_bfloat16>();
 }
 
@@ -61,10 +61,7 @@ void CudaKernels::gemm(const cuda::GemmShape& shape, const Tensor& A, const Tens
   const __nv_bfloat16* a = bf16_operand(A, copies[0], st);
   const __nv_bfloat16* b = bf16_operand(B, copies[1], st);
   if (C.dtype() != DType::bf16) return matmul_->gemm(shape, a, b, C.f32(), bias);
-  if (!bias) return matmul_->gemm(shape, a, b, bf16_data(C), nullptr);
-  copies[2].emplace(static_cast<std::size_t>(shape.N) * sizeof(__nv_bfloat16), st);
-  cuda::to_bf16(copies[2]->as<__nv_bfloat16>(), bias, shape.N, st);
-  matmul_->gemm(shape, a, b, bf16_data(C), copies[2]->as<__nv_bfloat16>());
+  matmul_->gemm(shape, a, b, bf16_data(C), bf16_bias(bias, shape.N, copies[2], st));
 }
 
 void CudaKernels::do_linear_forward(Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) const {
@@ -120,7 +117,7 @@ void CudaKernels::do_linear_gelu_forward(Tensor& pre, Tensor& out, const Tensor&
     std::optional<cuda::Scratch> copies[3];
     const __nv_bfloat16* a = bf16_operand(inp, copies[0], st);
     const __nv_bfloat16* b = bf16_operand(weight, copies[1], st);
-    const __nv_bfloat16* b16 = bf16_bias(bias, copies[2], st);
+    const __nv_bfloat16* b16 = bf16_bias(bias.defined() ? bias.f32() : nullptr, OC, copies[2], st);
     if (matmul_->gemm_gelu({false, false, N, OC, C, C, OC, OC, bias.defined(), false}, a, b, bf16_data(out),
                            bf16_data(pre), b16))
       return;
