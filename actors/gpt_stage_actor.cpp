@@ -247,8 +247,14 @@ ActorPlacement gpt_stage_placement() {
   p.per_node = [](const JobConfig& job, int nodes) -> Expected<int> {
     const int actors = job.parallel.dp * job.parallel.pp * job.parallel.tp;
     if (actors < nodes || actors % nodes != 0)
-      return make_error("parallel.dp x parallel.pp = ", std::to_string(actors),
+      return make_error("parallel.dp x parallel.pp x parallel.tp = ", std::to_string(actors),
                         " stage actors cannot be placed evenly on ", std::to_string(nodes), " nodes");
+    // Ranks are tp fastest: a tensor-parallel group stays inside a node when
+    // each node's consecutive ranks hold whole groups.
+    if ((actors / nodes) % job.parallel.tp != 0)
+      return make_error("parallel.tp = ", std::to_string(job.parallel.tp), " does not divide the ",
+                        std::to_string(actors / nodes),
+                        " stage actors per node: a tensor-parallel group must stay inside one node");
     return actors / nodes;
   };
   p.data_loader = [](const JobConfig& job, int node, int per_node) {

@@ -50,6 +50,7 @@ const char* event_name(StageEvent e) {
     case StageEvent::gradient_sent: return "gradient send";
     case StageEvent::bucket_reduced: return "bucket reduce-scatter";
     case StageEvent::params_gathered: return "parameter all-gather";
+    case StageEvent::tensor_parallel_done: return "tensor-parallel collective";
   }
   return "transfer";
 }

@@ -317,6 +317,77 @@ void Kernels::cross_entropy_forward_backward(Tensor& losses, Tensor& logits, con
   do_cross_entropy_forward_backward(losses, logits, targets, dlogits_scale);
 }
 
+void Kernels::vocab_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, std::int64_t vocab_begin,
+                                      const Tensor& wpe) const {
+  Checker c{"vocab_embedding_forward"};
+  c.that(vocab_parallel(), "this backend has no vocabulary-parallel ops");
+  c.rank(out, 3, "out");
+  const std::int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
+  c.shape(tokens, {B, T}, "tokens");
+  c.ids(tokens);
+  c.rank(wte, 2, "wte");
+  c.last_dim(wte, C, "wte");
+  c.that(vocab_begin >= 0, "vocab_begin must be >= 0");
+  if (wpe.defined()) {
+    c.last_dim(wpe, C, "wpe");
+    c.that(wpe.dim(0) >= T, [&] { return "wpe has fewer positions than T = " + std::to_string(T); });
+  }
+  for (const Tensor* t : {static_cast<const Tensor*>(&out), &wte, &wpe})
+    if (t->defined()) c.f32(*t, "embedding tensors");
+  do_vocab_embedding_forward(out, tokens, wte, vocab_begin, wpe);
+}
+
+void Kernels::vocab_embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                       std::int64_t vocab_begin) const {
+  Checker c{"vocab_embedding_backward"};
+  c.that(vocab_parallel(), "this backend has no vocabulary-parallel ops");
+  c.rank(dout, 3, "dout");
+  const std::int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
+  c.shape(tokens, {B, T}, "tokens");
+  c.ids(tokens);
+  c.rank(dwte, 2, "dwte");
+  c.last_dim(dwte, C, "dwte");
+  c.that(vocab_begin >= 0, "vocab_begin must be >= 0");
+  if (dwpe.defined()) {
+    c.last_dim(dwpe, C, "dwpe");
+    c.that(dwpe.dim(0) >= T, [&] { return "dwpe has fewer positions than T = " + std::to_string(T); });
+  }
+  for (const Tensor* t : {&dout, static_cast<const Tensor*>(&dwte), static_cast<const Tensor*>(&dwpe)})
+    if (t->defined()) c.f32(*t, "embedding tensors");
+  do_vocab_embedding_backward(dwte, dwpe, dout, tokens, vocab_begin);
+}
+
+void Kernels::vocab_cross_entropy_stats(Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                        std::int64_t vocab_begin) const {
+  Checker c{"vocab_cross_entropy_stats"};
+  c.that(vocab_parallel(), "this backend has no vocabulary-parallel ops");
+  const std::int64_t N = rows(logits);
+  c.numel(targets, N, "targets");
+  c.ids(targets);
+  c.shape(stats, {N, 3}, "stats");
+  c.f32(stats, "stats");
+  c.floating({&logits});
+  c.that(vocab_begin >= 0, "vocab_begin must be >= 0");
+  do_vocab_cross_entropy_stats(stats, logits, targets, vocab_begin);
+}
+
+void Kernels::vocab_cross_entropy_finish(Tensor& losses, Tensor& logits, const Tensor& targets, const Tensor& stats,
+                                         std::int64_t vocab_begin, float dlogits_scale) const {
+  Checker c{"vocab_cross_entropy_finish"};
+  c.that(vocab_parallel(), "this backend has no vocabulary-parallel ops");
+  const std::int64_t N = rows(logits);
+  c.numel(losses, N, "losses");
+  c.numel(targets, N, "targets");
+  c.ids(targets);
+  c.rank(stats, 3, "stats");
+  c.that(stats.dim(1) == N && stats.dim(2) == 3, "stats must be (members, rows, 3)");
+  c.f32(stats, "stats");
+  c.f32(losses, "losses");
+  c.floating({&logits});
+  c.that(vocab_begin >= 0, "vocab_begin must be >= 0");
+  do_vocab_cross_entropy_finish(losses, logits, targets, stats, vocab_begin, dlogits_scale);
+}
+
 double Kernels::sum(const Tensor& x) const {
   Checker{"sum"}.f32(x, "x");
   return do_sum(x);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,32 @@ class Kernels {
   void cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
                                       float dlogits_scale) const;
 
+  // Vocabulary-parallel embedding and loss (tensor parallelism): a member
+  // holds rows [vocab_begin, vocab_begin + V) of wte (V = wte's rows) and
+  // the logits of those rows; the members' results are summed or combined
+  // by the caller's collectives. Backends without them say so (vocab_parallel).
+  /// Whether the backend has the four ops below.
+  bool vocab_parallel() const { return do_vocab_parallel(); }
+  /// out: (B,T,C) = wte[tokens - vocab_begin] for the tokens in this member's
+  /// rows, else 0; plus wpe[t] where wpe is defined.
+  void vocab_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, std::int64_t vocab_begin,
+                               const Tensor& wpe) const;
+  /// dwte: (V,C) accumulates dout's rows of this member's tokens; dwpe (if defined) every position's.
+  void vocab_embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                std::int64_t vocab_begin) const;
+  /// stats: (N,3) f32, per row of logits (N,V): its max m, the sum of
+  /// exp(logit - m), and the target's logit where this member holds the
+  /// target's row (else 0).
+  void vocab_cross_entropy_stats(Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                 std::int64_t vocab_begin) const;
+  /// From every member's stats (P,N,3), member order: losses (N) = M + log S
+  /// - target logit, with M the largest max and S the sums rescaled to it
+  /// (combined in member order, so every member gets the same bits); logits
+  /// overwritten as cross_entropy_forward_backward does, with this member's
+  /// part of the gradient.
+  void vocab_cross_entropy_finish(Tensor& losses, Tensor& logits, const Tensor& targets, const Tensor& stats,
+                                  std::int64_t vocab_begin, float dlogits_scale) const;
+
   /// Sum of all elements of x (f32), in double where the backend can, in a fixed order.
   double sum(const Tensor& x) const;
   /// Sum of squares of all elements of x (f32), in a fixed order.
@@ -178,6 +205,22 @@ class Kernels {
                                      const Tensor& saved, int NH, int window) const = 0;
   virtual void do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
                                                  float dlogits_scale) const = 0;
+  // A backend without the vocabulary-parallel ops never gets to these: the
+  // public methods' checks stop first (vocab_parallel() is false). Inline, so
+  // that the table has no key function and a backend module needs no symbol
+  // of this library.
+  virtual bool do_vocab_parallel() const { return false; }
+  virtual void do_vocab_embedding_forward(Tensor&, const Tensor&, const Tensor&, std::int64_t, const Tensor&) const {
+    std::abort();
+  }
+  virtual void do_vocab_embedding_backward(Tensor&, Tensor&, const Tensor&, const Tensor&, std::int64_t) const {
+    std::abort();
+  }
+  virtual void do_vocab_cross_entropy_stats(Tensor&, const Tensor&, const Tensor&, std::int64_t) const { std::abort(); }
+  virtual void do_vocab_cross_entropy_finish(Tensor&, Tensor&, const Tensor&, const Tensor&, std::int64_t,
+                                             float) const {
+    std::abort();
+  }
   virtual double do_sum(const Tensor& x) const = 0;
   virtual double do_sum_squares(const Tensor& x) const = 0;
   virtual void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const = 0;

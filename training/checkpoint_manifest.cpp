@@ -75,6 +75,11 @@ Expected<CheckpointPiece> parse_piece(const json& p, const std::string& where) {
   out.end = static_cast<std::int64_t>(*end);
   out.crc = static_cast<std::uint32_t>(*crc);
   if (out.end <= out.begin) return make_error(where, ": a piece has an empty or reversed range");
+  if (p.contains("member")) {
+    auto member = f.small("member");
+    if (!member) return member.error();
+    out.member = *member;
+  }
   return out;
 }
 
@@ -100,14 +105,36 @@ Expected<CheckpointTensor> parse_tensor(const json& t, const std::string& where,
     if (!piece) return piece.error();
     out.pieces.push_back(std::move(*piece));
   }
-  if (kind == ManifestKind::part) return out;
-  // M-1: sorted, disjoint, tiling [0, numel).
-  std::int64_t next = 0;
-  for (auto& p : out.pieces) {
-    if (p.begin != next) return make_error(where, ": pieces do not tile the tensor (a gap or overlap at ", std::to_string(next), ")");
-    next = p.end;
+  if (t.contains("tp")) {  // cut over tensor-parallel members
+    auto tp = f.small("tp");
+    auto split = f.array("split");
+    if (!tp) return tp.error();
+    if (!split) return split.error();
+    const json& sj = **split;
+    if (*tp < 1 || *tp > (1 << 10) || sj.size() != 2 || !sj[0].is_number_unsigned() || !sj[1].is_number_unsigned() ||
+        sj[0].get<std::uint64_t>() >= out.shape.size() || sj[1].get<std::uint64_t>() < 1 ||
+        sj[1].get<std::uint64_t>() > 64)
+      return make_error(where, ": bad tp or split");
+    out.tp = *tp;
+    out.split = TpSplit{sj[0].get<int>(), sj[1].get<int>()};
+    if (!divisible(out.shape, out.split, out.tp)) return make_error(where, ": split does not divide the shape over tp");
   }
-  if (next != numel) return make_error(where, ": pieces cover ", std::to_string(next), " of ", std::to_string(numel), " elements");
+  for (auto& p : out.pieces)
+    if (p.member >= out.tp) return make_error(where, ": a piece names member ", std::to_string(p.member), " of ", std::to_string(out.tp));
+  if (kind == ManifestKind::part) return out;
+  // M-1: sorted, disjoint, tiling each member's piece.
+  std::size_t i = 0;
+  for (int member = 0; member < out.tp; ++member) {
+    const std::int64_t size = out.tp == 1 ? numel : shape_numel(local_shape(out.shape, out.split, TpShard{out.tp, member}));
+    std::int64_t next = 0;
+    for (; i < out.pieces.size() && out.pieces[i].member == member; ++i) {
+      const auto& p = out.pieces[i];
+      if (p.begin != next) return make_error(where, ": pieces do not tile the tensor (a gap or overlap at ", std::to_string(next), ")");
+      next = p.end;
+    }
+    if (next != size) return make_error(where, ": pieces cover ", std::to_string(next), " of ", std::to_string(size), " elements");
+  }
+  if (i != out.pieces.size()) return make_error(where, ": pieces are not sorted by member");
   return out;
 }
 
@@ -144,12 +171,19 @@ std::string manifest_json(const Manifest& m) {
               {"parallel_block", m.model.parallel_block},
               {"window", m.model.window}}},
             {"layout", {{"dp", m.layout.dp}, {"pp", m.layout.pp}, {"chunks", m.layout.chunks}, {"layers", layers}}}};
+  if (m.layout.tp > 1) j["layout"]["tp"] = m.layout.tp;
   json tensors = json::object();
   for (auto& [name, t] : m.tensors) {
     json pieces = json::array();
-    for (auto& p : t.pieces)
+    for (auto& p : t.pieces) {
       pieces.push_back({{"file", p.file}, {"offset", p.offset}, {"begin", p.begin}, {"end", p.end}, {"crc32", p.crc}});
+      if (t.tp > 1) pieces.back()["member"] = p.member;
+    }
     tensors[name] = {{"shape", t.shape}, {"pieces", pieces}};
+    if (t.tp > 1) {
+      tensors[name]["tp"] = t.tp;
+      tensors[name]["split"] = {t.split.dim, t.split.sections};
+    }
   }
   j["tensors"] = tensors;
   json files = json::array();
@@ -196,6 +230,12 @@ Expected<Manifest> parse_manifest(const std::string& text, const std::string& pa
     auto v = lf.small(key);
     if (!v) return v.error();
     *out = *v;
+  }
+  if ((*layout)->contains("tp")) {
+    auto tp = lf.small("tp");
+    if (!tp) return tp.error();
+    if (*tp < 1) return make_error(path, ": layout: tp must be >= 1");
+    m.layout.tp = *tp;
   }
   auto layers = lf.array("layers");
   if (!layers) return layers.error();

@@ -7,7 +7,9 @@
 // lists every file with its size and CRC-32. Any layout reads it: an actor
 // takes the pieces that overlap the ranges it owns.
 //
-//  M-1  the pieces of a tensor are disjoint and tile [0, numel) exactly;
+//  M-1  the pieces of a tensor are disjoint and tile [0, numel) exactly; a
+//       tensor written cut over tp > 1 tensor-parallel members tiles each
+//       member's piece (its local elements, TpSplit) with that member's pieces;
 //  M-2  every piece lies inside its file, and its file is listed;
 //  M-3  a manifest that parses is checked for M-1 and M-2 before it is used
 //       (it is hostile input like any file): errors name the file and tensor.
@@ -32,13 +34,16 @@ inline constexpr const char* kManifestName = "manifest.json";
 struct CheckpointPiece {
   std::string file;
   std::uint64_t offset = 0;
-  std::int64_t begin = 0, end = 0;
+  std::int64_t begin = 0, end = 0;  ///< elements of the tensor, or of member `member`'s piece when tp > 1
   std::uint32_t crc = 0;
+  int member = 0;  ///< the tensor-parallel member whose piece this range is of (0 when tp = 1)
 };
 
 struct CheckpointTensor {
-  Shape shape;
-  std::vector<CheckpointPiece> pieces;  ///< sorted by begin (M-1)
+  Shape shape;  ///< the whole tensor's
+  std::vector<CheckpointPiece> pieces;  ///< sorted by (member, begin) (M-1)
+  int tp = 1;       ///< tensor-parallel members whose pieces tile it (1: flat ranges of the whole)
+  TpSplit split{};  ///< how those members cut it (when tp > 1)
 };
 
 struct CheckpointFileRecord {
@@ -49,7 +54,7 @@ struct CheckpointFileRecord {
 
 /// How the run that wrote the checkpoint was laid out.
 struct CheckpointLayout {
-  int dp = 1, pp = 1, chunks = 1;
+  int dp = 1, pp = 1, chunks = 1, tp = 1;
   std::vector<int> layers;  ///< layers per virtual stage (pp x chunks, virtual stage order)
 };
 

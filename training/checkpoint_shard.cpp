@@ -20,10 +20,23 @@ struct Entry {
   std::string logical;  ///< name in the manifest (the parameter or NAME.exp_avg ...)
   Shape full_shape;     ///< the logical tensor's shape
   Shape stored_shape;
-  std::int64_t begin = 0;  ///< first element of the logical tensor
+  std::int64_t begin = 0;  ///< first element of the logical tensor (or of this member's piece)
   const float* data = nullptr;
   std::int64_t count = 0;
+  int tp = 1;              ///< the tensor-parallel members whose pieces tile the tensor
+  TpSplit split{};
+  int member = 0;          ///< whose piece [begin, begin + count) is of
 };
+
+// An entry's tensor-parallel fields, from its parameter.
+Entry cut(Entry e, const ShardParam& p) {
+  e.tp = p.writers();
+  if (e.tp > 1) {
+    e.split = p.split;
+    e.member = p.shard.rank;
+  }
+  return e;
+}
 
 // The moment slices of one chunk: each owned range cut at parameter boundaries.
 void add_moment_entries(const ShardChunk& chunk, const std::vector<float>& moment, const char* suffix,
@@ -34,8 +47,9 @@ void add_moment_entries(const ShardChunk& chunk, const std::vector<float>& momen
       const std::int64_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
       if (lo >= hi || !p.stored) continue;
       const std::string logical = p.name + suffix;
-      out.push_back(Entry{logical, logical, p.shape, {hi - lo}, lo - p.offset, moment.data() + at + (lo - r.begin),
-                          hi - lo});
+      out.push_back(cut(Entry{logical, logical, p.shape, {hi - lo}, lo - p.offset, moment.data() + at + (lo - r.begin),
+                              hi - lo},
+                        p));
     }
     at += r.size();
   }
@@ -56,7 +70,8 @@ std::string safetensors_header(const std::vector<Entry>& entries) {
     const std::uint64_t bytes = static_cast<std::uint64_t>(e.count) * sizeof(float);
     header[e.key] = {{"dtype", "F32"}, {"shape", e.stored_shape}, {"data_offsets", {offset, offset + bytes}}};
     if (e.key != e.logical || e.stored_shape != e.full_shape)
-      meta[e.key] = e.logical + "[" + std::to_string(e.begin) + ":" + std::to_string(e.begin + e.count) + "]";
+      meta[e.key] = e.logical + (e.tp > 1 ? " tp member " + std::to_string(e.member) + " of " + std::to_string(e.tp) : "") +
+                    "[" + std::to_string(e.begin) + ":" + std::to_string(e.begin + e.count) + "]";
     offset += bytes;
   }
   header["__metadata__"] = meta;
@@ -77,13 +92,46 @@ CheckpointReader::CheckpointReader(std::string dir, const Manifest& manifest)
 CheckpointReader::~CheckpointReader() = default;
 
 Status CheckpointReader::read(const std::string& name, const Shape& shape, std::int64_t lo, std::int64_t hi,
-                              float* dst) {
+                              float* dst, TpSplit split, TpShard shard) {
   auto it = m_.tensors.find(name);
   if (it == m_.tensors.end()) return make_error(dir_, ": the checkpoint has no tensor ", name);
-  if (it->second.shape != shape)
-    return make_error(dir_, ": tensor ", name, " has shape ", shape_string(it->second.shape), ", the model needs ",
+  const CheckpointTensor& t = it->second;
+  if (t.shape != shape)
+    return make_error(dir_, ": tensor ", name, " has shape ", shape_string(t.shape), ", the model needs ",
                       shape_string(shape));
-  for (const CheckpointPiece& p : it->second.pieces) {
+  if (t.tp > 1 && !split.replicated() && t.split != split)
+    return make_error(dir_, ": tensor ", name, " is cut along dimension ", std::to_string(t.split.dim),
+                      ", this model cuts it along ", std::to_string(split.dim));
+  if (split.replicated()) shard = TpShard{};
+  if (t.tp == 1 && shard.whole()) return read_stored(name, t, 0, lo, hi, dst);
+  if (t.tp == shard.size) return read_stored(name, t, shard.rank, lo, hi, dst);
+  // Another tensor-parallel layout: each run of the wanted piece is a range
+  // of the whole tensor, found in the stored members' runs that overlap it
+  // (both lists ascend in whole-tensor order: TP-2).
+  const TpSplit stored = t.tp > 1 ? t.split : split;
+  const std::vector<TpRun> want = tp_runs(shape, split, shard, lo, hi);
+  for (int member = 0; member < t.tp; ++member) {
+    const TpShard from{t.tp, member};
+    const std::vector<TpRun> have = tp_runs(shape, stored, from, 0, shape_numel(local_shape(shape, stored, from)));
+    std::size_t i = 0, j = 0;
+    while (i < want.size() && j < have.size()) {
+      const TpRun& w = want[i];
+      const TpRun& h = have[j];
+      const std::int64_t a = std::max(w.whole, h.whole), b = std::min(w.whole + w.count, h.whole + h.count);
+      if (a < b)
+        TROUPE_TRY(read_stored(name, t, member, h.local + (a - h.whole), h.local + (b - h.whole),
+                               dst + (w.local - lo) + (a - w.whole)));
+      if (w.whole + w.count <= h.whole + h.count) ++i;
+      else ++j;
+    }
+  }
+  return Status::success();
+}
+
+Status CheckpointReader::read_stored(const std::string& name, const CheckpointTensor& t, int member, std::int64_t lo,
+                                     std::int64_t hi, float* dst) {
+  for (const CheckpointPiece& p : t.pieces) {
+    if (p.member != member) continue;
     const std::int64_t a = std::max(lo, p.begin), b = std::min(hi, p.end);
     if (a >= b) continue;
     const std::string path = dir_ + "/" + p.file;
@@ -95,13 +143,19 @@ Status CheckpointReader::read(const std::string& name, const Shape& shape, std::
     }
     const auto n = static_cast<std::size_t>(p.end - p.begin);
     const bool whole = a == p.begin && b == p.end;
+    // A piece read in parts (another layout's ranges) is read and checked
+    // once, then kept until another piece is read in parts.
+    const bool cached = !whole && cached_.file == p.file && cached_.offset == p.offset;
     float* into = whole ? dst + (a - lo) : (scratch_.resize(n), scratch_.data());
-    TROUPE_TRY(read_exactly(f->second.get(), into, n * sizeof(float), p.offset, path));
-    bytes_ += n * sizeof(float);
-    if (const auto crc = crc32_of(into, n * sizeof(float)); crc != p.crc)
-      return make_error(path, ": tensor ", name, " [", std::to_string(p.begin), ":", std::to_string(p.end),
-                        ") has CRC-32 ", std::to_string(crc), ", the manifest says ", std::to_string(p.crc),
-                        " (corrupted)");
+    if (!cached) {
+      TROUPE_TRY(read_exactly(f->second.get(), into, n * sizeof(float), p.offset, path));
+      bytes_ += n * sizeof(float);
+      if (const auto crc = crc32_of(into, n * sizeof(float)); crc != p.crc)
+        return make_error(path, ": tensor ", name, " [", std::to_string(p.begin), ":", std::to_string(p.end),
+                          ") has CRC-32 ", std::to_string(crc), ", the manifest says ", std::to_string(p.crc),
+                          " (corrupted)");
+      if (!whole) cached_ = {p.file, p.offset};
+    }
     if (!whole)
       std::memcpy(dst + (a - lo), scratch_.data() + (a - p.begin), static_cast<std::size_t>(b - a) * sizeof(float));
   }
@@ -115,9 +169,12 @@ ShardLayout shard_layout(StageState& state, int replica) {
     GptStage& model = state.model(c);
     ShardChunk chunk;
     const bool tied_copy = model.spec().head && !model.spec().embedding;
-    for (const StageParam& p : model.params())
-      chunk.params.push_back({p.spec.name, p.spec.shape, p.offset, p.value.numel(),
-                              !(tied_copy && p.spec.name == "wte.weight")});
+    const TpShard shard = model.tp_shard();
+    for (const StageParam& p : model.params()) {
+      const bool replica = p.spec.replicated() && shard.rank != 0;  // K-1: member 0's copy is written
+      chunk.params.push_back({p.spec.name, p.spec.full, p.offset, p.value.numel(),
+                              !(tied_copy && p.spec.name == "wte.weight") && !replica, p.spec.split, shard});
+    }
     chunk.owned = state.zero(c).optimizer().owned();
     layout.chunks.push_back(std::move(chunk));
   }
@@ -151,7 +208,10 @@ Expected<ShardRecord> write_shard(const std::string& dir, const std::string& nam
     const ShardChunk& chunk = layout.chunks[c];
     if (layout.writes_params)
       for (const ShardParam& p : chunk.params)
-        if (p.stored) entries.push_back({p.name, p.name, p.shape, p.shape, 0, snapshot.params[c].data() + p.offset, p.numel});
+        if (p.stored)
+          entries.push_back(cut(Entry{p.name, p.name, p.shape, local_shape(p.shape, p.split, p.writers() > 1 ? p.shard : TpShard{}), 0,
+                                      snapshot.params[c].data() + p.offset, p.numel},
+                                p));
     add_moment_entries(chunk, snapshot.exp_avg[c], ".exp_avg", entries);
     add_moment_entries(chunk, snapshot.exp_avg_sq[c], ".exp_avg_sq", entries);
   }
@@ -191,7 +251,9 @@ Expected<ShardRecord> write_shard(const std::string& dir, const std::string& nam
     crc = crc32_combine_of(crc, piece_crcs[i], bytes);  // the file's CRC from its pieces': one pass over the data
     CheckpointTensor& t = record.tensors[e.logical];
     t.shape = e.full_shape;
-    t.pieces.push_back({name, offset, e.begin, e.begin + e.count, piece_crcs[i]});
+    t.tp = e.tp;
+    t.split = e.split;
+    t.pieces.push_back({name, offset, e.begin, e.begin + e.count, piece_crcs[i], e.member});
     offset += bytes;
   }
   TROUPE_TRY(sync_file(file->get(), path));
@@ -208,7 +270,7 @@ Expected<std::uint64_t> read_shard(const std::string& dir, const Manifest& m, co
     const ShardChunk& chunk = layout.chunks[c];
     if (part != ShardPart::moments)
       for (const ShardParam& p : chunk.params)
-        TROUPE_TRY(reader.read(p.name, p.shape, 0, p.numel, into.params[c].data() + p.offset));
+        TROUPE_TRY(reader.read(p.name, p.shape, 0, p.numel, into.params[c].data() + p.offset, p.split, p.shard));
     if (part == ShardPart::params) continue;
     std::int64_t at = 0;
     for (const ElementRange& r : chunk.owned) {
@@ -216,9 +278,10 @@ Expected<std::uint64_t> read_shard(const std::string& dir, const Manifest& m, co
         const std::int64_t lo = std::max(r.begin, p.offset), hi = std::min(r.end, p.offset + p.numel);
         if (lo >= hi) continue;
         const std::size_t pos = static_cast<std::size_t>(at + (lo - r.begin));
-        TROUPE_TRY(reader.read(p.name + ".exp_avg", p.shape, lo - p.offset, hi - p.offset, into.exp_avg[c].data() + pos));
+        TROUPE_TRY(reader.read(p.name + ".exp_avg", p.shape, lo - p.offset, hi - p.offset, into.exp_avg[c].data() + pos,
+                               p.split, p.shard));
         TROUPE_TRY(reader.read(p.name + ".exp_avg_sq", p.shape, lo - p.offset, hi - p.offset,
-                               into.exp_avg_sq[c].data() + pos));
+                               into.exp_avg_sq[c].data() + pos, p.split, p.shard));
       }
       at += r.size();
     }

@@ -4,8 +4,11 @@
 // reading back exactly the ranges an actor of any layout owns.
 //
 //  K-1  a shard holds each parameter at most once per checkpoint: only
-//       replica 0 writes parameters, and the tied "wte.weight" of a head chunk
-//       is left to the embedding's chunk (its copy is identical);
+//       replica 0 writes parameters, the tied "wte.weight" of a head chunk
+//       is left to the embedding's chunk (its copy is identical), and a
+//       tensor every tensor-parallel member holds whole is written by member
+//       0 (the others' are identical); a cut tensor's pieces are written by
+//       their members (TP-1: together they are the tensor);
 //  K-2  the moments of the replicas tile each parameter (their ZeRO shards),
 //       so the checkpoint holds one copy of the model state, not dp copies;
 //  K-3  every piece read is checked against its CRC-32 before it is used.
@@ -28,9 +31,13 @@ namespace troupe {
 /// A parameter of a model chunk: its name, shape and place in the flat buffer.
 struct ShardParam {
   std::string name;
-  Shape shape;
-  std::int64_t offset = 0, numel = 0;
-  bool stored = true;  ///< written to the checkpoint (K-1: not the head's tied copy)
+  Shape shape;  ///< the whole tensor's
+  std::int64_t offset = 0, numel = 0;  ///< this actor's piece in its flat buffer
+  bool stored = true;  ///< written to the checkpoint (K-1: not the head's tied copy, not a replica's)
+  TpSplit split{};     ///< how tensor parallelism cuts it
+  TpShard shard{};     ///< which piece this actor holds
+  /// The tensor-parallel members whose pieces a checkpoint of it holds (1 where it is replicated).
+  int writers() const { return split.replicated() ? 1 : shard.size; }
 };
 
 struct ShardChunk {
@@ -74,16 +81,26 @@ class CheckpointReader {
  public:
   CheckpointReader(std::string dir, const Manifest& manifest);
   ~CheckpointReader();
-  /// Elements [lo, hi) of tensor `name` (which must have `shape`) into dst.
-  Status read(const std::string& name, const Shape& shape, std::int64_t lo, std::int64_t hi, float* dst);
+  /// Elements [lo, hi) of tensor `name` (which must have `shape`) into dst;
+  /// with `split` and `shard`, of that tensor-parallel member's piece,
+  /// whatever tensor-parallel layout wrote it (TP-2's runs).
+  Status read(const std::string& name, const Shape& shape, std::int64_t lo, std::int64_t hi, float* dst,
+              TpSplit split = {}, TpShard shard = {});
   std::uint64_t bytes_read() const { return bytes_; }
 
  private:
+  // Elements [lo, hi) of member `member`'s piece as the checkpoint stores it.
+  Status read_stored(const std::string& name, const CheckpointTensor& t, int member, std::int64_t lo, std::int64_t hi,
+                     float* dst);
   struct Files;
   std::string dir_;
   const Manifest& m_;
   std::unique_ptr<Files> files_;
   std::vector<float> scratch_;
+  struct {
+    std::string file;
+    std::uint64_t offset = 0;
+  } cached_;  ///< the piece scratch_ holds, checked (K-3)
   std::uint64_t bytes_ = 0;
 };
 

@@ -65,6 +65,8 @@ Status write_part(const std::string& root, int step, int node, const std::vector
     for (const auto& [name, t] : s.tensors) {
       CheckpointTensor& into = part.tensors[name];
       into.shape = t.shape;
+      into.tp = t.tp;
+      into.split = t.split;
       into.pieces.insert(into.pieces.end(), t.pieces.begin(), t.pieces.end());
     }
   }
@@ -114,6 +116,8 @@ Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, i
     for (auto& [name, t] : tensors) {
       CheckpointTensor& into = m.tensors[name];
       into.shape = t.shape;
+      into.tp = t.tp;
+      into.split = t.split;
       for (auto& p : t.pieces)
         if (p.file == f.name) into.pieces.push_back(p);
     }
@@ -125,7 +129,8 @@ Expected<std::uint64_t> commit_checkpoint(const std::string& root, Manifest m, i
     for (auto& f : part->files) add(f, part->tensors);
   }
   for (auto& [name, t] : m.tensors)
-    std::sort(t.pieces.begin(), t.pieces.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+    std::sort(t.pieces.begin(), t.pieces.end(),
+              [](auto& a, auto& b) { return std::pair{a.member, a.begin} < std::pair{b.member, b.begin}; });
   const std::string text = manifest_json(m);
   // The merged manifest must be one a reader accepts (M-1, M-2) before it is published.
   if (auto check = parse_manifest(text, partial + "/" + kManifestName); !check) return check.error();

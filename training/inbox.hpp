@@ -1,6 +1,6 @@
 // What a stage actor waits for, by name: "activation arrived", "gradient
 // arrived", "activation sent", "gradient sent", "bucket reduced", "parameters
-// gathered". The stage's code arms an event when it starts the transfer and
+// gathered", "tensor-parallel collective done". The stage's code arms an event when it starts the transfer and
 // waits for it when it needs the result; how the completion travels is the
 // inbox's business. In a stage actor it is a message in the actor's mailbox
 // (MailboxInbox, mailbox_inbox.hpp); without an actor (tests, tools) a futex
@@ -25,6 +25,7 @@ enum class StageEvent : std::uint8_t {
   gradient_sent,
   bucket_reduced,
   params_gathered,
+  tensor_parallel_done,  ///< the tensor-parallel group's sum or gather inside a layer (one at a time)
 };
 
 /// One event: what, for which model chunk, and which microbatch or bucket.

@@ -82,6 +82,7 @@ Manifest manifest_base(const StagePlan& plan, int step) {
   m.model = plan.cfg;
   m.layout.dp = plan.dims.dp;
   m.layout.pp = plan.dims.pp;
+  m.layout.tp = plan.dims.tp;
   m.layout.chunks = plan.schedule.chunks;
   for (const StageSpec& s : plan.virtual_specs) m.layout.layers.push_back(s.layer_count());
   return m;
@@ -170,7 +171,7 @@ Expected<RestoreFigures> restore_stage(StageState& state, HostCommunicator& repl
                           limit, replicas.transport(), "the restored parameters' broadcast"));
   // UH-1: the actor's own state belongs to its rank, so it comes back only on the layout that wrote it.
   const bool same_layout = m->layout.dp == plan.dims.dp && m->layout.pp == plan.dims.pp &&
-                           m->layout.chunks == plan.schedule.chunks;
+                           m->layout.tp == plan.dims.tp && m->layout.chunks == plan.schedule.chunks;
   bool actor_state_lost = false;
   if (same_layout) {
     auto own = read_actor_state(dir, *m, actor_state_name(rank));

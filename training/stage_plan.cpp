@@ -19,11 +19,11 @@ Expected<StagePlan> make_stage_plan(const JobConfig& job, int actors) {
   plan.cfg = gpt_config(job);
   TROUPE_TRY(validate(plan.cfg));
   const auto& par = job.parallel;
-  if (par.tp != 1) return make_error("parallel.tp = ", std::to_string(par.tp), ": tensor parallelism is not built yet; use 1");
-  plan.dims = ParallelDims{par.dp, par.pp, 1};
-  if (par.dp * par.pp != actors)
-    return make_error("parallel.dp x parallel.pp = ", std::to_string(par.dp * par.pp), " stage actors, but ",
-                      std::to_string(actors), " can be placed");
+  TROUPE_TRY(validate_tensor_parallel(plan.cfg, par.tp));
+  plan.dims = ParallelDims{par.dp, par.pp, par.tp};
+  if (plan.dims.world() != actors)
+    return make_error("parallel.dp x parallel.pp x parallel.tp = ", std::to_string(plan.dims.world()),
+                      " stage actors, but ", std::to_string(actors), " can be placed");
   int chunks = par.chunks;
   schedules::Kind kind{};
   if (par.schedule == "auto") {

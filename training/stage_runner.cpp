@@ -132,7 +132,8 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
   };
   for (int c = 0; c < schedule.chunks; ++c) {
     const StageSpec& spec = chunk_specs[static_cast<std::size_t>(c)];
-    auto model = GptStage::create(ctx, cfg, spec, B, T, impl->slots, schedule.kind == schedules::Kind::zb_h1);
+    auto model = GptStage::create(ctx, cfg, spec, B, T, impl->slots, schedule.kind == schedules::Kind::zb_h1,
+                                  impl->links.tp);
     if (!model) return model.error();
     r->models_.push_back(std::move(*model));
     for (int mb = 0; mb < schedule.microbatches; ++mb) {
@@ -324,6 +325,7 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
       case Op::grad_sync:
       case Op::optimizer_step: break;  // the caller's
     }
+    if (compute && m.links.tp_check) TROUPE_TRY(m.links.tp_check(waited));
     double t1 = now_us();
     if (compute && slowdown > 1) {  // a slow drill: this instruction's compute costs `slowdown` times as much
       if (m.links.burn && m.links.cpu_clock_us) {
@@ -415,6 +417,10 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
         if (!first) TROUPE_TRY(m.inbox->wait({StageEvent::activation_arrived, c, mb}));
         g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, ctx, {},
                   GptStage::LossRead::later);
+        if (m.links.tp_check) {
+          double waited = 0;
+          TROUPE_TRY(m.links.tp_check(waited));
+        }
         if (m.links.progress) m.links.progress->advanced(m.links.progress->step.load(std::memory_order_relaxed), -1);
         if (last) {
           const std::int64_t n = static_cast<std::int64_t>(rows(mb)) * g.seq();

@@ -18,6 +18,7 @@
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
 #include "ops/model/gpt_stage.hpp"
+#include "ops/model/tensor_parallel.hpp"
 #include "runtime/telemetry/trace_writer.hpp"
 #include "schedules/program.hpp"
 #include "training/fault_drill.hpp"
@@ -60,6 +61,12 @@ struct StageLinks {
   /// CPU time of the stage's compute threads, µs (optional): each compute
   /// instruction's CPU time is measured beside its wall time.
   std::function<double()> cpu_clock_us;
+  /// The tensor-parallel group's collectives every model chunk calls inside
+  /// its layers (default: none); with them, `tp_check` is called after each
+  /// compute instruction: a failed collective of it abandons the step, and
+  /// the time they waited is added to its blocked time (TensorParallelLink).
+  TensorParallel tp;
+  std::function<Status(double& waited_us)> tp_check;
   /// Burns `cpu_us` µs of CPU time shared by every compute thread (a slow
   /// drill's extra compute; optional: without it, or without cpu_clock_us,
   /// the stretch sleeps for as long in wall time).

@@ -39,6 +39,14 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
   links.grads_ready = [self](int c) { return self->zero(c).grads_ready(); };
   links.params_needed = [self](int c) { return self->zero(c).params_needed(); };
   links.pipeline = &a.groups->pipeline().tensors();
+  ProcessGroup& tp = a.groups->tensor_parallel();
+  if (tp.size() > 1) {
+    Inbox* inbox = links.inbox;
+    if (!inbox) inbox = (st->own_inbox_ = std::make_unique<FlagInbox>()).get();
+    st->tp_link_ = std::make_unique<TensorParallelLink>(tp.tensors(), *a.ctx, *inbox);
+    links.tp = st->tp_link_->ops();
+    links.tp_check = [link = st->tp_link_.get()](double& waited_us) { return link->check(waited_us); };
+  }
   auto runner = StageRunner::create(*a.ctx, plan.cfg, plan.chunks_of(me.pp), plan.schedule, me.pp, job.train.batch,
                                     plan.cfg.ctx, links, job.parallel.dp);
   if (!runner) return runner.error();
@@ -55,7 +63,8 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
     const bool tied_end = st->tied_split_ && (model.spec().embedding || model.spec().head);
     ProcessGroup& replicas = a.groups->data_parallel();
     auto z = ZeroChunk::create(*a.ctx, model, replicas.tensors(), replicas.host(), optimizer_config(job),
-                               ZeroOptions{bucket, tied_end ? "wte.weight" : "", links.inbox, c});
+                               ZeroOptions{bucket, tied_end ? "wte.weight" : "", links.inbox, c,
+                                           tp.size() > 1 ? &tp.host() : nullptr});
     if (!z) return z.error();
     st->zero_.push_back(std::move(*z));
   }

@@ -20,6 +20,7 @@
 #include "training/stage_plan.hpp"
 #include "training/stage_hooks.hpp"
 #include "training/stage_runner.hpp"
+#include "training/tensor_parallel_link.hpp"
 #include "training/zero_sync.hpp"
 
 namespace troupe {
@@ -84,6 +85,8 @@ class StageState {
  private:
   StageState() = default;
   const ExecContext* ctx_ = nullptr;
+  std::unique_ptr<Inbox> own_inbox_;               ///< the link's, where the actor has no inbox
+  std::unique_ptr<TensorParallelLink> tp_link_;    ///< tp > 1: the layers' collectives (outlives the runner)
   std::unique_ptr<StageRunner> runner_;
   std::vector<std::unique_ptr<ZeroChunk>> zero_;
   ActorStateHooks actor_state_;

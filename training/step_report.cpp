@@ -35,10 +35,11 @@ const float* StepTable::actor_instructions(int rank) const {
   return const_cast<StepTable*>(this)->actor_instructions(rank);
 }
 
-// stage figures are means over the stage's replicas, actor figures its own.
+// stage figures are means over the stage's actors (its replicas and
+// their tensor-parallel members), actor figures its own.
 void StepTable::add(int rank, const ActorStepFigures& f) {
   const int st = coord_of(dims_, rank).pp;
-  const double dp = dims_.dp;
+  const double dp = static_cast<double>(dims_.dp) * dims_.tp;
   float* row = stage(st);
   row[kLoss] += static_cast<float>(f.loss / dp);
   row[kBusy] += static_cast<float>(f.busy_us / dp);

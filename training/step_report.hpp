@@ -4,8 +4,8 @@
 // costs, blocked time beyond that prediction, and the data-parallel sync.
 //
 // Invariants (cited by step_report.test.cpp):
-//  R-1 every actor adds its figures into its own places (or divided by dp into
-//      its stage's), so the element-wise sum over actors is the job's table;
+//  R-1 every actor adds its figures into its own places (or divided by dp x tp
+//      into its stage's), so the element-wise sum over actors is the job's table;
 //  R-2 blocked_beyond = the most any stage waited on receives beyond what the
 //      simulator, replaying the measured compute, says it had to (never < 0);
 //  R-3 the data-parallel sync is judged on the replica that waited least (it

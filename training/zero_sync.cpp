@@ -153,10 +153,17 @@ Status ZeroChunk::step(float lr, int t, double global_sum_squares, const ExecCon
   Impl& m = *impl_;
   Status status;
   NormReducer reduce;
-  if (m.sharded())
+  HostCommunicator* tp = m.options.tensor_parallel_norms;
+  if (m.sharded() || tp)
     reduce = [&](std::vector<double>& sums) {
       std::vector<float> f(sums.begin(), sums.end());
-      status = wait_for([&](Completion c) { m.norms->all_reduce(f.data(), f.size(), std::move(c)); });
+      if (m.sharded()) status = wait_for([&](Completion c) { m.norms->all_reduce(f.data(), f.size(), std::move(c)); });
+      if (tp && status) {  // the whole tensor's norms: its pieces' summed, a replicated tensor's taken from member 0
+        const auto& params = m.model->params();
+        for (std::size_t p = 0; p < params.size(); ++p)
+          if (params[p].spec.replicated() && tp->index() != 0) f[2 * p] = f[2 * p + 1] = 0.0f;
+        status = wait_for([&](Completion c) { tp->all_reduce(f.data(), f.size(), std::move(c)); });
+      }
       std::copy(f.begin(), f.end(), sums.begin());
     };
   m.optimizer->step_with_global_norm(*m.model, lr, t, global_sum_squares, ctx, reduce);

@@ -39,6 +39,10 @@ struct ZeroOptions {
   /// actor's mailbox), keyed by `chunk`; null: futex flags of its own.
   Inbox* inbox = nullptr;
   int chunk = 0;
+  /// The tensor-parallel group's host communicator where it has more than
+  /// one member (null: none): LAMB's norms of the tensors it cuts are summed
+  /// over it too (a replicated tensor's count once, member 0's).
+  HostCommunicator* tensor_parallel_norms = nullptr;
 };
 
 class ZeroChunk {

@@ -5,6 +5,7 @@
 #include "ops/cpu/attention.hpp"
 #include "ops/cpu/cross_entropy.hpp"
 #include "ops/cpu/encoder.hpp"
+#include "ops/cpu/vocab_parallel.hpp"
 #include "ops/cpu/gelu.hpp"
 #include "ops/cpu/layernorm.hpp"
 #include "ops/cpu/linear.hpp"
@@ -89,6 +90,27 @@ void CpuKernels::do_attention_forward(Tensor& out, Tensor& saved, const Tensor& 
 void CpuKernels::do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor&,
                                        const Tensor& saved, int NH, int window) const {
   cpu::attention_backward(dqkv, dout, qkv, saved, NH, window, pool_);
+}
+
+void CpuKernels::do_vocab_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                            std::int64_t vocab_begin, const Tensor& wpe) const {
+  cpu::vocab_embedding_forward(out, tokens, wte, vocab_begin, wpe, pool_);
+}
+
+void CpuKernels::do_vocab_embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                             std::int64_t vocab_begin) const {
+  cpu::vocab_embedding_backward(dwte, dwpe, dout, tokens, vocab_begin, pool_);
+}
+
+void CpuKernels::do_vocab_cross_entropy_stats(Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                              std::int64_t vocab_begin) const {
+  cpu::vocab_cross_entropy_stats(stats, logits, targets, vocab_begin, pool_);
+}
+
+void CpuKernels::do_vocab_cross_entropy_finish(Tensor& losses, Tensor& logits, const Tensor& targets,
+                                               const Tensor& stats, std::int64_t vocab_begin,
+                                               float dlogits_scale) const {
+  cpu::vocab_cross_entropy_finish(losses, logits, targets, stats, vocab_begin, dlogits_scale, pool_);
 }
 
 void CpuKernels::do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,

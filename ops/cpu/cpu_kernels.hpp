@@ -39,6 +39,15 @@ class CpuKernels final : public Kernels {
                              const Tensor& saved, int NH, int window) const override;
   void do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
                                          float dlogits_scale) const override;
+  bool do_vocab_parallel() const override { return true; }
+  void do_vocab_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, std::int64_t vocab_begin,
+                                  const Tensor& wpe) const override;
+  void do_vocab_embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                   std::int64_t vocab_begin) const override;
+  void do_vocab_cross_entropy_stats(Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                    std::int64_t vocab_begin) const override;
+  void do_vocab_cross_entropy_finish(Tensor& losses, Tensor& logits, const Tensor& targets, const Tensor& stats,
+                                     std::int64_t vocab_begin, float dlogits_scale) const override;
   double do_sum(const Tensor& x) const override;
   double do_sum_squares(const Tensor& x) const override;
   void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const override;

@@ -52,36 +52,51 @@ Expected<std::vector<StageSpec>> split_stages(const GptConfig& cfg, int stages,
   return out;
 }
 
-std::vector<ParamSpec> stage_param_specs(const GptConfig& cfg, const StageSpec& stage) {
+std::vector<ParamSpec> stage_param_specs(const GptConfig& cfg, const StageSpec& stage, TpShard shard) {
   const std::int64_t C = cfg.dim, V = cfg.vocab;
+  const TpSplit replicated{}, rows{0, 1}, columns{1, 1}, qkv_columns{1, 3}, qkv_bias{0, 3};
   std::vector<ParamSpec> specs;
+  auto add = [&](std::string name, Shape full, bool decay, InitKind init, TpSplit split) {
+    specs.push_back({std::move(name), local_shape(full, split, shard), decay, init, split, full});
+  };
   if (stage.embedding) {
-    specs.push_back({"wte.weight", {V, C}, true, InitKind::normal});
-    specs.push_back({"wpe.weight", {cfg.ctx, C}, true, InitKind::normal});
+    add("wte.weight", {V, C}, true, InitKind::normal, rows);
+    add("wpe.weight", {cfg.ctx, C}, true, InitKind::normal, replicated);
   }
   for (int l = stage.first_layer; l < stage.end_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    specs.push_back({h + "ln_1.weight", {C}, false, InitKind::ones});
-    specs.push_back({h + "ln_1.bias", {C}, false, InitKind::zeros});
-    specs.push_back({h + "attn.c_attn.weight", {C, 3 * C}, true, InitKind::normal});
-    specs.push_back({h + "attn.c_attn.bias", {3 * C}, false, InitKind::zeros});
-    specs.push_back({h + "attn.c_proj.weight", {C, C}, true, InitKind::residual_projection});
-    specs.push_back({h + "attn.c_proj.bias", {C}, false, InitKind::zeros});
+    add(h + "ln_1.weight", {C}, false, InitKind::ones, replicated);
+    add(h + "ln_1.bias", {C}, false, InitKind::zeros, replicated);
+    add(h + "attn.c_attn.weight", {C, 3 * C}, true, InitKind::normal, qkv_columns);
+    add(h + "attn.c_attn.bias", {3 * C}, false, InitKind::zeros, qkv_bias);
+    add(h + "attn.c_proj.weight", {C, C}, true, InitKind::residual_projection, rows);
+    add(h + "attn.c_proj.bias", {C}, false, InitKind::zeros, replicated);
     if (!cfg.parallel_block) {
-      specs.push_back({h + "ln_2.weight", {C}, false, InitKind::ones});
-      specs.push_back({h + "ln_2.bias", {C}, false, InitKind::zeros});
+      add(h + "ln_2.weight", {C}, false, InitKind::ones, replicated);
+      add(h + "ln_2.bias", {C}, false, InitKind::zeros, replicated);
     }
-    specs.push_back({h + "mlp.c_fc.weight", {C, 4 * C}, true, InitKind::normal});
-    specs.push_back({h + "mlp.c_fc.bias", {4 * C}, false, InitKind::zeros});
-    specs.push_back({h + "mlp.c_proj.weight", {4 * C, C}, true, InitKind::residual_projection});
-    specs.push_back({h + "mlp.c_proj.bias", {C}, false, InitKind::zeros});
+    add(h + "mlp.c_fc.weight", {C, 4 * C}, true, InitKind::normal, columns);
+    add(h + "mlp.c_fc.bias", {4 * C}, false, InitKind::zeros, rows);
+    add(h + "mlp.c_proj.weight", {4 * C, C}, true, InitKind::residual_projection, rows);
+    add(h + "mlp.c_proj.bias", {C}, false, InitKind::zeros, replicated);
   }
   if (stage.head) {
-    specs.push_back({"ln_f.weight", {C}, false, InitKind::ones});
-    specs.push_back({"ln_f.bias", {C}, false, InitKind::zeros});
-    if (!stage.embedding) specs.push_back({"wte.weight", {V, C}, true, InitKind::normal});
+    add("ln_f.weight", {C}, false, InitKind::ones, replicated);
+    add("ln_f.bias", {C}, false, InitKind::zeros, replicated);
+    if (!stage.embedding) add("wte.weight", {V, C}, true, InitKind::normal, rows);
   }
   return specs;
+}
+
+Status validate_tensor_parallel(const GptConfig& cfg, int tp) {
+  if (tp < 1) return make_error("parallel.tp must be >= 1 (got ", std::to_string(tp), ")");
+  if (cfg.heads % tp != 0)
+    return make_error("parallel.tp = ", std::to_string(tp), " must divide model.heads = ", std::to_string(cfg.heads),
+                      " (attention is split by heads)");
+  if (cfg.vocab % tp != 0)
+    return make_error("parallel.tp = ", std::to_string(tp), " must divide model.vocab = ", std::to_string(cfg.vocab),
+                      " (the embedding and the loss are split by vocabulary rows)");
+  return Status::success();
 }
 
 std::int64_t parameter_count(const GptConfig& cfg) {

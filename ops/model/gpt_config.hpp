@@ -8,6 +8,7 @@
 
 #include "backends/tensor.hpp"
 #include "common/expected.hpp"
+#include "ops/model/tensor_parallel.hpp"
 
 namespace troupe {
 
@@ -48,14 +49,25 @@ enum class InitKind { normal, residual_projection, zeros, ones };
 
 struct ParamSpec {
   std::string name;  ///< Hugging Face GPT-2 name, e.g. "h.3.attn.c_attn.weight"
-  Shape shape;
+  Shape shape;       ///< this tensor-parallel member's piece (the whole tensor when tp = 1)
   bool decay;        ///< weight decay applies (matrices and embeddings, not biases or norms)
   InitKind init;
+  /// How tensor parallelism cuts it (Megatron: qkv and c_fc by output
+  /// columns, the projections by input rows, wte by vocabulary rows; norms,
+  /// wpe and the projections' biases replicated).
+  TpSplit split{};
+  Shape full{};      ///< the whole tensor's shape
+  bool replicated() const { return split.replicated(); }
 };
 
-/// Parameters of one stage in storage order. A head stage that is not also the
-/// embedding stage holds its own copy of the tied "wte.weight".
-std::vector<ParamSpec> stage_param_specs(const GptConfig& cfg, const StageSpec& stage);
+/// Parameters of one stage in storage order, the pieces member `shard` of the
+/// tensor-parallel group holds. A head stage that is not also the embedding
+/// stage holds its own copy of the tied "wte.weight".
+std::vector<ParamSpec> stage_param_specs(const GptConfig& cfg, const StageSpec& stage, TpShard shard = {});
+
+/// An error naming the parallel.tp or model.* key when the model cannot be cut
+/// over `tp` members (heads and vocabulary must divide), or success.
+Status validate_tensor_parallel(const GptConfig& cfg, int tp);
 
 /// Parameter count of the whole model (the tied head counted once).
 std::int64_t parameter_count(const GptConfig& cfg);

@@ -70,21 +70,32 @@ struct GptStage::Scratch {
   Tensor datty;  // (B,T,C)
   Tensor dqkv;   // (B,T,3C), bf16 in bf16
   Tensor dfch;   // (B,T,4C), bf16 in bf16
+  Tensor ce_stats;  // tensor-parallel head: (members, B*T, 3), every member's loss statistics
 };
 
-GptStage::GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T)
-    : cfg_(cfg), spec_(spec), B_(B), T_(T) {}
+GptStage::GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T, TensorParallel tp)
+    : cfg_(cfg), spec_(spec), tp_(std::move(tp)), B_(B), T_(T) {}
 
 GptStage::~GptStage() = default;
 
 int GptStage::slots() const { return static_cast<int>(slots_.size()); }
 
 Expected<std::unique_ptr<GptStage>> GptStage::create(const ExecContext& ctx, const GptConfig& cfg, const StageSpec& spec,
-                                                     int B, int T, int slots, bool split_backward) {
+                                                     int B, int T, int slots, bool split_backward,
+                                                     TensorParallel tp) {
   TROUPE_TRY(validate(cfg));
   if (B < 1) return make_error("train.batch must be >= 1");
   if (T < 1 || T > cfg.ctx) return make_error("sequence length ", std::to_string(T), " exceeds model.ctx");
-  std::unique_ptr<GptStage> stage(new GptStage(cfg, spec, B, T));
+  if (tp.shard.size < 1 || tp.shard.rank < 0 || tp.shard.rank >= tp.shard.size)
+    return make_error("tensor parallelism: member ", std::to_string(tp.shard.rank), " of ", std::to_string(tp.shard.size));
+  if (tp.active()) {
+    TROUPE_TRY(validate_tensor_parallel(cfg, tp.shard.size));
+    if (!tp.all_reduce || !tp.all_gather) return make_error("tensor parallelism: the group's collectives are missing");
+    if (!ctx.kernels.vocab_parallel())
+      return make_error("parallel.tp = ", std::to_string(tp.shard.size), ": the ", ctx.kernels.name(),
+                        " backend has no vocabulary-parallel kernels yet; use parallel.tp = 1 there");
+  }
+  std::unique_ptr<GptStage> stage(new GptStage(cfg, spec, B, T, std::move(tp)));
   TROUPE_TRY(stage->allocate(ctx, std::max(1, slots), split_backward));
   return stage;
 }
@@ -92,7 +103,7 @@ Expected<std::unique_ptr<GptStage>> GptStage::create(const ExecContext& ctx, con
 Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward) {
   Device& device = ctx.device;
   std::int64_t total = 0;
-  for (auto& spec : stage_param_specs(cfg_, spec_)) {
+  for (auto& spec : stage_param_specs(cfg_, spec_, tp_.shard)) {
     params_.push_back(StageParam{spec, {}, {}, total});
     total += shape_numel(spec.shape);
   }
@@ -124,7 +135,10 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     block_ranges_.emplace_back(find(h + "ln_1.weight")->offset, last->offset + last->value.numel());
   }
 
-  const std::int64_t B = B_, T = T_, C = cfg_.dim, NH = cfg_.heads, V = cfg_.vocab;
+  // A tensor-parallel member's pieces: its heads (C/P channels of attention),
+  // its part of the MLP (4C/P) and its vocabulary rows (V/P).
+  const std::int64_t P = tp_.shard.size;
+  const std::int64_t B = B_, T = T_, C = cfg_.dim, NH = cfg_.heads / P, V = cfg_.vocab / P, CA = C / P;
   Status status;
   auto make = [&](Shape shape, DType dtype = DType::f32) {
     auto t = Tensor::empty(device, std::move(shape), dtype);
@@ -154,8 +168,8 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
       a.ln1 = make({B, T, C}, gemm_input);
       a.ln1_mean = make({B, T});
       a.ln1_rstd = make({B, T});
-      a.qkv = make({B, T, 3 * C}, gemm_input);
-      a.atty = make({B, T, C}, gemm_input);
+      a.qkv = make({B, T, 3 * CA}, gemm_input);
+      a.atty = make({B, T, CA}, gemm_input);
       a.att = make(ctx.kernels.attention_saved_shape(B, NH, T));
       a.x2 = make({B, T, C});
       if (!cfg_.parallel_block) {
@@ -163,8 +177,8 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
         a.ln2_mean = make({B, T});
         a.ln2_rstd = make({B, T});
       }
-      a.fch = make({B, T, 4 * C}, gemm_input);
-      a.fcg = make({B, T, 4 * C}, gemm_input);
+      a.fch = make({B, T, 4 * CA}, gemm_input);
+      a.fcg = make({B, T, 4 * CA}, gemm_input);
       slot.layers.push_back(std::move(a));
     }
     if (spec_.head) {
@@ -177,16 +191,17 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     if (split_backward) {
       for (int l = 0; l < spec_.layer_count(); ++l)
         slot.deferred.push_back(
-            {make({B, T, C}), make({B, T, 4 * C}, gemm_input), make({B, T, C}), make({B, T, 3 * C}, gemm_input)});
+            {make({B, T, C}), make({B, T, 4 * CA}, gemm_input), make({B, T, C}), make({B, T, 3 * CA}, gemm_input)});
       if (spec_.embedding) slot.dembed = make({B, T, C});
     }
   }
   scratch_ = std::make_unique<Scratch>();
   scratch_->dres = make({B, T, C});
   scratch_->dln = make({B, T, C});
-  scratch_->datty = make({B, T, C});
-  scratch_->dqkv = make({B, T, 3 * C}, gemm_input);
-  scratch_->dfch = make({B, T, 4 * C}, gemm_input);
+  scratch_->datty = make({B, T, CA});
+  scratch_->dqkv = make({B, T, 3 * CA}, gemm_input);
+  scratch_->dfch = make({B, T, 4 * CA}, gemm_input);
+  if (spec_.head && tp_.active()) scratch_->ce_stats = make({P, B * T, 3});
   return status;
 }
 
@@ -228,7 +243,7 @@ Expected<Tensor> GptStage::params_on_host() const {
 
 void GptStage::init_weights(std::uint64_t seed) {
   must(write_params([&](const StageParam& p, Tensor& value) {
-    init_parameter(value, p.spec, cfg_, seed);
+    init_parameter(value, p.spec, cfg_, seed, tp_.shard);
     return Status::success();
   }));
 }
@@ -243,11 +258,21 @@ const Tensor& GptStage::token_losses(int slot) const { return slots_[static_cast
 
 const Tensor& GptStage::input_grad() const { return scratch_->dres; }
 
+void GptStage::tp_sum(const Tensor& t) const {
+  if (tp_.active()) tp_.all_reduce(t);
+}
+
+std::int64_t GptStage::vocab_begin() const {
+  return static_cast<std::int64_t>(cfg_.vocab) / tp_.shard.size * tp_.shard.rank;
+}
+
 void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx) {
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  const int heads = cfg_.heads / tp_.shard.size;
   ctx.kernels.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w);
   ctx.kernels.linear_forward(a.qkv, a.ln1, w.qkv_w.w, w.qkv_b.w);
-  ctx.kernels.attention_forward(a.atty, a.att, a.qkv, cfg_.heads, cfg_.window);
+  ctx.kernels.attention_forward(a.atty, a.att, a.qkv, heads, cfg_.window);
+  if (tp_.active()) return tp_block_forward(w, a_slot, layer, x, out, ctx);
   if (cfg_.parallel_block) {
     // out = x + attn(ln1) + mlp(ln1)
     ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w);
@@ -260,6 +285,39 @@ void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tens
   ctx.kernels.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w);
   ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln2, w.fc_w.w, w.fc_b.w);
   ctx.kernels.linear_residual_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, a.x2);  // out = x2 + mlp(ln2)
+}
+
+// The projections of a tensor-parallel member: partial sums over its heads
+// and MLP columns, with the replicated biases and the residual added by
+// member 0 alone, then summed over the group (one sum for the parallel block).
+void GptStage::tp_block_forward(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out,
+                                const ExecContext& ctx) {
+  auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  const bool first = tp_.shard.rank == 0;
+  const Tensor none;
+  if (cfg_.parallel_block) {  // out = x + attn(ln1) + mlp(ln1)
+    ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.w, first ? w.proj_b.w : none);
+    ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln1, w.fc_w.w, w.fc_b.w);
+    ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.w, first ? w.mlp_b.w : none);
+    if (first)
+      ctx.kernels.residual3_forward(out, out, a.x2, x);
+    else
+      ctx.kernels.residual_forward(out, out, a.x2);
+    tp_sum(out);
+    return;
+  }
+  if (first)
+    ctx.kernels.linear_residual_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w, x);
+  else
+    ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.w, none);
+  tp_sum(a.x2);  // x2 = x + attn(ln1)
+  ctx.kernels.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w);
+  ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln2, w.fc_w.w, w.fc_b.w);
+  if (first)
+    ctx.kernels.linear_residual_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, a.x2);
+  else
+    ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.w, none);
+  tp_sum(out);  // out = x2 + mlp(ln2)
 }
 
 // On entry scratch.dres holds d(block output); on return, d(block input).
@@ -285,19 +343,25 @@ void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x
     must(ctx.copy(keep->dmlp, d.dres));
     ctx.kernels.linear_backward_input_gelu(dfch, d.dres, mlp_w.w, a.fch);
   }
+  // A tensor-parallel member's input gradients of the LayerNorms' outputs
+  // are partial (its heads' and columns' share): summed before each norm.
+  const int heads = cfg_.heads / tp_.shard.size;
   if (cfg_.parallel_block) {
     linear(d.dln, fc_w, fc_b, dfch, a.ln1, false, nullptr);
     linear(d.datty, proj_w, proj_b, d.dres, a.atty, false, keep ? &keep->dproj : nullptr);
-    ctx.kernels.attention_backward(dqkv, d.datty, a.qkv, a.atty, a.att, cfg_.heads, cfg_.window);
+    ctx.kernels.attention_backward(dqkv, d.datty, a.qkv, a.atty, a.att, heads, cfg_.window);
     linear(d.dln, qkv_w, qkv_b, dqkv, a.ln1, true, nullptr);
+    tp_sum(d.dln);
     ctx.kernels.layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd);
     return;
   }
   linear(d.dln, fc_w, fc_b, dfch, a.ln2, false, nullptr);
+  tp_sum(d.dln);
   ctx.kernels.layernorm_backward(d.dres, ln2_w.g, ln2_b.g, d.dln, a.x2, ln2_w.w, a.ln2_mean, a.ln2_rstd);
   linear(d.datty, proj_w, proj_b, d.dres, a.atty, false, keep ? &keep->dproj : nullptr);
-  ctx.kernels.attention_backward(dqkv, d.datty, a.qkv, a.atty, a.att, cfg_.heads, cfg_.window);
+  ctx.kernels.attention_backward(dqkv, d.datty, a.qkv, a.atty, a.att, heads, cfg_.window);
   linear(d.dln, qkv_w, qkv_b, dqkv, a.ln1, false, nullptr);
+  tp_sum(d.dln);
   ctx.kernels.layernorm_backward(d.dres, ln1_w.g, ln1_b.g, d.dln, x, ln1_w.w, a.ln1_mean, a.ln1_rstd);
 }
 
@@ -312,6 +376,7 @@ void GptStage::block_weight_backward(Block& w, Slot& a_slot, int layer, const Ex
 }
 
 void GptStage::replayed(const ExecContext& ctx, ReplayCache::Key key, const std::function<void()>& pass) {
+  if (tp_.active()) return pass();  // the group's sums in the pass are not the stream's to capture
   must(replays_.run(ctx, std::move(key), pass));
 }
 
@@ -322,7 +387,14 @@ void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, flo
   ctx.kernels.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value);
   // logits (BT,V) = lnf (BT,C) @ wte^T
   ctx.kernels.tied_head_forward(a.logits, a.lnf, wte->value);
-  ctx.kernels.cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale);
+  if (!tp_.active()) return ctx.kernels.cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale);
+  // Vocabulary-parallel: each member's row statistics of its logits, gathered, then combined.
+  Tensor& stats = scratch_->ce_stats;
+  const std::int64_t N = static_cast<std::int64_t>(B_) * T_;
+  Tensor mine = stats.view(N * 3 * tp_.shard.rank, {N, 3});
+  ctx.kernels.vocab_cross_entropy_stats(mine, a.logits, targets, vocab_begin());
+  tp_.all_gather(stats);
+  ctx.kernels.vocab_cross_entropy_finish(a.losses, a.logits, targets, stats, vocab_begin(), dloss_scale);
 }
 
 void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
@@ -332,6 +404,7 @@ void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
   auto& d = *scratch_;
   // dlnf (N,C) = dlogits (N,V) @ wte (V,C); dwte (V,C) += dlogits^T @ lnf
   ctx.kernels.tied_head_backward_input(d.dln, a.logits, wte->value);
+  tp_sum(d.dln);  // a member's vocabulary rows give part of it
   if (!input_only) head_weight_backward(a, ctx);
   must(ctx.zero(d.dres));
   ctx.kernels.layernorm_backward(d.dres, lnf_w->grad, lnf_b->grad, d.dln, a.residual.back(), lnf_w->value, a.lnf_mean,
@@ -353,7 +426,13 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
     // embedding needs [0, end of wpe), the head [end of blocks, end) and wte.
     const StageParam* wpe = find("wpe.weight");
     if (needs) needs(0, wpe->offset + wpe->value.numel());
-    ctx.kernels.encoder_forward(a.residual[0], input, find("wte.weight")->value, wpe->value);
+    if (!tp_.active()) {
+      ctx.kernels.encoder_forward(a.residual[0], input, find("wte.weight")->value, wpe->value);
+    } else {  // each member its vocabulary rows, member 0 the positions too, summed
+      ctx.kernels.vocab_embedding_forward(a.residual[0], input, find("wte.weight")->value, vocab_begin(),
+                                          tp_.shard.rank == 0 ? wpe->value : Tensor{});
+      tp_sum(a.residual[0]);
+    }
   } else {
     a.residual[0] = input;  // no copy: the caller keeps it unchanged until backward(slot)
   }
@@ -409,8 +488,14 @@ void GptStage::run_backward(int slot, const Tensor& dout, const ExecContext& ctx
     must(ctx.copy(a.dembed, scratch_->dres));
     return;
   }
-  ctx.kernels.encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, scratch_->dres, a.input);
+  embedding_backward(scratch_->dres, a.input, ctx);
   if (ready) ready(0, embed_end, *ctx.stream.record());
+}
+
+void GptStage::embedding_backward(const Tensor& dout, const Tensor& tokens, const ExecContext& ctx) {
+  if (!tp_.active())
+    return ctx.kernels.encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, dout, tokens);
+  ctx.kernels.vocab_embedding_backward(find("wte.weight")->grad, find("wpe.weight")->grad, dout, tokens, vocab_begin());
 }
 
 void GptStage::backward_weight(int slot, const ExecContext& ctx, const GradsReady& ready) {
@@ -427,7 +512,7 @@ void GptStage::backward_weight(int slot, const ExecContext& ctx, const GradsRead
     if (ready) ready(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second, *ctx.stream.record());
   }
   if (spec_.embedding) {
-    ctx.kernels.encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, a.dembed, a.input);
+    embedding_backward(a.dembed, a.input, ctx);
     if (ready) ready(0, embed_end, *ctx.stream.record());
   }
 }
@@ -448,8 +533,9 @@ GptStage::MemoryUse GptStage::memory_use() const {
     for (auto& k : slot.deferred)
       for (const Tensor* t : {&k.dmlp, &k.dfch, &k.dproj, &k.dqkv}) m.activations += t->nbytes();
   }
-  for (const Tensor* t : {&scratch_->dres, &scratch_->dln, &scratch_->datty, &scratch_->dqkv, &scratch_->dfch})
-    m.scratch += t->nbytes();
+  for (const Tensor* t : {&scratch_->dres, &scratch_->dln, &scratch_->datty, &scratch_->dqkv, &scratch_->dfch,
+                          &scratch_->ce_stats})
+    if (t->defined()) m.scratch += t->nbytes();
   return m;
 }
 

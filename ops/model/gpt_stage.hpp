@@ -6,6 +6,17 @@
 // buckets and checkpoints see one span); per-tensor views are in params().
 // Activations saved for backward are kept per "slot" (one slot per microbatch
 // in flight); backward scratch is shared by all slots.
+//
+// With tensor parallelism (Megatron-LM) a stage holds one member's pieces
+// (ParamSpec::split): attention's heads and the MLP's columns, then the
+// projections' matching rows, so each of attention and the MLP ends in one
+// all-reduce of its output in the forward and of its input gradient in the
+// backward (the parallel block: one for both); member 0 alone adds the
+// replicated biases and the residual before the forward's sum. The embedding
+// and the tied head are vocabulary-parallel: the embedding sums the members'
+// rows, and the loss combines each member's row statistics (one all-gather)
+// without gathering the logits. Replicated tensors (norms, wpe, biases after
+// a sum) get identical gradients on every member: they see the same inputs.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +29,7 @@
 #include "common/expected.hpp"
 #include "ops/exec_context.hpp"
 #include "ops/model/gpt_config.hpp"
+#include "ops/model/tensor_parallel.hpp"
 #include "ops/replay_cache.hpp"
 
 namespace troupe {
@@ -34,12 +46,16 @@ class GptStage {
   /// Allocates parameters, gradients and activations on ctx's device for
   /// microbatches of B x T tokens. `split_backward` also keeps, per slot, the output gradients the
   /// deferred weight pass needs (zero-bubble schedules).
+  /// `tp`: this member's tensor-parallel group (default: none, the whole model).
   static Expected<std::unique_ptr<GptStage>> create(const ExecContext& ctx, const GptConfig& cfg, const StageSpec& spec,
-                                                    int B, int T, int slots = 1, bool split_backward = false);
+                                                    int B, int T, int slots = 1, bool split_backward = false,
+                                                    TensorParallel tp = {});
   ~GptStage();
 
   const GptConfig& config() const { return cfg_; }
   const StageSpec& spec() const { return spec_; }
+  /// Which tensor-parallel piece this stage holds.
+  TpShard tp_shard() const { return tp_.shard; }
   int batch() const { return B_; }
   int seq() const { return T_; }
   int slots() const;
@@ -121,9 +137,11 @@ class GptStage {
   struct Block;
   struct Slot;
   struct Scratch;
-  GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T);
+  GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T, TensorParallel tp);
   Status allocate(const ExecContext& ctx, int slots, bool split_backward);
   void block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx);
+  void tp_block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx);
+  void embedding_backward(const Tensor& dout, const Tensor& tokens, const ExecContext& ctx);
   // input_only: keep the linear layers' output gradients in the slot for block_weight_backward.
   void block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx, bool input_only);
   void block_weight_backward(Block& w, Slot& a, int layer, const ExecContext& ctx);
@@ -135,8 +153,13 @@ class GptStage {
   // pass, the slot, the layer and the buffers that are not the slot's own).
   void replayed(const ExecContext& ctx, ReplayCache::Key key, const std::function<void()>& pass);
 
+  // The sum over the tensor-parallel group (nothing without one).
+  void tp_sum(const Tensor& t) const;
+  std::int64_t vocab_begin() const;
+
   GptConfig cfg_;
   StageSpec spec_;
+  TensorParallel tp_;
   int B_, T_;
   Tensor params_flat_, grads_flat_;
   std::vector<StageParam> params_;

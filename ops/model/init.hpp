@@ -11,7 +11,9 @@ namespace troupe {
 
 /// Fills `value` as GPT-2 does: N(0, 0.02) for matrices and embeddings,
 /// N(0, 0.02/sqrt(2 L)) for residual projections, ones/zeros for norms and biases.
-/// Depends only on (seed, spec.name).
-void init_parameter(Tensor& value, const ParamSpec& spec, const GptConfig& cfg, std::uint64_t seed);
+/// Depends only on (seed, spec.name): a tensor-parallel member's piece
+/// (`shard`) holds exactly the values of the whole tensor it covers.
+void init_parameter(Tensor& value, const ParamSpec& spec, const GptConfig& cfg, std::uint64_t seed,
+                    TpShard shard = {});
 
 }  // namespace troupe

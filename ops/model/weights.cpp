@@ -10,14 +10,15 @@ namespace troupe {
 
 namespace {
 
-// The entry of `spec` in `file`, present with its shape and F32 or BF16.
+// The entry of `spec` in `file`, present with its (whole) shape and F32 or BF16.
 Expected<const SafetensorEntry*> entry_for(const SafetensorsFile& file, const ParamSpec& spec) {
   const std::string& path = file.path();
   const SafetensorEntry* e = file.find(spec.name);
-  if (!e) return make_error(path, ": missing tensor ", spec.name, " (shape ", shape_string(spec.shape), ")");
-  if (e->shape != spec.shape)
+  const Shape& whole = spec.full.empty() ? spec.shape : spec.full;
+  if (!e) return make_error(path, ": missing tensor ", spec.name, " (shape ", shape_string(whole), ")");
+  if (e->shape != whole)
     return make_error(path, ": tensor ", spec.name, " has shape ", shape_string(e->shape), ", the model needs ",
-                      shape_string(spec.shape));
+                      shape_string(whole));
   if (e->dtype != DType::f32 && e->dtype != DType::bf16)
     return make_error(path, ": tensor ", spec.name, " has dtype ", std::string(dtype_name(e->dtype)),
                       ", expected F32 or BF16");
@@ -42,12 +43,17 @@ Status load_weights(GptStage& stage, const std::string& path, std::vector<std::s
     if (!entry) return entry.error();
     const SafetensorEntry* e = *entry;
     float* dst = value.f32();
-    if (e->dtype == DType::f32) {
-      std::memcpy(dst, file->data(*e), value.nbytes());
-    } else {
-      auto* src = static_cast<const BFloat16*>(file->data(*e));
-      for (std::int64_t i = 0; i < value.numel(); ++i) dst[i] = from_bf16(src[i]);
-    }
+    // A tensor-parallel member takes its piece of the whole tensor, run by run.
+    for_each_run(p.spec.full, p.spec.split, stage.tp_shard(), 0, value.numel(),
+                 [&](std::int64_t whole, std::int64_t local, std::int64_t count) {
+                   if (e->dtype == DType::f32) {
+                     std::memcpy(dst + local, static_cast<const float*>(file->data(*e)) + whole,
+                                 static_cast<std::size_t>(count) * sizeof(float));
+                     return;
+                   }
+                   auto* src = static_cast<const BFloat16*>(file->data(*e)) + whole;
+                   for (std::int64_t i = 0; i < count; ++i) dst[local + i] = from_bf16(src[i]);
+                 });
     used.insert(p.spec.name);
     return Status::success();
   }));
@@ -57,6 +63,9 @@ Status load_weights(GptStage& stage, const std::string& path, std::vector<std::s
 }
 
 Status save_weights(const GptStage& stage, const std::string& path) {
+  if (!stage.tp_shard().whole())
+    return make_error(path, ": a tensor-parallel member holds pieces of the tensors; save the whole model from a "
+                            "checkpoint (troupe checkpoint export)");
   std::vector<NamedTensor> tensors;
   auto host = stage.params_on_host();
   if (!host) return host.error();

@@ -58,8 +58,11 @@ double StageOptimizer::step(GptStage& stage, float lr, int t, const ExecContext&
 // read once, added in part order.
 double StageOptimizer::owned_sum_squares(GptStage& stage, const ExecContext& ctx, const std::string& skip) const {
   std::vector<ElementRange> parts;
+  // A tensor-parallel group's replicated tensors are counted once, on member 0.
+  const bool count_replicated = stage.tp_shard().rank == 0;
   for_each_owned_part(stage, [&](std::size_t p, ElementRange part, std::int64_t) {
-    if (skip.empty() || stage.params()[p].spec.name != skip) parts.push_back(part);
+    const ParamSpec& spec = stage.params()[p].spec;
+    if ((skip.empty() || spec.name != skip) && (count_replicated || !spec.replicated())) parts.push_back(part);
   });
   const auto n = static_cast<std::int64_t>(parts.size());
   if (n == 0) return 0.0;

@@ -56,7 +56,9 @@ class StageOptimizer {
                              const NormReducer& reduce = {});
 
   /// Sum of squared gradients over the owned ranges, leaving out the parameter
-  /// called `skip` (a tied weight counted on another stage); "" = none.
+  /// called `skip` (a tied weight counted on another stage; "" = none) and,
+  /// on a tensor-parallel member other than the first, the replicated
+  /// tensors (each member holds the same gradient: counted once).
   double owned_sum_squares(GptStage& stage, const ExecContext& ctx, const std::string& skip = "") const;
 
   const std::vector<ElementRange>& owned() const { return owned_; }

@@ -375,7 +375,7 @@ Status check_relations(const JobConfig& c) {
     return make_error(where, ": parallel.dp x parallel.pp x parallel.tp must be at most 2^20 actors");
   if (c.checkpoint.every > 0 && c.checkpoint.dir.empty())
     return make_error(where, ": checkpoint.every needs checkpoint.dir (where to write them)");
-  const std::int64_t actors = static_cast<std::int64_t>(c.parallel.dp) * c.parallel.pp;
+  const std::int64_t actors = static_cast<std::int64_t>(c.parallel.dp) * c.parallel.pp * c.parallel.tp;
   for (std::size_t i = 0; i < c.faults.size(); ++i)
     if (c.faults[i].actor >= actors)
       return make_error(where, ": faults[", std::to_string(i), "]: actor ", std::to_string(c.faults[i].actor),

@@ -1,0 +1,261 @@
+// Tensor parallelism as the model sees it: the members' pieces tile every
+// tensor (TP-1), runs ascend (TP-2), a member's initial weights are its slice
+// of the whole model's, and tp members running a stage together (their sums
+// and gathers over an in-process group) compute the whole model's loss and
+// gradients: each member's gradient pieces are slices of tp = 1's.
+#include "ops/model/tensor_parallel.hpp"
+
+#include <catch2/catch.hpp>
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "ops/model/gpt_stage.hpp"
+#include "backends/host_memory.hpp"
+#include "ops/model/init.hpp"
+#include "ops/testing/cpu_context.hpp"
+
+namespace troupe {
+namespace {
+
+// TP-1, TP-2 for one tensor: every whole element is visited once over the
+// members, and each member's runs ascend in local and whole order.
+void check_tiling(const Shape& full, TpSplit split, int size) {
+  REQUIRE(divisible(full, split, size));
+  const std::int64_t n = shape_numel(full);
+  std::vector<int> seen(static_cast<std::size_t>(n), 0);
+  for (int r = 0; r < size; ++r) {
+    const Shape local = local_shape(full, split, TpShard{size, r});
+    const std::int64_t m = shape_numel(local);
+    if (!split.replicated()) CHECK(m * size == n);
+    std::int64_t next_local = 0, last_whole = -1;
+    for (const TpRun& run : tp_runs(full, split, TpShard{size, r}, 0, m)) {
+      CHECK(run.local == next_local);  // TP-2
+      CHECK(run.whole > last_whole);
+      next_local += run.count;
+      last_whole = run.whole;
+      for (std::int64_t k = 0; k < run.count; ++k) ++seen[static_cast<std::size_t>(run.whole + k)];
+    }
+    CHECK(next_local == m);
+  }
+  const int want = split.replicated() ? size : 1;  // TP-1
+  for (std::int64_t i = 0; i < n; ++i) REQUIRE(seen[static_cast<std::size_t>(i)] == want);
+}
+
+TEST_CASE("TP-1, TP-2: the members' pieces tile every tensor, in ascending runs", "[tp]") {
+  for (int size : {1, 2, 4}) {
+    check_tiling({8, 24}, TpSplit{1, 3}, size);  // qkv's columns
+    check_tiling({24}, TpSplit{0, 3}, size);     // qkv's bias
+    check_tiling({8, 32}, TpSplit{1, 1}, size);  // c_fc's columns
+    check_tiling({32, 8}, TpSplit{0, 1}, size);  // projections' rows, wte's vocabulary
+    check_tiling({8}, TpSplit{}, size);          // replicated
+  }
+  // A partial range of a piece: its runs are the full list clipped.
+  const auto all = tp_runs({8, 24}, TpSplit{1, 3}, TpShard{2, 1}, 0, 96);
+  const auto some = tp_runs({8, 24}, TpSplit{1, 3}, TpShard{2, 1}, 5, 30);
+  REQUIRE(some.size() == 7);
+  CHECK(some.front().local == 5);
+  CHECK(some.front().whole == all[1].whole + 1);
+  CHECK(some.back().local + some.back().count == 30);
+  CHECK_FALSE(divisible({8, 24}, TpSplit{1, 3}, 3));
+}
+
+GptConfig small_config() {
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.dim = 16;
+  cfg.ctx = 12;
+  cfg.vocab = 20;
+  return cfg;
+}
+
+TEST_CASE("a member's initial weights are its slice of the whole model's", "[tp]") {
+  const GptConfig cfg = small_config();
+  for (int size : {2, 4}) {
+    const auto whole = stage_param_specs(cfg, whole_model(cfg));
+    for (int r = 0; r < size; ++r) {
+      const auto mine = stage_param_specs(cfg, whole_model(cfg), TpShard{size, r});
+      REQUIRE(mine.size() == whole.size());
+      for (std::size_t i = 0; i < mine.size(); ++i) {
+        Tensor w = *Tensor::zeros(host_memory(), whole[i].shape);
+        Tensor p = *Tensor::zeros(host_memory(), mine[i].shape);
+        init_parameter(w, whole[i], cfg, 5);
+        init_parameter(p, mine[i], cfg, 5, TpShard{size, r});
+        for (const TpRun& run : tp_runs(mine[i].full, mine[i].split, TpShard{size, r}, 0, p.numel()))
+          REQUIRE(std::memcmp(p.f32() + run.local, w.f32() + run.whole,
+                              static_cast<std::size_t>(run.count) * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+// An in-process tensor-parallel group: members on threads meet at a barrier.
+class LocalGroup {
+ public:
+  explicit LocalGroup(int n) : n_(n), barrier_(n), slots_(static_cast<std::size_t>(n)) {}
+  TensorParallel member(int r) {
+    TensorParallel tp;
+    tp.shard = TpShard{n_, r};
+    tp.all_reduce = [this, r](const Tensor& t) {
+      slots_[static_cast<std::size_t>(r)] = &t;
+      barrier_.arrive_and_wait();
+      std::vector<float> sum(static_cast<std::size_t>(t.numel()), 0.0f);
+      for (const Tensor* s : slots_)  // member order, as a communicator's sum is the same on every member
+        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += s->f32()[i];
+      barrier_.arrive_and_wait();
+      std::memcpy(const_cast<float*>(t.f32()), sum.data(), sum.size() * sizeof(float));
+    };
+    tp.all_gather = [this, r](const Tensor& t) {
+      slots_[static_cast<std::size_t>(r)] = &t;
+      barrier_.arrive_and_wait();
+      const std::int64_t chunk = t.numel() / n_;
+      for (int j = 0; j < n_; ++j)
+        if (j != r)
+          std::memcpy(const_cast<float*>(t.f32()) + j * chunk, slots_[static_cast<std::size_t>(j)]->f32() + j * chunk,
+                      static_cast<std::size_t>(chunk) * sizeof(float));
+      barrier_.arrive_and_wait();
+    };
+    return tp;
+  }
+
+ private:
+  int n_;
+  std::barrier<> barrier_;
+  std::vector<const Tensor*> slots_;
+};
+
+// Deterministic non-trivial values (biases and norms too), by whole index.
+void perturb(GptStage& stage) {
+  for (auto& p : stage.params()) {
+    const float salt = static_cast<float>(p.spec.name.size());
+    for (const TpRun& run : tp_runs(p.spec.full, p.spec.split, stage.tp_shard(), 0, p.value.numel()))
+      for (std::int64_t k = 0; k < run.count; ++k)
+        p.value.f32()[run.local + k] += 0.2f * std::sin(0.37f * static_cast<float>(run.whole + k) + salt);
+  }
+}
+
+struct Run {
+  float loss = 0;
+  std::vector<std::vector<float>> grads;  // per parameter
+  std::vector<float> input_grad;
+};
+
+// One forward and backward of a stage (whole model, or the last layers
+// without the embedding when `from_activations`), two microbatches
+// accumulated, on member `shard` of `group` (null: tp = 1).
+Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool split_backward, bool from_activations) {
+  testing::CpuContext cpu(1);
+  const ExecContext& ctx = cpu;
+  const int B = 2, T = 10;
+  const StageSpec spec = from_activations ? StageSpec{1, cfg.layers, false, true} : whole_model(cfg);
+  auto made = GptStage::create(ctx, cfg, spec, B, T, 2, split_backward, group ? group->member(shard.rank) : TensorParallel{});
+  REQUIRE(made);
+  GptStage& stage = **made;
+  stage.init_weights(3);
+  perturb(stage);
+  stage.zero_grads(ctx);
+  Run out;
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> tok(0, cfg.vocab - 1);
+  std::normal_distribution<float> act(0.0f, 1.0f);
+  std::vector<Tensor> inputs, targets;
+  for (int slot = 0; slot < 2; ++slot) {
+    Tensor in = from_activations ? *Tensor::empty(host_memory(), {B, T, cfg.dim}) : *Tensor::empty(host_memory(), {B, T}, DType::i32);
+    Tensor tg = *Tensor::empty(host_memory(), {B, T}, DType::i32);
+    for (std::int64_t i = 0; i < in.numel(); ++i) {
+      if (from_activations) in.f32()[i] = act(rng);
+      else in.data<std::int32_t>()[i] = tok(rng);
+    }
+    for (std::int64_t i = 0; i < tg.numel(); ++i) tg.data<std::int32_t>()[i] = tok(rng);
+    inputs.push_back(in);
+    targets.push_back(tg);
+  }
+  for (int slot = 0; slot < 2; ++slot)
+    out.loss += stage.forward(slot, inputs[static_cast<std::size_t>(slot)], &targets[static_cast<std::size_t>(slot)],
+                              1.0f / (2 * B * T), ctx) / 2;
+  for (int slot = 1; slot >= 0; --slot) {
+    if (split_backward) {
+      stage.backward_input(slot, Tensor{}, ctx);
+      stage.backward_weight(slot, ctx);
+    } else {
+      stage.backward(slot, Tensor{}, ctx);
+    }
+    if (from_activations && slot == 0)
+      out.input_grad.assign(stage.input_grad().f32(), stage.input_grad().f32() + stage.input_grad().numel());
+  }
+  for (auto& p : stage.params()) out.grads.emplace_back(p.grad.f32(), p.grad.f32() + p.grad.numel());
+  return out;
+}
+
+void check_against_whole(const GptConfig& cfg, int size, bool split_backward = false, bool from_activations = false) {
+  const Run whole = run_member(cfg, nullptr, {}, split_backward, from_activations);
+  LocalGroup group(size);
+  std::vector<Run> members(static_cast<std::size_t>(size));
+  {
+    std::vector<std::jthread> threads;
+    for (int r = 0; r < size; ++r)
+      threads.emplace_back([&, r] {
+        members[static_cast<std::size_t>(r)] = run_member(cfg, &group, TpShard{size, r}, split_backward, from_activations);
+      });
+  }
+  const StageSpec spec = from_activations ? StageSpec{1, cfg.layers, false, true} : whole_model(cfg);
+  const auto specs = stage_param_specs(cfg, spec);
+  for (int r = 0; r < size; ++r) {
+    const Run& m = members[static_cast<std::size_t>(r)];
+    INFO("member " << r << " of " << size);
+    CHECK(m.loss == Approx(whole.loss).epsilon(1e-5));
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const ParamSpec mine = stage_param_specs(cfg, spec, TpShard{size, r})[i];
+      for (const TpRun& run : tp_runs(mine.full, mine.split, TpShard{size, r}, 0, shape_numel(mine.shape)))
+        for (std::int64_t k = 0; k < run.count; ++k) {
+          const float got = m.grads[i][static_cast<std::size_t>(run.local + k)];
+          const float want = whole.grads[i][static_cast<std::size_t>(run.whole + k)];
+          INFO(specs[i].name << "[" << run.whole + k << "]");
+          REQUIRE(got == Approx(want).margin(1e-5).epsilon(1e-3));
+        }
+    }
+    for (std::size_t i = 0; i < whole.input_grad.size(); ++i)
+      REQUIRE(m.input_grad[i] == Approx(whole.input_grad[i]).margin(1e-5).epsilon(1e-3));
+  }
+  // Replicated tensors' gradients: the same bits on every member.
+  for (int r = 1; r < size; ++r)
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].replicated()) CHECK(members[static_cast<std::size_t>(r)].grads[i] == members[0].grads[i]);
+}
+
+}  // namespace
+
+TEST_CASE("tp = 2 and 4 members compute the whole model's loss and gradient pieces", "[tp]") {
+  for (int size : {2, 4}) check_against_whole(small_config(), size);
+}
+
+TEST_CASE("tensor parallelism: the parallel block (one sum for attention and MLP)", "[tp]") {
+  GptConfig cfg = small_config();
+  cfg.parallel_block = true;
+  check_against_whole(cfg, 2);
+}
+
+TEST_CASE("tensor parallelism: sliding window, split backward, a stage fed activations", "[tp]") {
+  GptConfig cfg = small_config();
+  cfg.window = 4;
+  check_against_whole(cfg, 2);
+  check_against_whole(small_config(), 2, /*split_backward=*/true);
+  check_against_whole(small_config(), 4, false, /*from_activations=*/true);
+}
+
+TEST_CASE("tensor parallelism refuses a model it cannot cut, naming the key", "[tp]") {
+  GptConfig cfg = small_config();
+  cfg.vocab = 21;
+  auto st = validate_tensor_parallel(cfg, 2);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().message.find("model.vocab") != std::string::npos);
+  cfg.vocab = 20;
+  st = validate_tensor_parallel(cfg, 8);
+  REQUIRE_FALSE(st);
+  CHECK(st.error().message.find("model.heads") != std::string::npos);
+}
+
+}  // namespace troupe

@@ -1,0 +1,48 @@
+// TensorParallelLink: the group's sums and gathers, waited for in the inbox.
+#include "training/tensor_parallel_link.hpp"
+
+#include <chrono>
+
+#include "backends/comm/communicator.hpp"
+
+namespace troupe {
+
+TensorParallelLink::TensorParallelLink(Communicator& group, const ExecContext& ctx, Inbox& inbox)
+    : group_(group), ctx_(ctx), inbox_(inbox) {}
+
+TensorParallel TensorParallelLink::ops() {
+  TensorParallel tp;
+  tp.shard = TpShard{group_.size(), group_.index()};
+  tp.all_reduce = [this](const Tensor& t) { run("all-reduce", t, false); };
+  tp.all_gather = [this](const Tensor& t) { run("all-gather", t, true); };
+  return tp;
+}
+
+void TensorParallelLink::run(const char* what, const Tensor& t, bool gather) {
+  if (!failed_) return;  // TL-1: the step is abandoned at the next check
+  const auto start = std::chrono::steady_clock::now();
+  // One collective at a time: each is waited for before the next is issued.
+  const EventKey key{StageEvent::tensor_parallel_done, 0, 0};
+  Completion done = inbox_.expect(key);
+  if (gather)
+    group_.all_gather(t, ctx_.stream, std::move(done));
+  else
+    group_.all_reduce(t, ctx_.stream, std::move(done));
+  Status st = inbox_.wait(key);
+  waited_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  if (!st) {
+    Error e = st.error();  // its origin kept: a peer's failure stays the peer's
+    e.message = std::string("the tensor-parallel ") + what + ": " + e.message;
+    failed_ = std::move(e);
+  }
+}
+
+Status TensorParallelLink::check(double& waited_us) {
+  waited_us += waited_us_;
+  waited_us_ = 0;
+  Status out = std::move(failed_);
+  failed_ = Status::success();
+  return out;
+}
+
+}  // namespace troupe
