@@ -214,7 +214,7 @@ TEST_CASE("troupe checkpoint inspect verifies and export writes what eval and Py
   INFO(inspect.err);
   CHECK(inspect.exit_code == 0);
   CHECK(inspect.out.find("step 12") != std::string::npos);
-  CHECK(inspect.out.find("saved by: dp 2 x pp 2") != std::string::npos);
+  CHECK(inspect.out.find("saved by: dp 2 x pp 2 x tp 1") != std::string::npos);
   CHECK(inspect.out.find("every file verified") != std::string::npos);
   const std::string exported = job.dir / "exported.safetensors";
   auto ex = run(troupe_bin() + " checkpoint export " + last + " --output " + exported);

@@ -64,7 +64,8 @@ Expected<std::optional<double>> StageTrainer::evaluate_if_due(int step) {
   TROUPE_TRY(state_->wait_gathered());  // the update's parameters
   auto share = eval_->run(state_->runner(), step, ctx());
   if (!share) return share.error();
-  float sum = static_cast<float>(*share);
+  // A tensor-parallel group's members all hold the same losses: member 0's count.
+  float sum = me_.tp == 0 ? static_cast<float>(*share) : 0.0f;
   TROUPE_TRY(all_reduce(&sum, 1, "the validation loss all-reduce"));
   if (!root_) return std::optional<double>();
   const double loss = static_cast<double>(sum) / static_cast<double>(eval_->tokens());

@@ -20,8 +20,8 @@ int inspect(const std::string& dir) {
               m->model.window > 0 ? (", window " + std::to_string(m->model.window)).c_str() : "");
   std::string layers;
   for (int l : m->layout.layers) layers += (layers.empty() ? "" : ",") + std::to_string(l);
-  std::printf("  saved by: dp %d x pp %d, %d chunk(s), layers per virtual stage [%s]; config hash %s\n", m->layout.dp,
-              m->layout.pp, m->layout.chunks, layers.c_str(), m->config_hash.c_str());
+  std::printf("  saved by: dp %d x pp %d x tp %d, %d chunk(s), layers per virtual stage [%s]; config hash %s\n",
+              m->layout.dp, m->layout.pp, m->layout.tp, m->layout.chunks, layers.c_str(), m->config_hash.c_str());
   std::size_t pieces = 0;
   for (auto& [name, t] : m->tensors) pieces += t.pieces.size();
   std::printf("  %zu tensors in %zu pieces, %zu files:\n", m->tensors.size(), pieces, m->files.size());
