@@ -3,7 +3,8 @@
 // over two node processes, through the staged communicators, they train as
 // in one, bit for bit, and a killed node is replaced bit for bit; on two
 // GPUs the pipeline's NCCL channels train as the staged path does; a
-// checkpoint moves between the GPU and the CPU; bf16 ends where fp32 does.
+// checkpoint moves between the GPU and the CPU; bf16 ends where fp32 does;
+// tensor-parallel members sharing the GPU train as one actor does.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <map>
@@ -115,6 +116,23 @@ TEST_CASE("on one GPU, pp 2 x dp 2 stage actors train as one with the whole batc
   require_close(job.losses("launch --nodes 2", "--set parallel.pp=2 --set parallel.dp=2 "
                                                "--set parallel.stage_actor=troupe.gpt_stage"),
                 want, 1e-5);
+}
+
+// Tensor parallelism on one GPU: two stage actors share it (the staged
+// communicator between them), fp32 and bf16, sequential and parallel block.
+TEST_CASE("on one GPU, tp = 2 stage actors train as tp = 1 does", "[gpu][tp]") {
+  GpuJob job("gpu_tp", 60000, kSmall);
+  job.skip_without_gpu();
+  for (const std::string model : {"", " --set model.parallel_block=true"}) {
+    INFO(model);
+    require_close(job.losses("train", "--set parallel.tp=2 --set model.heads=4" + model),
+                  job.losses("train", "--set model.heads=4" + model), 1e-5);
+    require_close(job.losses("train", "--set parallel.tp=2 --set model.heads=4 --set train.precision=bf16" + model),
+                  job.losses("train", "--set model.heads=4 --set train.precision=bf16" + model), 1e-3);
+    require_close(job.losses("launch --nodes 2", "--set parallel.tp=2 --set parallel.pp=2 --set model.heads=4 "
+                                                 "--set parallel.stage_actor=troupe.gpt_stage" + model),
+                  job.losses("train", "--set model.heads=4" + model), 1e-5);
+  }
 }
 
 TEST_CASE("PG-1 on one GPU: two node processes over the staged communicators train as one process, bit for bit",

@@ -374,7 +374,8 @@ TEST_CASE("a pipeline that does not match the nodes is refused", "[launch][pipel
   write_file(cfg, "[model]\nlayers = 2\n[train]\nthreads = 1\n");
   auto r = run(troupe_bin() + " launch " + cfg + " --nodes 2 --set parallel.pp=3 --set parallel.stage_actor=troupe.gpt_stage");
   CHECK(r.exit_code != 0);
-  CHECK(r.err.find("parallel.dp x parallel.pp = 3 stage actors cannot be placed evenly on 2 nodes") != std::string::npos);
+  CHECK(r.err.find("parallel.dp x parallel.pp x parallel.tp = 3 stage actors cannot be placed evenly on 2 nodes") !=
+        std::string::npos);
 }
 
 }  // namespace troupe::testing

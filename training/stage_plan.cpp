@@ -54,6 +54,14 @@ Expected<StagePlan> make_stage_plan(const JobConfig& job, int actors) {
   if (par.pp == 1 && chunks > 1)
     return make_error("parallel.chunks = ", std::to_string(chunks),
                       " needs parallel.pp >= 2 (interleaving splits a pipeline's stages)");
+  if (par.sequence_parallel && par.tp > 1) {
+    if (kind == schedules::Kind::zb_h1)
+      return make_error("parallel.sequence_parallel with a split backward (parallel.schedule = zb-h1) is not built yet");
+    const std::int64_t tokens = static_cast<std::int64_t>(job.train.batch) * plan.cfg.ctx;
+    if (tokens % par.tp != 0)
+      return make_error("parallel.sequence_parallel: train.batch x model.ctx = ", std::to_string(tokens),
+                        " tokens must be a multiple of parallel.tp = ", std::to_string(par.tp));
+  }
   auto schedule = schedules::build_schedule(kind, par.pp, par.microbatches, chunks);
   if (!schedule) return make_error("parallel: ", schedule.error().message);
   plan.schedule = std::move(*schedule);

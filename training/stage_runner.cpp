@@ -121,11 +121,12 @@ Expected<std::unique_ptr<StageRunner>> StageRunner::create(const ExecContext& ct
   impl->links = std::move(links);
   impl->replicas = replicas;
   const std::size_t n = static_cast<std::size_t>(schedule.chunks * schedule.microbatches);
-  const std::int64_t C = cfg.dim;
   std::unique_ptr<StageRunner> r(new StageRunner());
+  // Activations and their gradients as the chunks pass them (sequence
+  // parallelism: this tensor-parallel member's tokens).
   auto make = [&](std::vector<Tensor>& v, bool needed) -> Status {
     if (!needed) return v.emplace_back(), Status::success();  // a chunk without a neighbour on that side
-    auto t = Tensor::empty(ctx.device, {B, T, C});
+    auto t = Tensor::empty(ctx.device, r->models_.back()->activation_shape());
     if (!t) return t.error();
     v.push_back(*t);
     return Status::success();

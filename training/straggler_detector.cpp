@@ -64,7 +64,7 @@ double StragglerDetector::slowdown(int rank, const StepTable& t) const {
     if (dims_.dp > 1) {  // its data-parallel peers' time for the same instruction, this step
       std::vector<double> peers;
       for (int d = 0; d < dims_.dp; ++d)
-        if (d != me.dp) peers.push_back(pace_us(t, rank_of(dims_, Coord{d, me.pp, 0}), pc));
+        if (d != me.dp) peers.push_back(pace_us(t, rank_of(dims_, Coord{d, me.pp, me.tp}), pc));
       const double theirs = median_of(peers);
       normal = normal > 0 ? std::min(normal, theirs) : theirs;
     }
@@ -76,12 +76,19 @@ double StragglerDetector::slowdown(int rank, const StepTable& t) const {
 std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
   const int dp = dims_.dp;
   // Replica d's pipeline replayed with its actors' paced costs (G-4), or
-  // their wall times; `slowed` (if >= 0) divided by `by`.
+  // their wall times; `slowed` (if >= 0) divided by `by`. A stage's
+  // tensor-parallel members meet in every layer: an instruction costs the
+  // group what its slowest member's costs (G-5; their waits for each other
+  // are blocked time, not compute: TL-2).
   auto replica_time = [&](int d, int slowed, double by, bool paced = true) {
     auto sim = schedules::simulate(t.schedule(), [&](int st, std::size_t pc, const schedules::Instruction&) {
-      const int rank = rank_of(dims_, Coord{d, st, 0});
-      const double cost = paced ? pace_us(t, rank, pc) : t.actor_instruction_us(rank, pc);
-      return cost / (rank == slowed ? by : 1.0);
+      double slowest = 0;
+      for (int tp = 0; tp < dims_.tp; ++tp) {
+        const int rank = rank_of(dims_, Coord{d, st, tp});
+        const double cost = paced ? pace_us(t, rank, pc) : t.actor_instruction_us(rank, pc);
+        slowest = std::max(slowest, cost / (rank == slowed ? by : 1.0));
+      }
+      return slowest;
     });
     return sim ? sim->step_time : 0.0;
   };

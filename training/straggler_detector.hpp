@@ -25,6 +25,10 @@
 //       stretches every actor's wall time, and a wall-time replay would see
 //       the others as slow too (on the 2-core VM, stage 0 slowed x1.58-1.7
 //       went unnamed in 3 of 4 drills; paced, in none).
+//  G-5  A stage's tensor-parallel members meet in every layer: in the replay
+//       an instruction costs the stage its slowest member's time, so a slow
+//       member is named (its cost is the group's wait) and the members that
+//       waited for it are not (their waits are blocked time: TL-2).
 #pragma once
 
 #include <deque>

@@ -19,8 +19,8 @@ using schedules::Op;
 struct Job {
   ParallelDims dims;
   schedules::Schedule sched;
-  explicit Job(int pp, int dp = 1)
-      : dims{dp, pp, 1}, sched(*schedules::build_schedule(schedules::Kind::one_f_one_b, pp, 8)) {}
+  explicit Job(int pp, int dp = 1, int tp = 1)
+      : dims{dp, pp, tp}, sched(*schedules::build_schedule(schedules::Kind::one_f_one_b, pp, 8)) {}
 
   // `spike`: actor spike_rank's compute instruction number spike_at takes this much longer (a preemption).
   StepTable step(const std::vector<double>& factor, int spike_rank = -1, int spike_at = 0, double spike = 1) const {
@@ -168,4 +168,18 @@ TEST_CASE("a slow data-parallel replica is named against its peers, and they are
 }
 
 }  // namespace
+TEST_CASE("G-5: a slow tensor-parallel member is named, and the member that waited for it is not", "[straggler]") {
+  Job job(2, 1, 2);  // ranks: stage 0 = {0, 1}, stage 1 = {2, 3}
+  StragglerDetector detector(job.dims, job.sched, 2, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) CHECK(detector.observe(job.step({1, 1, 1, 1})).empty());
+  std::vector<Straggler> named;
+  for (int i = 0; i < 3; ++i) named = detector.observe(job.step({1, 1, 1.6, 1}));
+  REQUIRE(named.size() == 1);
+  CHECK(named[0].rank == 2);
+  CHECK(named[0].stage == 1);
+  CHECK(named[0].node == 1);
+  CHECK(named[0].compute_slowdown == Approx(1.6).epsilon(1e-4));
+  CHECK(named[0].step_share > 0.10);
+}
+
 }  // namespace troupe

@@ -10,24 +10,27 @@ namespace troupe {
 TensorParallelLink::TensorParallelLink(Communicator& group, const ExecContext& ctx, Inbox& inbox)
     : group_(group), ctx_(ctx), inbox_(inbox) {}
 
-TensorParallel TensorParallelLink::ops() {
+TensorParallel TensorParallelLink::ops(bool sequence_parallel) {
   TensorParallel tp;
+  tp.sequence_parallel = sequence_parallel;
   tp.shard = TpShard{group_.size(), group_.index()};
-  tp.all_reduce = [this](const Tensor& t) { run("all-reduce", t, false); };
-  tp.all_gather = [this](const Tensor& t) { run("all-gather", t, true); };
+  tp.all_reduce = [this](const Tensor& t) { run("all-reduce", t, Collective::all_reduce); };
+  tp.all_gather = [this](const Tensor& t) { run("all-gather", t, Collective::all_gather); };
+  tp.reduce_scatter = [this](const Tensor& t) { run("reduce-scatter", t, Collective::reduce_scatter); };
   return tp;
 }
 
-void TensorParallelLink::run(const char* what, const Tensor& t, bool gather) {
+void TensorParallelLink::run(const char* what, const Tensor& t, Collective op) {
   if (!failed_) return;  // TL-1: the step is abandoned at the next check
   const auto start = std::chrono::steady_clock::now();
   // One collective at a time: each is waited for before the next is issued.
   const EventKey key{StageEvent::tensor_parallel_done, 0, 0};
   Completion done = inbox_.expect(key);
-  if (gather)
-    group_.all_gather(t, ctx_.stream, std::move(done));
-  else
-    group_.all_reduce(t, ctx_.stream, std::move(done));
+  switch (op) {
+    case Collective::all_reduce: group_.all_reduce(t, ctx_.stream, std::move(done)); break;
+    case Collective::all_gather: group_.all_gather(t, ctx_.stream, std::move(done)); break;
+    case Collective::reduce_scatter: group_.reduce_scatter(t, ctx_.stream, std::move(done)); break;
+  }
   Status st = inbox_.wait(key);
   waited_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   if (!st) {

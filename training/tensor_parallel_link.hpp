@@ -26,19 +26,20 @@ class Communicator;
 
 class TensorParallelLink {
  public:
-  /// `group`: the tensor-parallel group's communicator for device tensors;
-  /// `index`/`size`: this member's place in it. All outlive the link.
+  /// `group`: the tensor-parallel group's communicator for device tensors
+  /// (its size and index are the member's place). All outlive the link.
   TensorParallelLink(Communicator& group, const ExecContext& ctx, Inbox& inbox);
 
-  /// The collectives for GptStage::create.
-  TensorParallel ops();
+  /// The collectives for GptStage::create (`sequence_parallel`: parallel.sequence_parallel).
+  TensorParallel ops(bool sequence_parallel);
 
   /// TL-1, TL-2: the failure since the last check (success if none) and the
   /// time its collectives waited, added to `waited_us`.
   Status check(double& waited_us);
 
  private:
-  void run(const char* what, const Tensor& t, bool gather);
+  enum class Collective { all_reduce, all_gather, reduce_scatter };
+  void run(const char* what, const Tensor& t, Collective op);
   Communicator& group_;
   const ExecContext& ctx_;
   Inbox& inbox_;

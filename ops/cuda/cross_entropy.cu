@@ -58,16 +58,15 @@ __device__ inline void for_row(const L* z, std::int64_t V, bool vectors, F&& f) 
   }
 }
 
-// losses: (N); logits: (N,V), overwritten with (softmax - onehot) * scale when
-// scale != 0; targets: (N). A target outside [0, V) gives a NaN loss and no gradient.
+// The row's max and the sum of exp(x - max) over it, for every thread of the
+// block: each thread keeps a running max and a sum scaled to it (an online
+// softmax), then the block reduces both in a fixed order.
+struct RowMaxSum {
+  float max, sum;
+};
+
 template <class L>
-__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, L* logits,
-                                                                  const std::int32_t* targets, float scale,
-                                                                  std::int64_t V, bool vectors) {
-  const std::int64_t row = blockIdx.x;
-  L* z = logits + row * V;
-  const std::int32_t target = targets[row];
-  const bool valid = target >= 0 && target < V;
+__device__ inline RowMaxSum row_max_and_sum(const L* z, std::int64_t V, bool vectors) {
   float mx = -INFINITY, sum = 0.0f;  // sum of exp(x - mx) over this thread's elements
   for_row(z, V, vectors, [&](std::int64_t, const auto& x) {
     for (float xi : x) {
@@ -80,11 +79,14 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
     }
   });
   const float row_max = block_max(mx);
-  sum = block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - row_max));
-  const float target_logit = valid ? to_float(z[target]) : NAN;
-  __syncthreads();  // every thread has read z[target] before anyone overwrites it
-  if (threadIdx.x == 0) losses[row] = valid ? row_max + logf(sum) - target_logit : NAN;
-  if (scale == 0.0f || !valid) return;
+  return {row_max, block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - row_max))};
+}
+
+// The row's logits overwritten with (softmax - onehot(target)) * scale, from
+// the row's max and sum (target outside [0, V): no onehot term).
+template <class L>
+__device__ inline void write_gradient(L* z, std::int64_t V, bool vectors, float row_max, float sum,
+                                      std::int64_t target, float scale) {
   const float inv = scale / sum;
   for_row(z, V, vectors, [&](std::int64_t v, auto& x) {
     constexpr int n = sizeof(x) / sizeof(float);
@@ -93,6 +95,91 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, 
     if constexpr (n == 1) z[v] = from_float<L>(x[0]);
     else store_vector(z + v, x);
   });
+}
+
+// losses: (N); logits: (N,V), overwritten with (softmax - onehot) * scale when
+// scale != 0; targets: (N). A target outside [0, V) gives a NaN loss and no gradient.
+template <class L>
+__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(float* losses, L* logits,
+                                                                  const std::int32_t* targets, float scale,
+                                                                  std::int64_t V, bool vectors) {
+  const std::int64_t row = blockIdx.x;
+  L* z = logits + row * V;
+  const std::int32_t target = targets[row];
+  const bool valid = target >= 0 && target < V;
+  const RowMaxSum softmax = row_max_and_sum(z, V, vectors);
+  const float row_max = softmax.max, sum = softmax.sum;
+  const float target_logit = valid ? to_float(z[target]) : NAN;
+  __syncthreads();  // every thread has read z[target] before anyone overwrites it
+  if (threadIdx.x == 0) losses[row] = valid ? row_max + logf(sum) - target_logit : NAN;
+  if (scale == 0.0f || !valid) return;
+  write_gradient(z, V, vectors, row_max, sum, target, scale);
+}
+
+// Vocabulary parallelism, a member's rows [begin, begin + V) of the logits:
+// stats (N,3) = the row's max, the sum of exp(x - max) and the target's
+// logit where this member holds it (else 0), by the same online pass.
+template <class L>
+__global__ void __launch_bounds__(kThreads) vocab_stats_kernel(float* stats, const L* logits,
+                                                                const std::int32_t* targets, std::int64_t V,
+                                                                std::int64_t begin, bool vectors) {
+  const std::int64_t row = blockIdx.x;
+  const L* z = logits + row * V;
+  const std::int64_t target = static_cast<std::int64_t>(targets[row]) - begin;
+  const RowMaxSum softmax = row_max_and_sum(z, V, vectors);
+  const float row_max = softmax.max, sum = softmax.sum;
+  if (threadIdx.x != 0) return;
+  stats[3 * row] = row_max;
+  stats[3 * row + 1] = sum;
+  stats[3 * row + 2] = target >= 0 && target < V ? to_float(z[target]) : 0.0f;
+}
+
+// Every member's stats (P,N,3) combined in member order (each thread alike,
+// so every member of the group computes the same bits): the loss, and the
+// member's part of the gradient over its logits when scale != 0.
+template <class L>
+__global__ void __launch_bounds__(kThreads) vocab_finish_kernel(float* losses, L* logits, const std::int32_t* targets,
+                                                                 const float* stats, std::int64_t members,
+                                                                 std::int64_t N, float scale, std::int64_t V,
+                                                                 std::int64_t begin, bool vectors) {
+  const std::int64_t row = blockIdx.x;
+  float mx = -INFINITY, sum = 0.0f, target_logit = 0.0f;
+  for (std::int64_t p = 0; p < members; ++p) mx = fmaxf(mx, stats[(p * N + row) * 3]);
+  for (std::int64_t p = 0; p < members; ++p) {
+    const float* sp = stats + (p * N + row) * 3;
+    sum += sp[1] * expf(sp[0] - mx);
+    target_logit += sp[2];
+  }
+  if (threadIdx.x == 0) losses[row] = mx + logf(sum) - target_logit;
+  if (scale == 0.0f) return;
+  L* z = logits + row * V;
+  const std::int64_t target = static_cast<std::int64_t>(targets[row]) - begin;
+  write_gradient(z, V, vectors, mx, sum, target, scale);
+}
+
+template <class L>
+bool rows_vectorised(const L* logits, std::int64_t V) {
+  return V % kVector<L> == 0 && reinterpret_cast<std::uintptr_t>(logits) % 16 == 0;
+}
+
+template <class L>
+void launch_vocab_stats(float* stats, const L* logits, const std::int32_t* targets, std::int64_t vocab_begin,
+                        std::int64_t N, std::int64_t V, cudaStream_t s) {
+  if (N == 0) return;
+  vocab_stats_kernel<L><<<static_cast<unsigned>(N), kThreads, 0, s>>>(stats, logits, targets, V, vocab_begin,
+                                                                      rows_vectorised(logits, V));
+  check_launch("vocab_stats_kernel");
+}
+
+template <class L>
+void launch_vocab_finish(float* losses, L* logits, const std::int32_t* targets, const float* stats,
+                         std::int64_t members, std::int64_t vocab_begin, float scale, std::int64_t N, std::int64_t V,
+                         cudaStream_t s) {
+  if (N == 0) return;
+  vocab_finish_kernel<L><<<static_cast<unsigned>(N), kThreads, 0, s>>>(losses, logits, targets, stats, members, N,
+                                                                       scale, V, vocab_begin,
+                                                                       rows_vectorised(logits, V));
+  check_launch("vocab_finish_kernel");
 }
 
 template <class L>
@@ -114,6 +201,28 @@ void cross_entropy_forward_backward(float* losses, float* logits, const std::int
 void cross_entropy_forward_backward(float* losses, __nv_bfloat16* logits, const std::int32_t* targets,
                                     float dlogits_scale, std::int64_t N, std::int64_t V, cudaStream_t s) {
   launch(losses, logits, targets, dlogits_scale, N, V, s);
+}
+
+void vocab_cross_entropy_stats(float* stats, const float* logits, const std::int32_t* targets, std::int64_t vocab_begin,
+                               std::int64_t N, std::int64_t V, cudaStream_t s) {
+  launch_vocab_stats(stats, logits, targets, vocab_begin, N, V, s);
+}
+
+void vocab_cross_entropy_stats(float* stats, const __nv_bfloat16* logits, const std::int32_t* targets,
+                               std::int64_t vocab_begin, std::int64_t N, std::int64_t V, cudaStream_t s) {
+  launch_vocab_stats(stats, logits, targets, vocab_begin, N, V, s);
+}
+
+void vocab_cross_entropy_finish(float* losses, float* logits, const std::int32_t* targets, const float* stats,
+                                std::int64_t members, std::int64_t vocab_begin, float dlogits_scale, std::int64_t N,
+                                std::int64_t V, cudaStream_t s) {
+  launch_vocab_finish(losses, logits, targets, stats, members, vocab_begin, dlogits_scale, N, V, s);
+}
+
+void vocab_cross_entropy_finish(float* losses, __nv_bfloat16* logits, const std::int32_t* targets, const float* stats,
+                                std::int64_t members, std::int64_t vocab_begin, float dlogits_scale, std::int64_t N,
+                                std::int64_t V, cudaStream_t s) {
+  launch_vocab_finish(losses, logits, targets, stats, members, vocab_begin, dlogits_scale, N, V, s);
 }
 
 }  // namespace troupe::cuda

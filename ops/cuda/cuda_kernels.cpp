@@ -295,6 +295,41 @@ void CudaKernels::do_cross_entropy_forward_backward(Tensor& losses, Tensor& logi
                                        rows(logits), logits.dim(-1), s());
 }
 
+void CudaKernels::do_vocab_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                             std::int64_t vocab_begin, const Tensor& wpe) const {
+  cuda::vocab_embedding_forward(out.f32(), tokens.data<std::int32_t>(), wte.f32(), vocab_begin,
+                                wpe.defined() ? wpe.f32() : nullptr, out.dim(0), out.dim(1), out.dim(2), wte.dim(0),
+                                s());
+}
+
+void CudaKernels::do_vocab_embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                              std::int64_t vocab_begin) const {
+  cuda::vocab_embedding_backward(dwte.f32(), dwpe.defined() ? dwpe.f32() : nullptr, dout.f32(),
+                                 tokens.data<std::int32_t>(), vocab_begin, dout.dim(0), dout.dim(1), dout.dim(2),
+                                 dwte.dim(0), s());
+}
+
+void CudaKernels::do_vocab_cross_entropy_stats(Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                               std::int64_t vocab_begin) const {
+  if (logits.dtype() == DType::bf16)
+    return cuda::vocab_cross_entropy_stats(stats.f32(), static_cast<const __nv_bfloat16*>(bf16_data(logits)),
+                                           targets.data<std::int32_t>(), vocab_begin, rows(logits), logits.dim(-1),
+                                           s());
+  cuda::vocab_cross_entropy_stats(stats.f32(), logits.f32(), targets.data<std::int32_t>(), vocab_begin, rows(logits),
+                                  logits.dim(-1), s());
+}
+
+void CudaKernels::do_vocab_cross_entropy_finish(Tensor& losses, Tensor& logits, const Tensor& targets,
+                                                const Tensor& stats, std::int64_t vocab_begin,
+                                                float dlogits_scale) const {
+  if (logits.dtype() == DType::bf16)
+    return cuda::vocab_cross_entropy_finish(losses.f32(), bf16_data(logits), targets.data<std::int32_t>(), stats.f32(),
+                                            stats.dim(0), vocab_begin, dlogits_scale, rows(logits), logits.dim(-1),
+                                            s());
+  cuda::vocab_cross_entropy_finish(losses.f32(), logits.f32(), targets.data<std::int32_t>(), stats.f32(),
+                                   stats.dim(0), vocab_begin, dlogits_scale, rows(logits), logits.dim(-1), s());
+}
+
 double CudaKernels::do_sum(const Tensor& x) const { return cuda::sum(x.f32(), x.numel(), false, s()); }
 
 double CudaKernels::do_sum_squares(const Tensor& x) const { return cuda::sum(x.f32(), x.numel(), true, s()); }

@@ -57,6 +57,15 @@ class CudaKernels final : public Kernels {
   void do_attention_forward(Tensor& out, Tensor& saved, const Tensor& qkv, int NH, int window) const override;
   void do_attention_backward(Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                              const Tensor& saved, int NH, int window) const override;
+  bool do_vocab_parallel() const override { return true; }
+  void do_vocab_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, std::int64_t vocab_begin,
+                                  const Tensor& wpe) const override;
+  void do_vocab_embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
+                                   std::int64_t vocab_begin) const override;
+  void do_vocab_cross_entropy_stats(Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                    std::int64_t vocab_begin) const override;
+  void do_vocab_cross_entropy_finish(Tensor& losses, Tensor& logits, const Tensor& targets, const Tensor& stats,
+                                     std::int64_t vocab_begin, float dlogits_scale) const override;
   void do_cross_entropy_forward_backward(Tensor& losses, Tensor& logits, const Tensor& targets,
                                          float dlogits_scale) const override;
   double do_sum(const Tensor& x) const override;

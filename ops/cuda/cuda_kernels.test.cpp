@@ -534,6 +534,52 @@ TEST_CASE("CUDA token and position embedding, forward and backward, equal the CP
   CHECK(b.host_gpu(again.gpu) == b.host_gpu(dwte.gpu));
 }
 
+// Tensor parallelism's vocabulary-parallel ops: each member's rows, on both
+// devices; the members' stats gathered by hand (as the group's all-gather does).
+TEST_CASE("CUDA vocabulary-parallel embedding and cross-entropy equal the CPU's", "[cuda][kernels][tp]") {
+  Both b;
+  const int B = 3, T = 11, C = 13, V = 24, P = 2, Vl = V / P, N = B * T;
+  std::vector<std::int32_t> tok(N), tgt(N);
+  for (int i = 0; i < N; ++i) {
+    tok[static_cast<std::size_t>(i)] = (i * 7) % 5 == 0 ? 3 : (i * 5) % V;  // repeats, both members' rows
+    tgt[static_cast<std::size_t>(i)] = (i * 11) % V;
+  }
+  auto tokens = b.ids({B, T}, tok);
+  auto targets = b.ids({N}, tgt);
+  auto wpe = b.random({T + 4, C});
+  auto stats_all = b.random({P, N, 3});
+  std::vector<Pair> logits;
+  for (int r = 0; r < P; ++r) {
+    INFO("member " << r);
+    auto wte = b.random({Vl, C}), y = b.random({B, T, C});
+    const Tensor positions_cpu = r == 0 ? wpe.cpu : Tensor{}, positions_gpu = r == 0 ? wpe.gpu : Tensor{};
+    b.cpu.kernels.vocab_embedding_forward(y.cpu, tokens.cpu, wte.cpu, r * Vl, positions_cpu);
+    b.g().kernels.vocab_embedding_forward(y.gpu, tokens.gpu, wte.gpu, r * Vl, positions_gpu);
+    b.agree(y);
+    auto dy = b.random({B, T, C}), dwte = b.random({Vl, C}), dwpe = b.random({T + 4, C});
+    b.cpu.kernels.vocab_embedding_backward(dwte.cpu, dwpe.cpu, dy.cpu, tokens.cpu, r * Vl);
+    b.g().kernels.vocab_embedding_backward(dwte.gpu, dwpe.gpu, dy.gpu, tokens.gpu, r * Vl);
+    b.agree(dwte);
+    b.agree(dwpe);
+    // This member's statistics into its chunk of the gathered tensor.
+    logits.push_back(b.random({N, Vl}, -4, 4));
+    Pair mine{stats_all.cpu.view(static_cast<std::int64_t>(r) * N * 3, {N, 3}),
+              stats_all.gpu.view(static_cast<std::int64_t>(r) * N * 3, {N, 3})};
+    b.cpu.kernels.vocab_cross_entropy_stats(mine.cpu, logits.back().cpu, targets.cpu, r * Vl);
+    b.g().kernels.vocab_cross_entropy_stats(mine.gpu, logits.back().gpu, targets.gpu, r * Vl);
+    b.agree(mine);
+  }
+  for (int r = 0; r < P; ++r) {
+    auto losses = b.random({N});
+    b.cpu.kernels.vocab_cross_entropy_finish(losses.cpu, logits[static_cast<std::size_t>(r)].cpu, targets.cpu,
+                                             stats_all.cpu, r * Vl, 0.5f);
+    b.g().kernels.vocab_cross_entropy_finish(losses.gpu, logits[static_cast<std::size_t>(r)].gpu, targets.gpu,
+                                             stats_all.gpu, r * Vl, 0.5f);
+    b.agree(losses);
+    b.agree(logits[static_cast<std::size_t>(r)]);
+  }
+}
+
 namespace {
 
 struct AttentionCase {

@@ -59,12 +59,31 @@ void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, c
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, std::int64_t B,
                       std::int64_t T, std::int64_t C, std::int64_t V, cudaStream_t s);
 
+// encoder.cu, vocabulary parallelism (Kernels::vocab_*): a member's rows of
+// wte; wpe and dwpe may be null (no positions).
+void vocab_embedding_forward(float* out, const std::int32_t* tokens, const float* wte, std::int64_t vocab_begin,
+                             const float* wpe, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t V,
+                             cudaStream_t s);
+void vocab_embedding_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens,
+                              std::int64_t vocab_begin, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t V,
+                              cudaStream_t s);
+
 // cross_entropy.cu
 void cross_entropy_forward_backward(float* losses, float* logits, const std::int32_t* targets, float dlogits_scale,
                                     std::int64_t N, std::int64_t V, cudaStream_t s);
 /// bf16 logits, and their gradient in bf16; the loss and the sums in fp32.
 void cross_entropy_forward_backward(float* losses, __nv_bfloat16* logits, const std::int32_t* targets,
                                     float dlogits_scale, std::int64_t N, std::int64_t V, cudaStream_t s);
+void vocab_cross_entropy_stats(float* stats, const float* logits, const std::int32_t* targets, std::int64_t vocab_begin,
+                               std::int64_t N, std::int64_t V, cudaStream_t s);
+void vocab_cross_entropy_stats(float* stats, const __nv_bfloat16* logits, const std::int32_t* targets,
+                               std::int64_t vocab_begin, std::int64_t N, std::int64_t V, cudaStream_t s);
+void vocab_cross_entropy_finish(float* losses, float* logits, const std::int32_t* targets, const float* stats,
+                                std::int64_t members, std::int64_t vocab_begin, float dlogits_scale, std::int64_t N,
+                                std::int64_t V, cudaStream_t s);
+void vocab_cross_entropy_finish(float* losses, __nv_bfloat16* logits, const std::int32_t* targets, const float* stats,
+                                std::int64_t members, std::int64_t vocab_begin, float dlogits_scale, std::int64_t N,
+                                std::int64_t V, cudaStream_t s);
 
 // attention.cu. lse: (B,NH,T) log-sum-exp of each query row's scores. bf16:
 // the products on the tensor cores from bf16-rounded inputs (head sizes up to

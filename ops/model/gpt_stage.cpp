@@ -71,6 +71,10 @@ struct GptStage::Scratch {
   Tensor dqkv;   // (B,T,3C), bf16 in bf16
   Tensor dfch;   // (B,T,4C), bf16 in bf16
   Tensor ce_stats;  // tensor-parallel head: (members, B*T, 3), every member's loss statistics
+  // Sequence parallelism: all B*T tokens' (B*T, C) for the gathered LayerNorm
+  // outputs, the partial sums before a reduce-scatter, the gathered output
+  // gradient; and the LayerNorm parameters' gradient from this member's tokens (2C).
+  Tensor full_in, full_out, dres_full, ln_grads;
 };
 
 GptStage::GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T, TensorParallel tp)
@@ -91,6 +95,15 @@ Expected<std::unique_ptr<GptStage>> GptStage::create(const ExecContext& ctx, con
   if (tp.active()) {
     TROUPE_TRY(validate_tensor_parallel(cfg, tp.shard.size));
     if (!tp.all_reduce || !tp.all_gather) return make_error("tensor parallelism: the group's collectives are missing");
+    if (tp.splits_tokens()) {
+      if (!tp.reduce_scatter) return make_error("sequence parallelism: the group's reduce-scatter is missing");
+      if ((static_cast<std::int64_t>(B) * T) % tp.shard.size != 0)
+        return make_error("parallel.sequence_parallel: train.batch x model.ctx = ",
+                          std::to_string(static_cast<std::int64_t>(B) * T), " tokens must be a multiple of parallel.tp = ",
+                          std::to_string(tp.shard.size));
+      if (split_backward)
+        return make_error("parallel.sequence_parallel with a split backward (parallel.schedule = zb-h1) is not built yet");
+    }
     if (!ctx.kernels.vocab_parallel())
       return make_error("parallel.tp = ", std::to_string(tp.shard.size), ": the ", ctx.kernels.name(),
                         " backend has no vocabulary-parallel kernels yet; use parallel.tp = 1 there");
@@ -158,33 +171,38 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
   // (of qkv and of the MLP's pre-activation) are bf16 too. The residual
   // stream and its gradient stay fp32.
   const DType gemm_input = ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  // Sequence parallelism: this member's tokens of the residual stream and of
+  // the LayerNorms (their outputs f32: the gathers move f32).
+  const bool sp = tp_.splits_tokens();
+  const Shape tokens = sp ? Shape{B * T / P, C} : Shape{B, T, C}, stats = sp ? Shape{B * T / P} : Shape{B, T};
+  const DType ln_out = sp ? DType::f32 : gemm_input;
   slots_.resize(static_cast<std::size_t>(slots));
   for (auto& slot : slots_) {
     // residual[0] of a non-embedding stage is the caller's input itself (set by forward).
     for (int l = 0; l <= spec_.layer_count(); ++l)
-      slot.residual.push_back(l == 0 && !spec_.embedding ? Tensor{} : make({B, T, C}));
+      slot.residual.push_back(l == 0 && !spec_.embedding ? Tensor{} : make(tokens));
     for (int l = 0; l < spec_.layer_count(); ++l) {
       Slot::Layer a;
-      a.ln1 = make({B, T, C}, gemm_input);
-      a.ln1_mean = make({B, T});
-      a.ln1_rstd = make({B, T});
+      a.ln1 = make(tokens, ln_out);
+      a.ln1_mean = make(stats);
+      a.ln1_rstd = make(stats);
       a.qkv = make({B, T, 3 * CA}, gemm_input);
       a.atty = make({B, T, CA}, gemm_input);
       a.att = make(ctx.kernels.attention_saved_shape(B, NH, T));
-      a.x2 = make({B, T, C});
+      if (!sp || !cfg_.parallel_block) a.x2 = make(tokens);  // the parallel block's sums need no copy of their own
       if (!cfg_.parallel_block) {
-        a.ln2 = make({B, T, C}, gemm_input);
-        a.ln2_mean = make({B, T});
-        a.ln2_rstd = make({B, T});
+        a.ln2 = make(tokens, ln_out);
+        a.ln2_mean = make(stats);
+        a.ln2_rstd = make(stats);
       }
       a.fch = make({B, T, 4 * CA}, gemm_input);
       a.fcg = make({B, T, 4 * CA}, gemm_input);
       slot.layers.push_back(std::move(a));
     }
     if (spec_.head) {
-      slot.lnf = make({B, T, C}, gemm_input);
-      slot.lnf_mean = make({B, T});
-      slot.lnf_rstd = make({B, T});
+      slot.lnf = make(tokens, ln_out);
+      slot.lnf_mean = make(stats);
+      slot.lnf_rstd = make(stats);
       slot.logits = make({B, T, V}, gemm_input);
       slot.losses = make({B * T});
     }
@@ -196,12 +214,18 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     }
   }
   scratch_ = std::make_unique<Scratch>();
-  scratch_->dres = make({B, T, C});
-  scratch_->dln = make({B, T, C});
+  scratch_->dres = make(tokens);
+  if (!sp) scratch_->dln = make({B, T, C});
   scratch_->datty = make({B, T, CA});
   scratch_->dqkv = make({B, T, 3 * CA}, gemm_input);
   scratch_->dfch = make({B, T, 4 * CA}, gemm_input);
   if (spec_.head && tp_.active()) scratch_->ce_stats = make({P, B * T, 3});
+  if (sp) {
+    scratch_->full_in = make({B * T, C});
+    scratch_->full_out = make({B * T, C});
+    scratch_->dres_full = make({B * T, C});
+    scratch_->ln_grads = make({2 * C});
+  }
   return status;
 }
 
@@ -250,6 +274,11 @@ void GptStage::init_weights(std::uint64_t seed) {
 
 void GptStage::zero_grads(const ExecContext& ctx) { must(ctx.zero(grads_flat_)); }
 
+Shape GptStage::activation_shape() const {
+  if (tp_.splits_tokens()) return {static_cast<std::int64_t>(B_) * T_ / tp_.shard.size, cfg_.dim};
+  return {B_, T_, cfg_.dim};
+}
+
 const Tensor& GptStage::output(int slot) const {
   return slots_[static_cast<std::size_t>(slot)].residual.back();
 }
@@ -267,6 +296,7 @@ std::int64_t GptStage::vocab_begin() const {
 }
 
 void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx) {
+  if (tp_.splits_tokens()) return sp_block_forward(w, a_slot, layer, x, out, ctx);
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
   const int heads = cfg_.heads / tp_.shard.size;
   ctx.kernels.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w);
@@ -320,8 +350,106 @@ void GptStage::tp_block_forward(const Block& w, Slot& a_slot, int layer, const T
   tp_sum(out);  // out = x2 + mlp(ln2)
 }
 
+// Sequence parallelism: this member's tokens of a full (B*T, C) tensor, the
+// chunk its reduce-scatter ends with and its all-gather contributes.
+Tensor GptStage::my_tokens(const Tensor& full) const {
+  const std::int64_t n = full.numel() / tp_.shard.size;
+  return full.view(n * tp_.shard.rank, {n / cfg_.dim, cfg_.dim});
+}
+
+// `shard` (this member's tokens) gathered into `full` (every member's).
+void GptStage::gather_tokens(const Tensor& shard, const Tensor& full, const ExecContext& ctx) const {
+  must(ctx.copy(my_tokens(full), shard));
+  tp_.all_gather(full);
+}
+
+// A LayerNorm's backward on this member's tokens: the input gradient into
+// `dinp`, the weight's and bias's from these tokens summed over the members
+// (every member then adds the same bits).
+void GptStage::sp_layernorm_backward(Tensor& dinp, Tensor& weight_grad, Tensor& bias_grad, const Tensor& dout,
+                                     const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd,
+                                     const ExecContext& ctx) {
+  Tensor& g = scratch_->ln_grads;
+  const std::int64_t C = cfg_.dim;
+  Tensor dw = g.view(0, {C}), db = g.view(C, {C});
+  must(ctx.zero(g));
+  ctx.kernels.layernorm_backward(dinp, dw, db, dout, inp, weight, mean, rstd);
+  tp_.all_reduce(g);
+  ctx.kernels.residual_forward(weight_grad, weight_grad, dw);
+  ctx.kernels.residual_forward(bias_grad, bias_grad, db);
+}
+
+// The block with sequence parallelism (Megatron): LayerNorms and residual
+// additions on this member's tokens; each LayerNorm's output all-gathered
+// before the column-parallel GEMMs, each row-parallel GEMM's partial sums
+// reduce-scattered back to the members' tokens (member 0 adds the bias once).
+void GptStage::sp_block_forward(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out,
+                                const ExecContext& ctx) {
+  auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  auto& s = *scratch_;
+  const bool first = tp_.shard.rank == 0;
+  const Tensor none;
+  const int heads = cfg_.heads / tp_.shard.size;
+  ctx.kernels.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w);
+  gather_tokens(a.ln1, s.full_in, ctx);
+  ctx.kernels.linear_forward(a.qkv, s.full_in, w.qkv_w.w, w.qkv_b.w);
+  ctx.kernels.attention_forward(a.atty, a.att, a.qkv, heads, cfg_.window);
+  if (cfg_.parallel_block) {  // out = x + attn(ln1) + mlp(ln1), one reduce-scatter for both
+    ctx.kernels.linear_gelu_forward(a.fch, a.fcg, s.full_in, w.fc_w.w, w.fc_b.w);
+    ctx.kernels.linear_forward(s.full_out, a.fcg, w.mlp_w.w, first ? w.mlp_b.w : none);
+    ctx.kernels.linear_residual_forward(s.dres_full, a.atty, w.proj_w.w, first ? w.proj_b.w : none, s.full_out);
+    tp_.reduce_scatter(s.dres_full);
+    ctx.kernels.residual_forward(out, my_tokens(s.dres_full), x);
+    return;
+  }
+  ctx.kernels.linear_forward(s.full_out, a.atty, w.proj_w.w, first ? w.proj_b.w : none);
+  tp_.reduce_scatter(s.full_out);
+  ctx.kernels.residual_forward(a.x2, my_tokens(s.full_out), x);  // x2 = x + attn(ln1)
+  ctx.kernels.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w);
+  gather_tokens(a.ln2, s.full_in, ctx);
+  ctx.kernels.linear_gelu_forward(a.fch, a.fcg, s.full_in, w.fc_w.w, w.fc_b.w);
+  ctx.kernels.linear_forward(s.full_out, a.fcg, w.mlp_w.w, first ? w.mlp_b.w : none);
+  tp_.reduce_scatter(s.full_out);
+  ctx.kernels.residual_forward(out, my_tokens(s.full_out), a.x2);  // out = x2 + mlp(ln2)
+}
+
+// Its backward: each row-parallel GEMM's output gradient all-gathered (its
+// bias's gradient then sums every token, as the whole model's does), each
+// column-parallel GEMM's input gradient reduce-scattered to the members'
+// tokens, the LayerNorms' outputs gathered again for the weight gradients.
+void GptStage::sp_block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x, const ExecContext& ctx) {
+  auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  auto& d = *scratch_;
+  auto& [ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b] = w;
+  const int heads = cfg_.heads / tp_.shard.size;
+  gather_tokens(d.dres, d.dres_full, ctx);
+  ctx.kernels.linear_backward_gelu(d.dfch, mlp_w.g, mlp_b.g, d.dres_full, a.fcg, mlp_w.w, a.fch);
+  if (cfg_.parallel_block) {
+    gather_tokens(a.ln1, d.full_in, ctx);
+    ctx.kernels.linear_backward(d.full_out, fc_w.g, fc_b.g, d.dfch, d.full_in, fc_w.w, false);
+    ctx.kernels.linear_backward(d.datty, proj_w.g, proj_b.g, d.dres_full, a.atty, proj_w.w, false);
+    ctx.kernels.attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.att, heads, cfg_.window);
+    ctx.kernels.linear_backward(d.full_out, qkv_w.g, qkv_b.g, d.dqkv, d.full_in, qkv_w.w, true);
+    tp_.reduce_scatter(d.full_out);
+    sp_layernorm_backward(d.dres, ln1_w.g, ln1_b.g, my_tokens(d.full_out), x, ln1_w.w, a.ln1_mean, a.ln1_rstd, ctx);
+    return;
+  }
+  gather_tokens(a.ln2, d.full_in, ctx);
+  ctx.kernels.linear_backward(d.full_out, fc_w.g, fc_b.g, d.dfch, d.full_in, fc_w.w, false);
+  tp_.reduce_scatter(d.full_out);
+  sp_layernorm_backward(d.dres, ln2_w.g, ln2_b.g, my_tokens(d.full_out), a.x2, ln2_w.w, a.ln2_mean, a.ln2_rstd, ctx);
+  gather_tokens(d.dres, d.dres_full, ctx);
+  ctx.kernels.linear_backward(d.datty, proj_w.g, proj_b.g, d.dres_full, a.atty, proj_w.w, false);
+  ctx.kernels.attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.att, heads, cfg_.window);
+  gather_tokens(a.ln1, d.full_in, ctx);
+  ctx.kernels.linear_backward(d.full_out, qkv_w.g, qkv_b.g, d.dqkv, d.full_in, qkv_w.w, false);
+  tp_.reduce_scatter(d.full_out);
+  sp_layernorm_backward(d.dres, ln1_w.g, ln1_b.g, my_tokens(d.full_out), x, ln1_w.w, a.ln1_mean, a.ln1_rstd, ctx);
+}
+
 // On entry scratch.dres holds d(block output); on return, d(block input).
 void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x, const ExecContext& ctx, bool input_only) {
+  if (tp_.splits_tokens()) return sp_block_backward(w, a_slot, layer, x, ctx);  // (never input_only: create refuses)
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
   auto& d = *scratch_;
   auto& [ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b] = w;
@@ -385,8 +513,13 @@ void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, flo
   StageParam* lnf_b = find("ln_f.bias");
   StageParam* wte = find("wte.weight");
   ctx.kernels.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value);
-  // logits (BT,V) = lnf (BT,C) @ wte^T
-  ctx.kernels.tied_head_forward(a.logits, a.lnf, wte->value);
+  // logits (BT,V) = lnf (BT,C) @ wte^T (sequence parallelism: every member's tokens, gathered)
+  const Tensor* lnf = &a.lnf;
+  if (tp_.splits_tokens()) {
+    gather_tokens(a.lnf, scratch_->full_in, ctx);
+    lnf = &scratch_->full_in;
+  }
+  ctx.kernels.tied_head_forward(a.logits, *lnf, wte->value);
   if (!tp_.active()) return ctx.kernels.cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale);
   // Vocabulary-parallel: each member's row statistics of its logits, gathered, then combined.
   Tensor& stats = scratch_->ce_stats;
@@ -402,6 +535,16 @@ void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
   StageParam* lnf_b = find("ln_f.bias");
   StageParam* wte = find("wte.weight");
   auto& d = *scratch_;
+  if (tp_.splits_tokens()) {  // (never input_only: create refuses)
+    ctx.kernels.tied_head_backward_input(d.full_out, a.logits, wte->value);
+    tp_.reduce_scatter(d.full_out);  // this member's tokens of d(lnf), summed over its vocabulary rows and the others'
+    gather_tokens(a.lnf, d.full_in, ctx);
+    ctx.kernels.tied_head_backward_weight(wte->grad, a.logits, d.full_in);
+    must(ctx.zero(d.dres));
+    sp_layernorm_backward(d.dres, lnf_w->grad, lnf_b->grad, my_tokens(d.full_out), a.residual.back(), lnf_w->value,
+                          a.lnf_mean, a.lnf_rstd, ctx);
+    return;
+  }
   // dlnf (N,C) = dlogits (N,V) @ wte (V,C); dwte (V,C) += dlogits^T @ lnf
   ctx.kernels.tied_head_backward_input(d.dln, a.logits, wte->value);
   tp_sum(d.dln);  // a member's vocabulary rows give part of it
@@ -428,10 +571,16 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
     if (needs) needs(0, wpe->offset + wpe->value.numel());
     if (!tp_.active()) {
       ctx.kernels.encoder_forward(a.residual[0], input, find("wte.weight")->value, wpe->value);
-    } else {  // each member its vocabulary rows, member 0 the positions too, summed
+    } else if (!tp_.splits_tokens()) {  // each member its vocabulary rows, member 0 the positions too, summed
       ctx.kernels.vocab_embedding_forward(a.residual[0], input, find("wte.weight")->value, vocab_begin(),
                                           tp_.shard.rank == 0 ? wpe->value : Tensor{});
       tp_sum(a.residual[0]);
+    } else {  // the same, summed onto each member's tokens
+      Tensor full = scratch_->full_out.view(0, {B_, T_, cfg_.dim});
+      ctx.kernels.vocab_embedding_forward(full, input, find("wte.weight")->value, vocab_begin(),
+                                          tp_.shard.rank == 0 ? wpe->value : Tensor{});
+      tp_.reduce_scatter(scratch_->full_out);
+      must(ctx.copy(a.residual[0], my_tokens(scratch_->full_out)));
     }
   } else {
     a.residual[0] = input;  // no copy: the caller keeps it unchanged until backward(slot)
@@ -495,7 +644,12 @@ void GptStage::run_backward(int slot, const Tensor& dout, const ExecContext& ctx
 void GptStage::embedding_backward(const Tensor& dout, const Tensor& tokens, const ExecContext& ctx) {
   if (!tp_.active())
     return ctx.kernels.encoder_backward(find("wte.weight")->grad, find("wpe.weight")->grad, dout, tokens);
-  ctx.kernels.vocab_embedding_backward(find("wte.weight")->grad, find("wpe.weight")->grad, dout, tokens, vocab_begin());
+  if (!tp_.splits_tokens())
+    return ctx.kernels.vocab_embedding_backward(find("wte.weight")->grad, find("wpe.weight")->grad, dout, tokens,
+                                                vocab_begin());
+  gather_tokens(dout, scratch_->dres_full, ctx);  // every token's gradient: wpe's is then every member's
+  ctx.kernels.vocab_embedding_backward(find("wte.weight")->grad, find("wpe.weight")->grad,
+                                       scratch_->dres_full.view(0, {B_, T_, cfg_.dim}), tokens, vocab_begin());
 }
 
 void GptStage::backward_weight(int slot, const ExecContext& ctx, const GradsReady& ready) {
@@ -534,7 +688,8 @@ GptStage::MemoryUse GptStage::memory_use() const {
       for (const Tensor* t : {&k.dmlp, &k.dfch, &k.dproj, &k.dqkv}) m.activations += t->nbytes();
   }
   for (const Tensor* t : {&scratch_->dres, &scratch_->dln, &scratch_->datty, &scratch_->dqkv, &scratch_->dfch,
-                          &scratch_->ce_stats})
+                          &scratch_->ce_stats, &scratch_->full_in, &scratch_->full_out, &scratch_->dres_full,
+                          &scratch_->ln_grads})
     if (t->defined()) m.scratch += t->nbytes();
   return m;
 }

@@ -17,6 +17,14 @@
 // rows, and the loss combines each member's row statistics (one all-gather)
 // without gathering the logits. Replicated tensors (norms, wpe, biases after
 // a sum) get identical gradients on every member: they see the same inputs.
+//
+// With sequence parallelism (Megatron) the members split the batch's tokens
+// for everything outside those layers: the residual stream, the LayerNorms
+// and what the stage takes and passes on are this member's B*T/tp tokens; a
+// LayerNorm's output is all-gathered before a column-parallel GEMM and a
+// row-parallel GEMM's partial sums are reduce-scattered (the same bytes on
+// the wire as the all-reduce), and the LayerNorms' parameter gradients from
+// each member's tokens are summed over the group.
 #pragma once
 
 #include <cstdint>
@@ -94,7 +102,11 @@ class GptStage {
   float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, const ExecContext& ctx,
                 const ParamsNeeded& needs = {}, LossRead read = LossRead::now);
 
-  /// Activations (B,T,C) this (non-head) stage passes on after forward(slot).
+  /// The shape of the activations a stage takes and passes on (and of
+  /// their gradients): (B,T,C), or with sequence parallelism this member's
+  /// B*T/tp tokens (B*T/tp, C).
+  Shape activation_shape() const;
+  /// Activations this (non-head) stage passes on after forward(slot).
   const Tensor& output(int slot) const;
   /// Per-token losses (B*T) of the last forward(slot) on the head stage.
   const Tensor& token_losses(int slot) const;
@@ -142,6 +154,13 @@ class GptStage {
   void block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx);
   void tp_block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx);
   void embedding_backward(const Tensor& dout, const Tensor& tokens, const ExecContext& ctx);
+  // Sequence parallelism (tp_.splits_tokens()).
+  Tensor my_tokens(const Tensor& full) const;
+  void gather_tokens(const Tensor& shard, const Tensor& full, const ExecContext& ctx) const;
+  void sp_layernorm_backward(Tensor& dinp, Tensor& weight_grad, Tensor& bias_grad, const Tensor& dout, const Tensor& inp,
+                             const Tensor& weight, const Tensor& mean, const Tensor& rstd, const ExecContext& ctx);
+  void sp_block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx);
+  void sp_block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx);
   // input_only: keep the linear layers' output gradients in the slot for block_weight_backward.
   void block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx, bool input_only);
   void block_weight_backward(Block& w, Slot& a, int layer, const ExecContext& ctx);

@@ -70,7 +70,14 @@ struct TensorParallel {
   std::function<void(const Tensor& t)> all_reduce;
   /// Member i contributes chunk i of t's `size` equal chunks; every member ends with all of them (f32).
   std::function<void(const Tensor& t)> all_gather;
+  /// Member i ends with chunk i of t holding the members' sum; the rest is scratch (f32).
+  std::function<void(const Tensor& t)> reduce_scatter;
+  /// Sequence parallelism: the tokens outside the tensor-parallel layers
+  /// (LayerNorms, the residual stream) split over the members in equal
+  /// contiguous chunks of the batch's B x T tokens.
+  bool sequence_parallel = false;
   bool active() const { return shard.size > 1; }
+  bool splits_tokens() const { return active() && sequence_parallel; }
 };
 
 }  // namespace troupe

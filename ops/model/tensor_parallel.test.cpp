@@ -96,9 +96,20 @@ TEST_CASE("a member's initial weights are its slice of the whole model's", "[tp]
 class LocalGroup {
  public:
   explicit LocalGroup(int n) : n_(n), barrier_(n), slots_(static_cast<std::size_t>(n)) {}
-  TensorParallel member(int r) {
+  TensorParallel member(int r, bool sequence_parallel) {
     TensorParallel tp;
     tp.shard = TpShard{n_, r};
+    tp.sequence_parallel = sequence_parallel;
+    tp.reduce_scatter = [this, r](const Tensor& t) {
+      slots_[static_cast<std::size_t>(r)] = &t;
+      barrier_.arrive_and_wait();
+      const std::int64_t chunk = t.numel() / n_;
+      std::vector<float> sum(static_cast<std::size_t>(chunk), 0.0f);
+      for (const Tensor* s : slots_)
+        for (std::int64_t i = 0; i < chunk; ++i) sum[static_cast<std::size_t>(i)] += s->f32()[r * chunk + i];
+      barrier_.arrive_and_wait();
+      std::memcpy(const_cast<float*>(t.f32()) + r * chunk, sum.data(), sum.size() * sizeof(float));
+    };
     tp.all_reduce = [this, r](const Tensor& t) {
       slots_[static_cast<std::size_t>(r)] = &t;
       barrier_.arrive_and_wait();
@@ -146,12 +157,14 @@ struct Run {
 // One forward and backward of a stage (whole model, or the last layers
 // without the embedding when `from_activations`), two microbatches
 // accumulated, on member `shard` of `group` (null: tp = 1).
-Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool split_backward, bool from_activations) {
+Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool split_backward, bool from_activations,
+               bool sequence_parallel) {
   testing::CpuContext cpu(1);
   const ExecContext& ctx = cpu;
   const int B = 2, T = 10;
   const StageSpec spec = from_activations ? StageSpec{1, cfg.layers, false, true} : whole_model(cfg);
-  auto made = GptStage::create(ctx, cfg, spec, B, T, 2, split_backward, group ? group->member(shard.rank) : TensorParallel{});
+  auto made = GptStage::create(ctx, cfg, spec, B, T, 2, split_backward,
+                               group ? group->member(shard.rank, sequence_parallel) : TensorParallel{});
   REQUIRE(made);
   GptStage& stage = **made;
   stage.init_weights(3);
@@ -170,6 +183,9 @@ Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool spli
       else in.data<std::int32_t>()[i] = tok(rng);
     }
     for (std::int64_t i = 0; i < tg.numel(); ++i) tg.data<std::int32_t>()[i] = tok(rng);
+    // Sequence parallelism: a stage takes this member's tokens of the activations.
+    const std::int64_t tokens = static_cast<std::int64_t>(B) * T / shard.size;
+    if (from_activations && sequence_parallel) in = in.view(tokens * cfg.dim * shard.rank, {tokens, cfg.dim});
     inputs.push_back(in);
     targets.push_back(tg);
   }
@@ -190,15 +206,17 @@ Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool spli
   return out;
 }
 
-void check_against_whole(const GptConfig& cfg, int size, bool split_backward = false, bool from_activations = false) {
-  const Run whole = run_member(cfg, nullptr, {}, split_backward, from_activations);
+void check_against_whole(const GptConfig& cfg, int size, bool split_backward = false, bool from_activations = false,
+                         bool sequence_parallel = false) {
+  const Run whole = run_member(cfg, nullptr, {}, split_backward, from_activations, false);
   LocalGroup group(size);
   std::vector<Run> members(static_cast<std::size_t>(size));
   {
     std::vector<std::jthread> threads;
     for (int r = 0; r < size; ++r)
       threads.emplace_back([&, r] {
-        members[static_cast<std::size_t>(r)] = run_member(cfg, &group, TpShard{size, r}, split_backward, from_activations);
+        members[static_cast<std::size_t>(r)] =
+            run_member(cfg, &group, TpShard{size, r}, split_backward, from_activations, sequence_parallel);
       });
   }
   const StageSpec spec = from_activations ? StageSpec{1, cfg.layers, false, true} : whole_model(cfg);
@@ -217,8 +235,10 @@ void check_against_whole(const GptConfig& cfg, int size, bool split_backward = f
           REQUIRE(got == Approx(want).margin(1e-5).epsilon(1e-3));
         }
     }
-    for (std::size_t i = 0; i < whole.input_grad.size(); ++i)
-      REQUIRE(m.input_grad[i] == Approx(whole.input_grad[i]).margin(1e-5).epsilon(1e-3));
+    // The input gradient: whole, or with sequence parallelism this member's tokens of it.
+    const std::size_t first = sequence_parallel ? m.input_grad.size() * static_cast<std::size_t>(r) : 0;
+    for (std::size_t i = 0; i < m.input_grad.size(); ++i)
+      REQUIRE(m.input_grad[i] == Approx(whole.input_grad[first + i]).margin(1e-5).epsilon(1e-3));
   }
   // Replicated tensors' gradients: the same bits on every member.
   for (int r = 1; r < size; ++r)
@@ -244,6 +264,35 @@ TEST_CASE("tensor parallelism: sliding window, split backward, a stage fed activ
   check_against_whole(cfg, 2);
   check_against_whole(small_config(), 2, /*split_backward=*/true);
   check_against_whole(small_config(), 4, false, /*from_activations=*/true);
+}
+
+TEST_CASE("sequence parallelism: tp = 2 and 4, sequential and parallel block, a stage fed activations", "[tp]") {
+  for (int size : {2, 4}) check_against_whole(small_config(), size, false, false, /*sequence_parallel=*/true);
+  GptConfig cfg = small_config();
+  cfg.parallel_block = true;
+  cfg.window = 4;
+  check_against_whole(cfg, 2, false, false, true);
+  check_against_whole(small_config(), 2, false, /*from_activations=*/true, true);
+}
+
+TEST_CASE("sequence parallelism stores the residual stream and LayerNorms 1/tp per member", "[tp]") {
+  testing::CpuContext cpu(1);
+  const GptConfig cfg = small_config();
+  LocalGroup group(2);
+  auto whole = *GptStage::create(cpu, cfg, whole_model(cfg), 2, 10, 1, false);
+  auto tp = *GptStage::create(cpu, cfg, whole_model(cfg), 2, 10, 1, false, group.member(0, false));
+  auto sp = *GptStage::create(cpu, cfg, whole_model(cfg), 2, 10, 1, false, group.member(0, true));
+  CHECK(sp->activation_shape() == Shape{10, cfg.dim});
+  CHECK(tp->activation_shape() == Shape{2, 10, cfg.dim});
+  // tp alone splits attention's and the MLP's activations; the residual
+  // stream, LayerNorms and logits' shares stay whole until sequence parallelism.
+  CHECK(tp->memory_use().activations < whole->memory_use().activations);
+  CHECK(sp->memory_use().activations < tp->memory_use().activations);
+  // Odd token counts cannot be split; a split backward is not built with it.
+  CHECK_FALSE(GptStage::create(cpu, cfg, whole_model(cfg), 1, 5, 1, false, group.member(0, true)));
+  auto zb = GptStage::create(cpu, cfg, whole_model(cfg), 2, 10, 1, true, group.member(0, true));
+  REQUIRE_FALSE(zb);
+  CHECK(zb.error().message.find("parallel.sequence_parallel") != std::string::npos);
 }
 
 TEST_CASE("tensor parallelism refuses a model it cannot cut, naming the key", "[tp]") {

@@ -27,6 +27,9 @@ struct ParallelSection {
   int dp = 1;
   int pp = 1;
   int tp = 1;
+  /// Megatron's sequence parallelism: the activations around LayerNorm and
+  /// the residual stored 1/tp per tensor-parallel member (tokens split).
+  bool sequence_parallel = false;
   std::string schedule = "1f1b";
   int chunks = 1;
   int microbatches = 1;      ///< per step and data-parallel replica; gradients accumulate over them
