@@ -278,6 +278,35 @@ TEST_CASE("bench pipeline: bubble beside the simulator, blocked time and hidden 
 }
 
 
+TEST_CASE("bench tp: step time, the collectives' exposed time and activations per actor beside the formula",
+          "[bench][tp]") {
+  ScratchDir dir("bench_tp");
+  write_file(dir / "corpus.txt", synthetic_text(30000));
+  REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code ==
+          0);
+  const auto j = bench("tp " + config("tiny.toml") + " --tp 2 --steps 2 --warmup 1 --set model.layers=2 --set model.ctx=64"
+                       " --set train.batch=2 --set train.threads=1 --set data.train=" + (dir / "train.bin") +
+                       " --set data.val=" + (dir / "val.bin"));
+  INFO(j.dump());
+  CHECK(j["bench"] == "tp");
+  REQUIRE(j["runs"].size() == 3);
+  double last_mb = 1e300;
+  for (const auto& run : j["runs"]) {
+    INFO(run.dump());
+    CHECK(run["step_ms"]["n"] == 2);
+    CHECK(figure(run["step_ms"]["median"]));
+    // The stage actors' own buffers equal the formula from the model's shapes, and each layout keeps less.
+    const double mb = run["activation_mb_per_actor"]["measured"].get<double>();
+    CHECK(mb == Approx(run["activation_mb_per_actor"]["formula"].get<double>()).epsilon(1e-6));
+    CHECK(mb < last_mb);
+    last_mb = mb;
+    if (run["layout"] == "tp 1") continue;
+    CHECK(figure(run["tp_comm_ms"]["median"]));
+    CHECK(run["tp_exposed_ms"]["median"].get<double>() <= run["tp_comm_ms"]["median"].get<double>() * (1 + 1e-9));
+  }
+  CHECK(j["overlap"]["built"] == false);
+}
+
 TEST_CASE("bench recovery --simulate-nodes: one recovery's control traffic per survivor, at two sizes", "[bench][recovery]") {
   const auto j = bench("recovery --simulate-nodes 8,96");
   INFO(j.dump());

@@ -23,9 +23,10 @@ Status StageTrainer::take_root_duties() {
   // every node.
   root_->peak_flops = (*compute_)->measure_peak_flops(a_.actors_on_node) * nodes;
   const auto& par = job_.parallel;
-  spdlog::info("model: {} layers, d={}, {} heads, ctx {}, {:.2f}M parameters; dp {} x pp {}, {} ({} chunk{}), {} "
+  spdlog::info("model: {} layers, d={}, {} heads, ctx {}, {:.2f}M parameters; dp {} x pp {} x tp {}{}, {} ({} chunk{}), {} "
                "microbatches of {}",
-               cfg.layers, cfg.dim, cfg.heads, cfg.ctx, parameter_count(cfg) / 1e6, par.dp, par.pp,
+               cfg.layers, cfg.dim, cfg.heads, cfg.ctx, parameter_count(cfg) / 1e6, par.dp, par.pp, par.tp,
+               par.tp > 1 && par.sequence_parallel ? " (sequence parallel)" : "",
                schedules::kind_name(plan_.schedule.kind), plan_.schedule.chunks, plan_.schedule.chunks > 1 ? "s" : "",
                par.microbatches, t.batch);
   if (!plan_.schedule_reason.empty()) spdlog::info("schedule = auto: {}", plan_.schedule_reason);
@@ -37,9 +38,11 @@ Status StageTrainer::take_root_duties() {
 Expected<StepReport> StageTrainer::report_step(StepFigures& f) {
   const StepTimes& t = f.times;
   StepTable table(plan_.dims, plan_.schedule);
+  double activations = 0;
+  for (int c = 0; c < state_->chunks(); ++c) activations += static_cast<double>(state_->model(c).memory_use().activations);
   table.add(a_.rank, ActorStepFigures{t.loss, t.forward_us + t.backward_us + t.weight_us, t.blocked_us, t.wall_us,
                                       t.instruction_us, t.instruction_cpu_us, f.tied_sync_us, f.exposed_sync_us,
-                                      f.buckets, f.hidden});
+                                      f.buckets, f.hidden, t.tp_wait_us, t.tp_comm_us, activations});
   TROUPE_TRY(all_reduce(table.data(), table.size(), "the step report all-reduce"));
   if (root_) {
     f.stragglers = root_->stragglers.observe(table);
@@ -117,7 +120,12 @@ Status StageTrainer::log_step(int step, const StepFigures& f, const StepReport& 
                          {"grad_sync_exposed_ms", rep.exposed_sync_us / 1e3},
                          {"replica_wait_ms", rep.replica_wait_us / 1e3},
                          {"grad_buckets", rep.buckets},
-                         {"grad_buckets_hidden", rep.hidden}};
+                         {"grad_buckets_hidden", rep.hidden},
+                         {"activation_mb", rep.activation_mb}};
+  if (plan_.dims.tp > 1) {
+    line["tp_exposed_ms"] = rep.tp_wait_us / 1e3;
+    line["tp_comm_ms"] = rep.tp_comm_us / 1e3;
+  }
   if (val_loss) line["val_loss"] = *val_loss;
   if (f.checkpoint_stall_us >= 0) line["checkpoint_stall_ms"] = f.checkpoint_stall_us / 1e3;
   // Every persist that ended since the last line: the newest success as

@@ -46,6 +46,9 @@ void StepTable::add(int rank, const ActorStepFigures& f) {
   row[kBlocked] += static_cast<float>(f.blocked_us / dp);
   row[kWall] += static_cast<float>(f.wall_us / dp);
   row[kBuckets] += static_cast<float>(f.buckets / dp);
+  row[kTpWait] += static_cast<float>(f.tp_wait_us / dp);
+  row[kTpComm] += static_cast<float>(f.tp_comm_us / dp);
+  row[kActivationMB] += static_cast<float>(f.activation_bytes / (1 << 20) / dp);
   const std::size_t n = std::min(f.instruction_us.size(), program_max_);
   for (std::size_t pc = 0; pc < n; ++pc) {
     instructions(st)[pc] += static_cast<float>(f.instruction_us[pc] / dp);
@@ -67,6 +70,8 @@ StepReport StepTable::report() const {
   StepReport r;
   for (int st = 0; st < p; ++st) {
     r.wall_us = std::max(r.wall_us, at(st, kWall));
+    if (at(st, kTpWait) >= r.tp_wait_us) r.tp_wait_us = at(st, kTpWait), r.tp_comm_us = at(st, kTpComm);
+    r.activation_mb = std::max(r.activation_mb, at(st, kActivationMB));
     r.buckets += at(st, kBuckets);
     //
     double least = 0, most = 0, hidden = 0;

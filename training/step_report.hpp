@@ -31,12 +31,18 @@ struct ActorStepFigures {
   double tied_sync_us = 0;             ///< summing the tied embedding with the other end
   double exposed_sync_us = 0;          ///< waiting for the buckets' reduce-scatters after that
   int buckets = 0, hidden = 0;         ///< gradient buckets; those reduced when the backward ended
+  double tp_wait_us = 0, tp_comm_us = 0;  ///< its tensor-parallel collectives: waited for, and issue to completion
+  double activation_bytes = 0;          ///< activations its model chunks keep for the backward
 };
 
 struct StepReport {
   double loss = 0, bubble = 0, bubble_predicted = 0, blocked_beyond_us = 0, wall_us = 0;
   double tied_sync_us = 0, exposed_sync_us = 0, replica_wait_us = 0;
   double buckets = 0, hidden = 0;
+  /// The stage (mean over its actors) that waited longest for its
+  /// tensor-parallel collectives: that wait and those collectives' time.
+  double tp_wait_us = 0, tp_comm_us = 0;
+  double activation_mb = 0;  ///< the most saved activations any stage's actors hold (mean over them)
 };
 
 /// The job's table for one step: add() each actor's figures (locally, into a
@@ -72,7 +78,7 @@ class StepTable {
   float* actor_instructions(int rank);
   const float* actor_instructions(int rank) const;
 
-  enum StageField : int { kLoss, kBusy, kBlocked, kWall, kBuckets, kStageFields };
+  enum StageField : int { kLoss, kBusy, kBlocked, kWall, kBuckets, kTpWait, kTpComm, kActivationMB, kStageFields };
   enum ActorField : int { kTiedSync, kExposedSync, kHidden, kActorBusy, kActorFields };
   ParallelDims dims_;
   const schedules::Schedule* schedule_;

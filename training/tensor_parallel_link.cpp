@@ -32,7 +32,10 @@ void TensorParallelLink::run(const char* what, const Tensor& t, Collective op) {
     case Collective::reduce_scatter: group_.reduce_scatter(t, ctx_.stream, std::move(done)); break;
   }
   Status st = inbox_.wait(key);
-  waited_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  // Issued and waited for at once: all of it exposed (its issue to its completion, as the inbox saw them).
+  const double waited = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  waited_us_ += waited;
+  comm_us_ += waited;
   if (!st) {
     Error e = st.error();  // its origin kept: a peer's failure stays the peer's
     e.message = std::string("the tensor-parallel ") + what + ": " + e.message;
@@ -40,9 +43,10 @@ void TensorParallelLink::run(const char* what, const Tensor& t, Collective op) {
   }
 }
 
-Status TensorParallelLink::check(double& waited_us) {
+Status TensorParallelLink::check(double& waited_us, double& comm_us) {
   waited_us += waited_us_;
-  waited_us_ = 0;
+  comm_us += comm_us_;
+  waited_us_ = comm_us_ = 0;
   Status out = std::move(failed_);
   failed_ = Status::success();
   return out;

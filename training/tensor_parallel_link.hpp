@@ -33,9 +33,10 @@ class TensorParallelLink {
   /// The collectives for GptStage::create (`sequence_parallel`: parallel.sequence_parallel).
   TensorParallel ops(bool sequence_parallel);
 
-  /// TL-1, TL-2: the failure since the last check (success if none) and the
-  /// time its collectives waited, added to `waited_us`.
-  Status check(double& waited_us);
+  /// TL-1, TL-2: the failure since the last check (success if none); the
+  /// time its collectives were waited for, added to `waited_us`, and the
+  /// time from each one's issue to its completion, added to `comm_us`.
+  Status check(double& waited_us, double& comm_us);
 
  private:
   enum class Collective { all_reduce, all_gather, reduce_scatter };
@@ -44,7 +45,7 @@ class TensorParallelLink {
   const ExecContext& ctx_;
   Inbox& inbox_;
   Status failed_;
-  double waited_us_ = 0;
+  double waited_us_ = 0, comm_us_ = 0;
 };
 
 }  // namespace troupe
