@@ -232,6 +232,7 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
   }
   StepTimes times;
   times.instruction_us.assign(m.program.size(), 0.0);
+  times.instruction_tp_us.assign(m.program.size(), 0.0);
   if (m.links.cpu_clock_us) times.instruction_cpu_us.assign(m.program.size(), 0.0);
   std::vector<bool> first_forward_done(models_.size(), false);
   ProgressSlot* const progress = m.links.progress;
@@ -331,6 +332,7 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
       TROUPE_TRY(m.links.tp_check(tp_waited, tp_comm));
       waited += tp_waited;
       times.tp_wait_us += tp_waited;
+      times.instruction_tp_us[pc] = tp_waited;
       times.tp_comm_us += tp_comm;
     }
     double t1 = now_us();

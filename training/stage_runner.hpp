@@ -84,6 +84,7 @@ struct StepTimes {
   double wall_us = 0;     ///< from the first instruction to the last send done
   std::vector<double> instruction_us;  ///< each program instruction's compute time (0 for the rest)
   std::vector<double> instruction_cpu_us;  ///< its CPU time on the compute threads (empty without a cpu clock)
+  std::vector<double> instruction_tp_us;   ///< its waits for the tensor-parallel group's collectives
 };
 
 class StageRunner {

@@ -42,7 +42,8 @@ Expected<StepReport> StageTrainer::report_step(StepFigures& f) {
   for (int c = 0; c < state_->chunks(); ++c) activations += static_cast<double>(state_->model(c).memory_use().activations);
   table.add(a_.rank, ActorStepFigures{t.loss, t.forward_us + t.backward_us + t.weight_us, t.blocked_us, t.wall_us,
                                       t.instruction_us, t.instruction_cpu_us, f.tied_sync_us, f.exposed_sync_us,
-                                      f.buckets, f.hidden, t.tp_wait_us, t.tp_comm_us, activations});
+                                      f.buckets, f.hidden, t.tp_wait_us, t.tp_comm_us, activations,
+                                      t.instruction_tp_us});
   TROUPE_TRY(all_reduce(table.data(), table.size(), "the step report all-reduce"));
   if (root_) {
     f.stragglers = root_->stragglers.observe(table);

@@ -1,5 +1,6 @@
 // StepTable: layout [stage fields × pp][instruction times × pp][actor fields × actors]
-// [(instruction times, instruction CPU times) × actors] (the last for the straggler detector).
+// [(instruction times, instruction CPU times) × actors] (for the straggler
+// detector)[instructions' tensor-parallel waits × pp].
 #include "training/step_report.hpp"
 
 #include <algorithm>
@@ -12,9 +13,17 @@ StepTable::StepTable(const ParallelDims& dims, const schedules::Schedule& schedu
     : dims_(dims), schedule_(&schedule) {
   for (const auto& prog : schedule.programs) program_max_ = std::max(program_max_, prog.size());
   data_.assign(static_cast<std::size_t>(dims.pp) * (kStageFields + program_max_) +
-                   static_cast<std::size_t>(dims.world()) * (kActorFields + 2 * program_max_),
+                   static_cast<std::size_t>(dims.world()) * (kActorFields + 2 * program_max_) +
+                   static_cast<std::size_t>(dims.pp) * program_max_,
                0.0f);
 }
+
+float* StepTable::instructions_tp(int st) {
+  return data_.data() + static_cast<std::size_t>(dims_.pp) * (kStageFields + program_max_) +
+         static_cast<std::size_t>(dims_.world()) * (kActorFields + 2 * program_max_) +
+         static_cast<std::size_t>(st) * program_max_;
+}
+const float* StepTable::instructions_tp(int st) const { return const_cast<StepTable*>(this)->instructions_tp(st); }
 
 float* StepTable::instructions(int st) {
   return data_.data() + static_cast<std::size_t>(dims_.pp) * kStageFields + static_cast<std::size_t>(st) * program_max_;
@@ -43,7 +52,7 @@ void StepTable::add(int rank, const ActorStepFigures& f) {
   float* row = stage(st);
   row[kLoss] += static_cast<float>(f.loss / dp);
   row[kBusy] += static_cast<float>(f.busy_us / dp);
-  row[kBlocked] += static_cast<float>(f.blocked_us / dp);
+  row[kBlocked] += static_cast<float>((f.blocked_us - f.tp_wait_us) / dp);  // receives only
   row[kWall] += static_cast<float>(f.wall_us / dp);
   row[kBuckets] += static_cast<float>(f.buckets / dp);
   row[kTpWait] += static_cast<float>(f.tp_wait_us / dp);
@@ -54,6 +63,8 @@ void StepTable::add(int rank, const ActorStepFigures& f) {
     instructions(st)[pc] += static_cast<float>(f.instruction_us[pc] / dp);
     actor_instructions(rank)[pc] += static_cast<float>(f.instruction_us[pc]);
   }
+  for (std::size_t pc = 0; pc < std::min(f.instruction_tp_us.size(), program_max_); ++pc)
+    instructions_tp(st)[pc] += static_cast<float>(f.instruction_tp_us[pc] / dp);
   for (std::size_t pc = 0; pc < std::min(f.instruction_cpu_us.size(), program_max_); ++pc)
     actor_instructions(rank)[program_max_ + pc] += static_cast<float>(f.instruction_cpu_us[pc]);
   float* mine = actor(rank);
@@ -92,7 +103,7 @@ StepReport StepTable::report() const {
     for (int st = 0; st < p; ++st) r.bubble += (r.wall_us - at(st, kBusy)) / (p * r.wall_us);
   //
   auto sim = schedules::simulate(*schedule_, [&](int st, std::size_t pc, const schedules::Instruction&) {
-    return static_cast<double>(instructions(st)[pc]);
+    return static_cast<double>(instructions(st)[pc]) + static_cast<double>(instructions_tp(st)[pc]);
   });
   if (sim) {
     r.bubble_predicted = sim->bubble_fraction;

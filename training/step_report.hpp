@@ -8,6 +8,10 @@
 //      into its stage's), so the element-wise sum over actors is the job's table;
 //  R-2 blocked_beyond = the most any stage waited on receives beyond what the
 //      simulator, replaying the measured compute, says it had to (never < 0);
+//      a tensor-parallel stage's instructions are replayed with their waits
+//      for the group's collectives (the group's communication is on the
+//      pipeline's critical path like the compute), and those waits are not
+//      blocked receives;
 //  R-3 the data-parallel sync is judged on the replica that waited least (it
 //      finished its backward last); what the others waited more is replica_wait;
 //  R-4 the tied embedding's sum counts what the pipeline end that got there
@@ -33,6 +37,7 @@ struct ActorStepFigures {
   int buckets = 0, hidden = 0;         ///< gradient buckets; those reduced when the backward ended
   double tp_wait_us = 0, tp_comm_us = 0;  ///< its tensor-parallel collectives: waited for, and issue to completion
   double activation_bytes = 0;          ///< activations its model chunks keep for the backward
+  std::vector<double> instruction_tp_us;   ///< each instruction's waits for the tensor-parallel collectives (empty: none)
 };
 
 struct StepReport {
@@ -73,6 +78,8 @@ class StepTable {
   const float* stage(int st) const { return data_.data() + static_cast<std::size_t>(st) * kStageFields; }
   float* instructions(int st);
   const float* instructions(int st) const;
+  float* instructions_tp(int st);
+  const float* instructions_tp(int st) const;
   float* actor(int rank);
   const float* actor(int rank) const;
   float* actor_instructions(int rank);

@@ -97,4 +97,42 @@ TEST_CASE("R-3, R-4: sync is judged on the replica and the pipeline end that fin
   CHECK(r.tied_sync_us == Approx(0.5));
 }
 
+TEST_CASE("R-1, R-2 with tensor parallelism: the group's waits are on the critical path, not blocked receives",
+          "[step_report][tp]") {
+  Fixture fx;
+  fx.dims = ParallelDims{1, 2, 2};  // pp 2 x tp 2: four actors, a pair per stage
+  std::vector<ActorStepFigures> per_rank;
+  // Each instruction of stage 0 also waited 3 us for its pair's collectives,
+  // so stage 1 waits longer for its activations; the simulator's replay sees
+  // those waits, and stage 1's receives wait no more than predicted.
+  std::vector<double> tp_waits;
+  for (const auto& in : fx.sched.programs[0]) tp_waits.push_back(in.op == Op::forward || in.op == Op::backward ? 3.0 : 0.0);
+  auto predicted = schedules::simulate(fx.sched, [&](int st, std::size_t pc, const schedules::Instruction&) {
+    return fx.costs(st)[pc] + (st == 0 ? tp_waits[pc] : 0.0);
+  });
+  REQUIRE(predicted);
+  REQUIRE(predicted->stages[1].blocked > fx.predicted_blocked(1));  // the waits are on stage 1's critical path
+  for (int r = 0; r < fx.dims.world(); ++r) {
+    const int st = coord_of(fx.dims, r).pp;
+    ActorStepFigures f;
+    f.instruction_us = fx.costs(st);
+    f.busy_us = 60;
+    f.wall_us = 100;
+    f.loss = st == 1 ? 3.0 : 0.0;  // the pair holds the same loss
+    f.activation_bytes = st == 0 ? 2.0 * (1 << 20) : 1.0 * (1 << 20);
+    if (st == 0) {
+      f.instruction_tp_us = tp_waits;
+      f.tp_wait_us = 12, f.tp_comm_us = 15;
+    }
+    f.blocked_us = predicted->stages[static_cast<std::size_t>(st)].blocked + f.tp_wait_us;
+    per_rank.push_back(f);
+  }
+  const StepReport r = fx.sum(per_rank);
+  CHECK(r.loss == Approx(3.0));  // the mean over the pair
+  CHECK(r.blocked_beyond_us == Approx(0).margin(1e-3));
+  CHECK(r.tp_wait_us == Approx(12));
+  CHECK(r.tp_comm_us == Approx(15));
+  CHECK(r.activation_mb == Approx(2.0));
+}
+
 }  // namespace troupe
