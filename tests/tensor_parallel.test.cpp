@@ -126,16 +126,19 @@ TEST_CASE("a checkpoint written at tp = 2 resumes at tp = 1 and tp = 4 within 1e
   CHECK(eval_tp.exit_code == 0);
 }
 
-TEST_CASE("a tensor-parallel member killed mid-step is replaced, bit for bit", "[tp][recovery]") {
+TEST_CASE("a tensor-parallel member killed mid-step, or its node, is replaced, bit for bit", "[tp][recovery]") {
   ScratchDir dir("tp_recovery");
   // pp = 2 x tp = 2 on two nodes: a tensor-parallel group on each node.
-  const std::string cfg = tiny_job(dir, "tp = 2\n[recovery]\nmax_failures_per_hour = 4\n", 8, 1);
+  const std::string cfg = tiny_job(dir, "tp = 2\n[recovery]\nmax_failures_per_hour = 4\nrestarts = 1\n", 8, 1);
   write_file(cfg, slurp(cfg).replace(slurp(cfg).find("heads = 2"), 9, "heads = 4"));
   run_fault_free(dir, cfg);
   REQUIRE(losses(dir / "clean.jsonl").size() == 8);
   const int step = random_step(1, 6);
+  // A member's exception, a killed member, and node 1 (stage 1's pair) killed:
+  // its restarted process restores both members from their buddy copies.
   for (const std::string& faults : {"--fault kind=exception,actor=1,step=" + std::to_string(step),
-                                   "--fault kind=kill,actor=2,step=" + std::to_string(step)}) {
+                                   "--fault kind=kill,actor=2,step=" + std::to_string(step),
+                                   "--fault kind=kill,node=1,step=" + std::to_string(step)}) {
     INFO(faults);
     const auto faulty = run_faulty(dir, cfg, faults);
     INFO(faulty.err);
