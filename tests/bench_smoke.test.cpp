@@ -284,12 +284,12 @@ TEST_CASE("bench tp: step time, the collectives' exposed time and activations pe
   write_file(dir / "corpus.txt", synthetic_text(30000));
   REQUIRE(run(troupe_bin() + " prepare --input " + (dir / "corpus.txt") + " --output " + dir.path().string()).exit_code ==
           0);
-  const auto j = bench("tp " + config("tiny.toml") + " --tp 2 --steps 2 --warmup 1 --set model.layers=2 --set model.ctx=64"
+  const auto j = bench("tp " + config("tiny.toml") + " --tp 2 --chunks 2 --steps 2 --warmup 1 --set model.layers=2 --set model.ctx=64"
                        " --set train.batch=2 --set train.threads=1 --set data.train=" + (dir / "train.bin") +
                        " --set data.val=" + (dir / "val.bin"));
   INFO(j.dump());
   CHECK(j["bench"] == "tp");
-  REQUIRE(j["runs"].size() == 3);
+  REQUIRE(j["runs"].size() == 4);
   double last_mb = 1e300;
   for (const auto& run : j["runs"]) {
     INFO(run.dump());
@@ -298,13 +298,14 @@ TEST_CASE("bench tp: step time, the collectives' exposed time and activations pe
     // The stage actors' own buffers equal the formula from the model's shapes, and each layout keeps less.
     const double mb = run["activation_mb_per_actor"]["measured"].get<double>();
     CHECK(mb == Approx(run["activation_mb_per_actor"]["formula"].get<double>()).epsilon(1e-6));
-    CHECK(mb < last_mb);
+    CHECK(mb <= last_mb);  // each layout keeps less (the overlap: as much as without)
+    if (run["layout"].get<std::string>().find("overlap") == std::string::npos) CHECK(mb < last_mb);
     last_mb = mb;
     if (run["layout"] == "tp 1") continue;
     CHECK(figure(run["tp_comm_ms"]["median"]));
     CHECK(run["tp_exposed_ms"]["median"].get<double>() <= run["tp_comm_ms"]["median"].get<double>() * (1 + 1e-9));
   }
-  CHECK(j["overlap"]["built"] == false);
+  CHECK(j["overlap"]["chunks"] == 2);
 }
 
 TEST_CASE("bench recovery --simulate-nodes: one recovery's control traffic per survivor, at two sizes", "[bench][recovery]") {

@@ -70,7 +70,8 @@ TEST_CASE("tp = 2 and tp = 4, with and without sequence parallelism, train as tp
     REQUIRE(want.loss.size() == 20);
     REQUIRE(want.val.size() == 2);
     for (int tp : {2, 4})
-      for (const std::string sp : {"", " --set parallel.sequence_parallel=true"}) {
+      for (const std::string sp : {"", " --set parallel.sequence_parallel=true",
+                                   " --set parallel.sequence_parallel=true --set parallel.tp_overlap_chunks=4"}) {
         INFO("tp " << tp << model << sp);
         check_close(curve(dir, cfg, "train", model + sp + " --set parallel.tp=" + std::to_string(tp)), want);
       }
@@ -85,7 +86,8 @@ TEST_CASE("tp 2 x pp 2 x dp 2 through troupe launch --nodes 2 matches troupe tra
   const std::string cfg = tp_job(dir, "[parallel]\nmicrobatches = 2\n");
   // dp = 2 with batch 2 per replica is one process with batch 4.
   const Curve want = curve(dir, cfg, "train", "");
-  for (const char* kind : {"1f1b", "zb-h1", "1f1b --set parallel.sequence_parallel=true"}) {
+  for (const char* kind :
+       {"1f1b", "zb-h1", "1f1b --set parallel.sequence_parallel=true --set parallel.tp_overlap_chunks=2"}) {
     INFO(kind);
     const std::string layout = std::string(" --set train.batch=2 --set parallel.tp=2 --set parallel.pp=2 --set parallel.dp=2"
                                            " --set parallel.schedule=") + kind;
@@ -155,6 +157,10 @@ TEST_CASE("layouts tensor parallelism cannot run are refused in one line naming 
            {"train --set parallel.tp=2 --set model.vocab=257", "must divide model.vocab = 257"},
            {"launch --nodes 2 --set parallel.tp=2 --set parallel.stage_actor=troupe.gpt_stage",
             "a tensor-parallel group must stay inside one node"},
+           {"train --set parallel.tp=2 --set parallel.tp_overlap_chunks=2",
+            "parallel.tp_overlap_chunks = 2 overlaps sequence parallelism's collectives"},
+           {"train --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.tp_overlap_chunks=3",
+            "parallel.tp_overlap_chunks = 3 must divide the 64 tokens"},
            {"train --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.pp=2 "
             "--set parallel.microbatches=2 --set parallel.schedule=zb-h1",
             "parallel.sequence_parallel with a split backward (parallel.schedule = zb-h1) is not built yet"}}) {

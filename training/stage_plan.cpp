@@ -54,6 +54,16 @@ Expected<StagePlan> make_stage_plan(const JobConfig& job, int actors) {
   if (par.pp == 1 && chunks > 1)
     return make_error("parallel.chunks = ", std::to_string(chunks),
                       " needs parallel.pp >= 2 (interleaving splits a pipeline's stages)");
+  if (par.tp_overlap_chunks > 1) {
+    if (!par.sequence_parallel || par.tp == 1)
+      return make_error("parallel.tp_overlap_chunks = ", std::to_string(par.tp_overlap_chunks),
+                        " overlaps sequence parallelism's collectives: it needs parallel.tp > 1 and "
+                        "parallel.sequence_parallel = true");
+    const std::int64_t mine = static_cast<std::int64_t>(job.train.batch) * plan.cfg.ctx / par.tp;
+    if (mine % par.tp_overlap_chunks != 0)
+      return make_error("parallel.tp_overlap_chunks = ", std::to_string(par.tp_overlap_chunks), " must divide the ",
+                        std::to_string(mine), " tokens of each tensor-parallel member (train.batch x model.ctx / parallel.tp)");
+  }
   if (par.sequence_parallel && par.tp > 1) {
     if (kind == schedules::Kind::zb_h1)
       return make_error("parallel.sequence_parallel with a split backward (parallel.schedule = zb-h1) is not built yet");

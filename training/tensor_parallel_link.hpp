@@ -30,8 +30,9 @@ class TensorParallelLink {
   /// (its size and index are the member's place). All outlive the link.
   TensorParallelLink(Communicator& group, const ExecContext& ctx, Inbox& inbox);
 
-  /// The collectives for GptStage::create (`sequence_parallel`: parallel.sequence_parallel).
-  TensorParallel ops(bool sequence_parallel);
+  /// The collectives for GptStage::create (`sequence_parallel`:
+  /// parallel.sequence_parallel; `overlap_chunks`: parallel.tp_overlap_chunks).
+  TensorParallel ops(bool sequence_parallel, int overlap_chunks);
 
   /// TL-1, TL-2: the failure since the last check (success if none); the
   /// time its collectives were waited for, added to `waited_us`, and the
@@ -39,8 +40,12 @@ class TensorParallelLink {
   Status check(double& waited_us, double& comm_us);
 
  private:
-  enum class Collective { all_reduce, all_gather, reduce_scatter };
+  using Collective = TensorParallel::Op;
   void run(const char* what, const Tensor& t, Collective op);
+  // Issues a collective; its ticket (the inbox key's index: 1, 2, ... per check).
+  int start(const Tensor& t, Collective op);
+  void finish(int ticket);
+  int next_ticket_ = 1;
   Communicator& group_;
   const ExecContext& ctx_;
   Inbox& inbox_;

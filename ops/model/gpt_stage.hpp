@@ -160,6 +160,15 @@ class GptStage {
   void sp_layernorm_backward(Tensor& dinp, Tensor& weight_grad, Tensor& bias_grad, const Tensor& dout, const Tensor& inp,
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd, const ExecContext& ctx);
   void sp_block_forward(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out, const ExecContext& ctx);
+  // Chunked overlap (tp_.overlap_chunks > 1): `rows` runs on each member's
+  // piece of each gathered chunk as it arrives (its first token and count),
+  // or writes each piece of each chunk's partial sums, whose reduce-scatter
+  // starts at once, and `sum` gets this member's rows of each chunk's sum.
+  using Rows = std::function<void(const Tensor& rows, std::int64_t token, std::int64_t count)>;
+  void gather_then(const Tensor& shard, const ExecContext& ctx, const Rows& rows);
+  void scatter_after(const Rows& rows, const Rows& sum);
+  void sp_block_forward_overlapped(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out,
+                                   const ExecContext& ctx);
   void sp_block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx);
   // input_only: keep the linear layers' output gradients in the slot for block_weight_backward.
   void block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx, bool input_only);

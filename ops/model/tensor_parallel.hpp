@@ -72,6 +72,17 @@ struct TensorParallel {
   std::function<void(const Tensor& t)> all_gather;
   /// Member i ends with chunk i of t holding the members' sum; the rest is scratch (f32).
   std::function<void(const Tensor& t)> reduce_scatter;
+  /// Started without waiting (chunked overlap): the collective on t begins,
+  /// and finish(its ticket) returns once its result is in t. Members start
+  /// them in the same order; several may be in flight.
+  enum class Op { all_reduce, all_gather, reduce_scatter };
+  std::function<int(const Tensor& t, Op op)> start;
+  std::function<void(int ticket)> finish;
+  /// Sequence parallelism with overlap: the all-gather before a column-
+  /// parallel GEMM and the reduce-scatter after a row-parallel one in this
+  /// many chunks of each member's tokens, chunk i's collective in flight
+  /// while chunk i+1's GEMMs run (1: none).
+  int overlap_chunks = 1;
   /// Sequence parallelism: the tokens outside the tensor-parallel layers
   /// (LayerNorms, the residual stream) split over the members in equal
   /// contiguous chunks of the batch's B x T tokens.

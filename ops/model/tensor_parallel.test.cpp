@@ -96,10 +96,20 @@ TEST_CASE("a member's initial weights are its slice of the whole model's", "[tp]
 class LocalGroup {
  public:
   explicit LocalGroup(int n) : n_(n), barrier_(n), slots_(static_cast<std::size_t>(n)) {}
-  TensorParallel member(int r, bool sequence_parallel) {
+  TensorParallel member(int r, bool sequence_parallel, int overlap_chunks = 1) {
     TensorParallel tp;
     tp.shard = TpShard{n_, r};
     tp.sequence_parallel = sequence_parallel;
+    tp.overlap_chunks = overlap_chunks;
+    // Started collectives run at once (every member starts them in the same order).
+    tp.start = [this, r](const Tensor& t, TensorParallel::Op op) {
+      auto tp = member(r, false);
+      if (op == TensorParallel::Op::all_gather) tp.all_gather(t);
+      if (op == TensorParallel::Op::reduce_scatter) tp.reduce_scatter(t);
+      if (op == TensorParallel::Op::all_reduce) tp.all_reduce(t);
+      return 0;
+    };
+    tp.finish = [](int) {};
     tp.reduce_scatter = [this, r](const Tensor& t) {
       slots_[static_cast<std::size_t>(r)] = &t;
       barrier_.arrive_and_wait();
@@ -158,13 +168,13 @@ struct Run {
 // without the embedding when `from_activations`), two microbatches
 // accumulated, on member `shard` of `group` (null: tp = 1).
 Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool split_backward, bool from_activations,
-               bool sequence_parallel) {
+               bool sequence_parallel, int overlap_chunks = 1) {
   testing::CpuContext cpu(1);
   const ExecContext& ctx = cpu;
   const int B = 2, T = 10;
   const StageSpec spec = from_activations ? StageSpec{1, cfg.layers, false, true} : whole_model(cfg);
   auto made = GptStage::create(ctx, cfg, spec, B, T, 2, split_backward,
-                               group ? group->member(shard.rank, sequence_parallel) : TensorParallel{});
+                               group ? group->member(shard.rank, sequence_parallel, overlap_chunks) : TensorParallel{});
   REQUIRE(made);
   GptStage& stage = **made;
   stage.init_weights(3);
@@ -207,7 +217,7 @@ Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool spli
 }
 
 void check_against_whole(const GptConfig& cfg, int size, bool split_backward = false, bool from_activations = false,
-                         bool sequence_parallel = false) {
+                         bool sequence_parallel = false, int overlap_chunks = 1) {
   const Run whole = run_member(cfg, nullptr, {}, split_backward, from_activations, false);
   LocalGroup group(size);
   std::vector<Run> members(static_cast<std::size_t>(size));
@@ -216,7 +226,7 @@ void check_against_whole(const GptConfig& cfg, int size, bool split_backward = f
     for (int r = 0; r < size; ++r)
       threads.emplace_back([&, r] {
         members[static_cast<std::size_t>(r)] =
-            run_member(cfg, &group, TpShard{size, r}, split_backward, from_activations, sequence_parallel);
+            run_member(cfg, &group, TpShard{size, r}, split_backward, from_activations, sequence_parallel, overlap_chunks);
       });
   }
   const StageSpec spec = from_activations ? StageSpec{1, cfg.layers, false, true} : whole_model(cfg);
@@ -273,6 +283,16 @@ TEST_CASE("sequence parallelism: tp = 2 and 4, sequential and parallel block, a 
   cfg.window = 4;
   check_against_whole(cfg, 2, false, false, true);
   check_against_whole(small_config(), 2, false, /*from_activations=*/true, true);
+}
+
+TEST_CASE("chunked overlap of sequence parallelism's gathers and reduce-scatters computes the same", "[tp]") {
+  // Each member's 10 tokens in 2 and in 5 chunks; the sequential and the parallel block.
+  check_against_whole(small_config(), 2, false, false, true, 2);
+  check_against_whole(small_config(), 2, false, false, true, 5);
+  GptConfig cfg = small_config();
+  cfg.parallel_block = true;
+  check_against_whole(cfg, 2, false, false, true, 2);
+  check_against_whole(small_config(), 4, false, true, true, 5);
 }
 
 TEST_CASE("sequence parallelism stores the residual stream and LayerNorms 1/tp per member", "[tp]") {

@@ -119,6 +119,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"parallel.pp", integer(p.pp, 1, 1 << 12)},
       {"parallel.tp", integer(p.tp, 1, 1 << 10)},
       {"parallel.sequence_parallel", boolean(p.sequence_parallel)},
+      {"parallel.tp_overlap_chunks", integer(p.tp_overlap_chunks, 1, 64)},
       {"parallel.schedule", string(p.schedule)},
       {"parallel.chunks", integer(p.chunks, 1, 64)},
       {"parallel.microbatches", integer(p.microbatches, 1, 1 << 16)},

@@ -30,6 +30,10 @@ struct ParallelSection {
   /// Megatron's sequence parallelism: the activations around LayerNorm and
   /// the residual stored 1/tp per tensor-parallel member (tokens split).
   bool sequence_parallel = false;
+  /// With sequence parallelism: the all-gathers before and reduce-scatters
+  /// after the tensor-parallel GEMMs in this many chunks, each chunk's
+  /// collective in flight while the next chunk's GEMMs run (1: no overlap).
+  int tp_overlap_chunks = 1;
   std::string schedule = "1f1b";
   int chunks = 1;
   int microbatches = 1;      ///< per step and data-parallel replica; gradients accumulate over them

@@ -19,8 +19,8 @@ nlohmann::json bench_schedules(int p, int m, int v);
 Expected<nlohmann::json> bench_rendezvous(const std::vector<int>& sizes, const std::string& redis_url, int clients);
 Expected<nlohmann::json> bench_transport(const std::vector<std::size_t>& sizes, int repetitions, bool across_hosts,
                                          const std::string& tcp_congestion_control, int max_iterations);
-Expected<nlohmann::json> bench_tp(const std::string& config, int tp, std::vector<std::string> overrides, int steps,
-                                  int warmup);
+Expected<nlohmann::json> bench_tp(const std::string& config, int tp, int chunks, std::vector<std::string> overrides,
+                                  int steps, int warmup);
 Expected<nlohmann::json> bench_pipeline(const std::string& config, int nodes, std::vector<std::string> overrides,
                                         int warmup);
 }
@@ -277,7 +277,7 @@ void register_bench(CLI::App& app, Action& action) {
 
   struct TpArgs {
     std::string config;
-    int tp = 2, steps = 8, warmup = 2;
+    int tp = 2, chunks = 4, steps = 8, warmup = 2;
     std::vector<std::string> overrides;
   };
   auto ta = std::make_shared<TpArgs>();
@@ -285,6 +285,8 @@ void register_bench(CLI::App& app, Action& action) {
       "tp", "Tensor parallelism on one node: step time, the collectives' time exposed, activations per actor");
   tpc->add_option("config", ta->config, "Job config (TOML), one stage and one replica")->required();
   tpc->add_option("--tp", ta->tp, "Tensor-parallel members")->check(CLI::Range(2, 64));
+  tpc->add_option("--chunks", ta->chunks, "Chunks of the overlapped layout (parallel.tp_overlap_chunks)")
+      ->check(CLI::Range(2, 64));
   tpc->add_option("--steps", ta->steps, "Measured steps per layout")->check(CLI::Range(1, 10000));
   tpc->add_option("--warmup", ta->warmup, "Steps left out at the start")->check(CLI::Range(0, 1000));
   tpc->add_option("--set", ta->overrides, "Override a config key")
@@ -292,7 +294,7 @@ void register_bench(CLI::App& app, Action& action) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   tpc->callback([ta, &action] {
     action = [ta] {
-      auto out = bench_tp(ta->config, ta->tp, ta->overrides, ta->steps, ta->warmup);
+      auto out = bench_tp(ta->config, ta->tp, ta->chunks, ta->overrides, ta->steps, ta->warmup);
       if (!out) return fail("bench tp", out.error());
       std::printf("%s\n", out->dump(2).c_str());
       return 0;
