@@ -60,8 +60,7 @@ void check_close(const Curve& got, const Curve& want) {
 
 }  // namespace
 
-TEST_CASE("tp = 2 and tp = 4, with and without sequence parallelism, train as tp = 1 does: per-step losses within "
-          "1e-5 for 20 steps",
+TEST_CASE("tp = 2 and 4, plain, sequence parallel and overlapped, train as tp = 1 within 1e-5 for 20 steps",
           "[tp]") {
   ScratchDir dir("tp_train");
   const std::string cfg = tp_job(dir, "");

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/expected.hpp"
 #include "ops/exec_context.hpp"
@@ -41,11 +42,12 @@ class TensorParallelLink {
 
  private:
   using Collective = TensorParallel::Op;
-  void run(const char* what, const Tensor& t, Collective op);
-  // Issues a collective; its ticket (the inbox key's index: 1, 2, ... per check).
+  void run(const Tensor& t, Collective op);
+  // Issues a collective; its ticket, the inbox key's index: 1, 2, ... in
+  // issue order since the last check (which starts them again at 1).
   int start(const Tensor& t, Collective op);
   void finish(int ticket);
-  int next_ticket_ = 1;
+  std::vector<Collective> issued_;  ///< since the last check, by ticket - 1
   Communicator& group_;
   const ExecContext& ctx_;
   Inbox& inbox_;
