@@ -69,6 +69,26 @@ struct Checker {
     f32(dweight, "dweight");
     floating({&dinp, &dout, &inp, &weight});
   }
+  // A vocabulary-parallel embedding, either way: act (B,T,C) the output or
+  // its gradient, table (V,C) a member's rows of wte (or their gradient),
+  // positions (maxT,C) wpe (or its gradient) where defined; all f32.
+  void vocab_embedding(bool supported, const Tensor& act, const Tensor& tokens, const Tensor& table,
+                       std::int64_t vocab_begin, const Tensor& positions) const {
+    that(supported, "this backend has no vocabulary-parallel ops");
+    rank(act, 3, "activations");
+    const std::int64_t B = act.dim(0), T = act.dim(1), C = act.dim(2);
+    shape(tokens, {B, T}, "tokens");
+    ids(tokens);
+    rank(table, 2, "wte");
+    last_dim(table, C, "wte");
+    that(vocab_begin >= 0, "vocab_begin must be >= 0");
+    if (positions.defined()) {
+      last_dim(positions, C, "wpe");
+      that(positions.dim(0) >= T, [&] { return "wpe has fewer positions than T = " + std::to_string(T); });
+    }
+    for (const Tensor* t : {&act, &table, &positions})
+      if (t->defined()) f32(*t, "embedding tensors");
+  }
   void f32(const Tensor& t, const char* name) const {
     that(t.dtype() == DType::f32, [&] { return std::string(name) + " must be f32 (master weights, moments, statistics)"; });
   }
@@ -319,41 +339,13 @@ void Kernels::cross_entropy_forward_backward(Tensor& losses, Tensor& logits, con
 
 void Kernels::vocab_embedding_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, std::int64_t vocab_begin,
                                       const Tensor& wpe) const {
-  Checker c{"vocab_embedding_forward"};
-  c.that(vocab_parallel(), "this backend has no vocabulary-parallel ops");
-  c.rank(out, 3, "out");
-  const std::int64_t B = out.dim(0), T = out.dim(1), C = out.dim(2);
-  c.shape(tokens, {B, T}, "tokens");
-  c.ids(tokens);
-  c.rank(wte, 2, "wte");
-  c.last_dim(wte, C, "wte");
-  c.that(vocab_begin >= 0, "vocab_begin must be >= 0");
-  if (wpe.defined()) {
-    c.last_dim(wpe, C, "wpe");
-    c.that(wpe.dim(0) >= T, [&] { return "wpe has fewer positions than T = " + std::to_string(T); });
-  }
-  for (const Tensor* t : {static_cast<const Tensor*>(&out), &wte, &wpe})
-    if (t->defined()) c.f32(*t, "embedding tensors");
+  Checker{"vocab_embedding_forward"}.vocab_embedding(vocab_parallel(), out, tokens, wte, vocab_begin, wpe);
   do_vocab_embedding_forward(out, tokens, wte, vocab_begin, wpe);
 }
 
 void Kernels::vocab_embedding_backward(Tensor& dwte, Tensor& dwpe, const Tensor& dout, const Tensor& tokens,
                                        std::int64_t vocab_begin) const {
-  Checker c{"vocab_embedding_backward"};
-  c.that(vocab_parallel(), "this backend has no vocabulary-parallel ops");
-  c.rank(dout, 3, "dout");
-  const std::int64_t B = dout.dim(0), T = dout.dim(1), C = dout.dim(2);
-  c.shape(tokens, {B, T}, "tokens");
-  c.ids(tokens);
-  c.rank(dwte, 2, "dwte");
-  c.last_dim(dwte, C, "dwte");
-  c.that(vocab_begin >= 0, "vocab_begin must be >= 0");
-  if (dwpe.defined()) {
-    c.last_dim(dwpe, C, "dwpe");
-    c.that(dwpe.dim(0) >= T, [&] { return "dwpe has fewer positions than T = " + std::to_string(T); });
-  }
-  for (const Tensor* t : {&dout, static_cast<const Tensor*>(&dwte), static_cast<const Tensor*>(&dwpe)})
-    if (t->defined()) c.f32(*t, "embedding tensors");
+  Checker{"vocab_embedding_backward"}.vocab_embedding(vocab_parallel(), dout, tokens, dwte, vocab_begin, dwpe);
   do_vocab_embedding_backward(dwte, dwpe, dout, tokens, vocab_begin);
 }
 
