@@ -328,12 +328,13 @@ Expected<StepTimes> StageRunner::run_step(int step, const ExecContext& ctx) {
       case Op::optimizer_step: break;  // the caller's
     }
     if (compute && m.links.tp_check) {
-      double tp_waited = 0, tp_comm = 0;
-      TROUPE_TRY(m.links.tp_check(tp_waited, tp_comm));
-      waited += tp_waited;
-      times.tp_wait_us += tp_waited;
-      times.instruction_tp_us[pc] = tp_waited;
-      times.tp_comm_us += tp_comm;
+      TpCollectiveTimes tp;
+      TROUPE_TRY(m.links.tp_check(tp));
+      waited += tp.waited_us;
+      times.tp_wait_us += tp.waited_us;
+      times.instruction_tp_us[pc] = tp.waited_us;
+      times.tp_exposed_us += tp.exposed_us;
+      times.tp_comm_us += tp.comm_us;
     }
     double t1 = now_us();
     if (compute && slowdown > 1) {  // a slow drill: this instruction's compute costs `slowdown` times as much
@@ -427,8 +428,8 @@ Expected<double> StageRunner::run_forward_only(int tag_step, int batches,
         g.forward(slot, first ? data.tokens : m.act_in[i], last ? &data.targets : nullptr, 0.0f, ctx, {},
                   GptStage::LossRead::later);
         if (m.links.tp_check) {
-          double waited = 0, comm = 0;
-          TROUPE_TRY(m.links.tp_check(waited, comm));
+          TpCollectiveTimes tp;  // evaluation: not timed
+          TROUPE_TRY(m.links.tp_check(tp));
         }
         if (m.links.progress) m.links.progress->advanced(m.links.progress->step.load(std::memory_order_relaxed), -1);
         if (last) {

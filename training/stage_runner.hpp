@@ -66,7 +66,7 @@ struct StageLinks {
   /// compute instruction: a failed collective of it abandons the step, and
   /// the time they waited is added to its blocked time (TensorParallelLink).
   TensorParallel tp;
-  std::function<Status(double& waited_us, double& comm_us)> tp_check;
+  std::function<Status(TpCollectiveTimes& times)> tp_check;
   /// Burns `cpu_us` µs of CPU time shared by every compute thread (a slow
   /// drill's extra compute; optional: without it, or without cpu_clock_us,
   /// the stretch sleeps for as long in wall time).
@@ -79,7 +79,8 @@ struct StepTimes {
   double forward_us = 0, backward_us = 0, weight_us = 0;  ///< totals over the step
   int forwards = 0, backwards = 0, weights = 0;
   double blocked_us = 0;  ///< waiting in receives (and for the tensor-parallel group's collectives)
-  double tp_wait_us = 0;  ///< of that, waiting for the tensor-parallel group's collectives (exposed)
+  double tp_wait_us = 0;  ///< of that, waiting for the tensor-parallel group's collectives
+  double tp_exposed_us = 0;  ///< of that, inside their spans from issue to completion (TpCollectiveTimes)
   double tp_comm_us = 0;  ///< those collectives from issue to completion (hidden or not)
   double wall_us = 0;     ///< from the first instruction to the last send done
   std::vector<double> instruction_us;  ///< each program instruction's compute time (0 for the rest)

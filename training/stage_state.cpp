@@ -45,9 +45,7 @@ Expected<std::unique_ptr<StageState>> StageState::build(const StageStateArgs& a)
     if (!inbox) inbox = (st->own_inbox_ = std::make_unique<FlagInbox>()).get();
     st->tp_link_ = std::make_unique<TensorParallelLink>(tp.tensors(), *a.ctx, *inbox);
     links.tp = st->tp_link_->ops(job.parallel.sequence_parallel, job.parallel.tp_overlap_chunks);
-    links.tp_check = [link = st->tp_link_.get()](double& waited_us, double& comm_us) {
-      return link->check(waited_us, comm_us);
-    };
+    links.tp_check = [link = st->tp_link_.get()](TpCollectiveTimes& times) { return link->check(times); };
   }
   auto runner = StageRunner::create(*a.ctx, plan.cfg, plan.chunks_of(me.pp), plan.schedule, me.pp, job.train.batch,
                                     plan.cfg.ctx, links, job.parallel.dp);

@@ -42,8 +42,8 @@ Expected<StepReport> StageTrainer::report_step(StepFigures& f) {
   for (int c = 0; c < state_->chunks(); ++c) activations += static_cast<double>(state_->model(c).memory_use().activations);
   table.add(a_.rank, ActorStepFigures{t.loss, t.forward_us + t.backward_us + t.weight_us, t.blocked_us, t.wall_us,
                                       t.instruction_us, t.instruction_cpu_us, f.tied_sync_us, f.exposed_sync_us,
-                                      f.buckets, f.hidden, t.tp_wait_us, t.tp_comm_us, activations,
-                                      t.instruction_tp_us});
+                                      f.buckets, f.hidden, t.tp_wait_us, t.tp_comm_us, t.tp_exposed_us,
+                                      activations, t.instruction_tp_us});
   TROUPE_TRY(all_reduce(table.data(), table.size(), "the step report all-reduce"));
   if (root_) {
     f.stragglers = root_->stragglers.observe(table);
@@ -124,7 +124,7 @@ Status StageTrainer::log_step(int step, const StepFigures& f, const StepReport& 
                          {"grad_buckets_hidden", rep.hidden},
                          {"activation_mb", rep.activation_mb}};
   if (plan_.dims.tp > 1) {
-    line["tp_exposed_ms"] = rep.tp_wait_us / 1e3;
+    line["tp_exposed_ms"] = rep.tp_exposed_us / 1e3;
     line["tp_comm_ms"] = rep.tp_comm_us / 1e3;
   }
   if (val_loss) line["val_loss"] = *val_loss;

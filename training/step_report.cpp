@@ -56,6 +56,7 @@ void StepTable::add(int rank, const ActorStepFigures& f) {
   row[kWall] += static_cast<float>(f.wall_us / dp);
   row[kBuckets] += static_cast<float>(f.buckets / dp);
   row[kTpWait] += static_cast<float>(f.tp_wait_us / dp);
+  row[kTpExposed] += static_cast<float>(f.tp_exposed_us / dp);
   row[kTpComm] += static_cast<float>(f.tp_comm_us / dp);
   row[kActivationMB] += static_cast<float>(f.activation_bytes / (1 << 20) / dp);
   const std::size_t n = std::min(f.instruction_us.size(), program_max_);
@@ -81,7 +82,8 @@ StepReport StepTable::report() const {
   StepReport r;
   for (int st = 0; st < p; ++st) {
     r.wall_us = std::max(r.wall_us, at(st, kWall));
-    if (at(st, kTpWait) >= r.tp_wait_us) r.tp_wait_us = at(st, kTpWait), r.tp_comm_us = at(st, kTpComm);
+    if (at(st, kTpWait) >= r.tp_wait_us)
+      r.tp_wait_us = at(st, kTpWait), r.tp_exposed_us = at(st, kTpExposed), r.tp_comm_us = at(st, kTpComm);
     r.activation_mb = std::max(r.activation_mb, at(st, kActivationMB));
     r.buckets += at(st, kBuckets);
     //

@@ -36,6 +36,7 @@ struct ActorStepFigures {
   double exposed_sync_us = 0;          ///< waiting for the buckets' reduce-scatters after that
   int buckets = 0, hidden = 0;         ///< gradient buckets; those reduced when the backward ended
   double tp_wait_us = 0, tp_comm_us = 0;  ///< its tensor-parallel collectives: waited for, and issue to completion
+  double tp_exposed_us = 0;               ///< of the wait, inside those spans (TpCollectiveTimes)
   double activation_bytes = 0;          ///< activations its model chunks keep for the backward
   std::vector<double> instruction_tp_us;   ///< each instruction's waits for the tensor-parallel collectives (empty: none)
 };
@@ -45,8 +46,9 @@ struct StepReport {
   double tied_sync_us = 0, exposed_sync_us = 0, replica_wait_us = 0;
   double buckets = 0, hidden = 0;
   /// The stage (mean over its actors) that waited longest for its
-  /// tensor-parallel collectives: that wait and those collectives' time.
-  double tp_wait_us = 0, tp_comm_us = 0;
+  /// tensor-parallel collectives: that wait, its exposed part and those
+  /// collectives' time (exposed <= both, per actor and so in the mean).
+  double tp_wait_us = 0, tp_exposed_us = 0, tp_comm_us = 0;
   double activation_mb = 0;  ///< the most saved activations any stage's actors hold (mean over them)
 };
 
@@ -85,7 +87,7 @@ class StepTable {
   float* actor_instructions(int rank);
   const float* actor_instructions(int rank) const;
 
-  enum StageField : int { kLoss, kBusy, kBlocked, kWall, kBuckets, kTpWait, kTpComm, kActivationMB, kStageFields };
+  enum StageField : int { kLoss, kBusy, kBlocked, kWall, kBuckets, kTpWait, kTpExposed, kTpComm, kActivationMB, kStageFields };
   enum ActorField : int { kTiedSync, kExposedSync, kHidden, kActorBusy, kActorFields };
   ParallelDims dims_;
   const schedules::Schedule* schedule_;

@@ -122,7 +122,7 @@ TEST_CASE("R-1, R-2 with tensor parallelism: the group's waits are on the critic
     f.activation_bytes = st == 0 ? 2.0 * (1 << 20) : 1.0 * (1 << 20);
     if (st == 0) {
       f.instruction_tp_us = tp_waits;
-      f.tp_wait_us = 12, f.tp_comm_us = 15;
+      f.tp_wait_us = 12, f.tp_exposed_us = 9, f.tp_comm_us = 15;  // 3 µs of the wait: waking up
     }
     f.blocked_us = predicted->stages[static_cast<std::size_t>(st)].blocked + f.tp_wait_us;
     per_rank.push_back(f);
@@ -131,6 +131,7 @@ TEST_CASE("R-1, R-2 with tensor parallelism: the group's waits are on the critic
   CHECK(r.loss == Approx(3.0));  // the mean over the pair
   CHECK(r.blocked_beyond_us == Approx(0).margin(1e-3));
   CHECK(r.tp_wait_us == Approx(12));
+  CHECK(r.tp_exposed_us == Approx(9));
   CHECK(r.tp_comm_us == Approx(15));
   CHECK(r.activation_mb == Approx(2.0));
 }

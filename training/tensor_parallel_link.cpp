@@ -1,6 +1,7 @@
 // TensorParallelLink: the group's sums and gathers, waited for in the inbox.
 #include "training/tensor_parallel_link.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "backends/comm/communicator.hpp"
@@ -57,9 +58,16 @@ void TensorParallelLink::finish(int ticket) {
   const EventKey key{StageEvent::tensor_parallel_done, 0, ticket};
   const auto start = std::chrono::steady_clock::now();
   Status st = inbox_.wait(key);
-  waited_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const auto woke = std::chrono::steady_clock::now();
+  auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  times_.waited_us += us(woke - start);
   const auto [armed, delivered] = inbox_.times(key);  // its issue to its completion, hidden or not
-  if (delivered > armed) comm_us_ += std::chrono::duration<double, std::micro>(delivered - armed).count();
+  if (delivered > armed) {
+    times_.comm_us += us(delivered - armed);
+    // The wait's overlap with that span: a wake-up after the completion is not communication.
+    const auto from = std::max(start, armed), to = std::min(woke, delivered);
+    if (to > from) times_.exposed_us += us(to - from);
+  }
   if (!st) {
     Error e = st.error();  // its origin kept: a peer's failure stays the peer's
     e.message = std::string("the tensor-parallel ") + name_of(issued_[static_cast<std::size_t>(ticket) - 1]) + ": " +
@@ -68,11 +76,10 @@ void TensorParallelLink::finish(int ticket) {
   }
 }
 
-Status TensorParallelLink::check(double& waited_us, double& comm_us) {
+Status TensorParallelLink::check(TpCollectiveTimes& times) {
   issued_.clear();
-  waited_us += waited_us_;
-  comm_us += comm_us_;
-  waited_us_ = comm_us_ = 0;
+  times += times_;
+  times_ = {};
   Status out = std::move(failed_);
   failed_ = Status::success();
   return out;

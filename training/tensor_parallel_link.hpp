@@ -36,9 +36,8 @@ class TensorParallelLink {
   TensorParallel ops(bool sequence_parallel, int overlap_chunks);
 
   /// TL-1, TL-2: the failure since the last check (success if none); the
-  /// time its collectives were waited for, added to `waited_us`, and the
-  /// time from each one's issue to its completion, added to `comm_us`.
-  Status check(double& waited_us, double& comm_us);
+  /// times of its collectives since then added to `times`.
+  Status check(TpCollectiveTimes& times);
 
  private:
   using Collective = TensorParallel::Op;
@@ -52,7 +51,7 @@ class TensorParallelLink {
   const ExecContext& ctx_;
   Inbox& inbox_;
   Status failed_;
-  double waited_us_ = 0, comm_us_ = 0;
+  TpCollectiveTimes times_;
 };
 
 }  // namespace troupe

@@ -91,4 +91,19 @@ struct TensorParallel {
   bool splits_tokens() const { return active() && sequence_parallel; }
 };
 
+/// What a member's collectives cost since the last look, in microseconds:
+///  - waited: the stage actor blocked on them (blocked time, not compute);
+///  - exposed: of that, the part inside a collective's span from issue to
+///    completion (the communication not hidden behind compute; the rest of
+///    a wait is the actor's wake-up after the completion arrived);
+///  - comm: their spans from issue to completion, hidden or not.
+/// exposed <= comm and exposed <= waited, always.
+struct TpCollectiveTimes {
+  double waited_us = 0, exposed_us = 0, comm_us = 0;
+  TpCollectiveTimes& operator+=(const TpCollectiveTimes& o) {
+    waited_us += o.waited_us, exposed_us += o.exposed_us, comm_us += o.comm_us;
+    return *this;
+  }
+};
+
 }  // namespace troupe
