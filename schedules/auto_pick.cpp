@@ -1,4 +1,5 @@
-// auto_pick: exhaustive over {gpipe, 1f1b, zb-h1} and interleaved with 2..max_chunks.
+// auto_pick: exhaustive over {gpipe, 1f1b, zb-h1} and interleaved with 2..max_chunks
+// (zb-h1 unless the request says why it cannot run).
 #include "schedules/auto_pick.hpp"
 
 #include <algorithm>
@@ -10,11 +11,7 @@ namespace {
 Expected<Candidate> evaluate(Kind kind, int v, const AutoPickRequest& req) {
   auto s = build_schedule(kind, req.stages, req.microbatches, v);
   if (!s) return s.error();
-  Costs c = req.costs;
-  c.forward /= v;
-  c.backward_input /= v;
-  c.backward_weight /= v;
-  auto sim = simulate(*s, c);
+  auto sim = simulate(*s, per_chunk(req.costs, v));
   if (!sim) return sim.error();
   Candidate cand{kind, v, sim->step_time, sim->bubble_fraction, 0, false};
   for (auto& st : sim->stages) cand.peak_memory = std::max(cand.peak_memory, double(st.peak_activation_memory) / v);
@@ -56,6 +53,7 @@ Expected<AutoPick> auto_pick(const AutoPickRequest& req) {
   if (req.max_chunks < 1) return make_error("max chunks must be >= 1");
   AutoPick out;
   for (Kind k : {Kind::gpipe, Kind::one_f_one_b, Kind::zb_h1}) {
+    if (k == Kind::zb_h1 && !req.no_split_backward.empty()) continue;
     auto c = evaluate(k, 1, req);
     if (!c) return c.error();
     out.candidates.push_back(*c);
@@ -86,6 +84,7 @@ Expected<AutoPick> auto_pick(const AutoPickRequest& req) {
   if (runner_up) out.reason += "; next best " + describe(*runner_up);
   for (auto& c : out.candidates)
     if (!c.fits && better(c, *best)) out.reason += "; faster but over the limit: " + describe(c);
+  if (!req.no_split_backward.empty()) out.reason += "; zb-h1 left out: " + req.no_split_backward;
   return out;
 }
 

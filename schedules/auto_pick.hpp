@@ -19,6 +19,9 @@ struct AutoPickRequest {
   /// Activation memory a stage may hold, in whole-stage microbatches.
   double memory_limit = 1e300;
   int max_chunks = 4;
+  /// Why the split backward (zb-h1) cannot run, if it cannot (empty: it can):
+  /// it is left out of the candidates and the reason says why.
+  std::string no_split_backward;
 };
 
 struct Candidate {

@@ -50,4 +50,25 @@ TEST_CASE("interleaving is not considered when m is not a multiple of p", "[sche
   for (auto& c : pick->candidates) CHECK(c.kind != Kind::interleaved_1f1b);
 }
 
+
+TEST_CASE("a layout without a split backward leaves zb-h1 out and says why", "[schedules][auto]") {
+  AutoPickRequest req{4, 16, Costs{1, 1, 1, 0}, 4.0, 4};  // zb-h1 would win (above)
+  req.no_split_backward = "sequence parallelism has no split backward";
+  auto pick = auto_pick(req);
+  REQUIRE(pick.ok());
+  CHECK(pick->chosen.kind != Kind::zb_h1);
+  for (auto& c : pick->candidates) CHECK(c.kind != Kind::zb_h1);
+  CHECK(pick->reason.find("zb-h1 left out: sequence parallelism has no split backward") != std::string::npos);
+}
+
+TEST_CASE("tensor-parallel waits are split over interleaved chunks as their layers are", "[schedules][auto]") {
+  const Costs c = per_chunk(Costs{4, 6, 2, 1, 2, 3}, 2);
+  CHECK(c.forward == 2);
+  CHECK(c.backward_input == 3);
+  CHECK(c.backward_weight == 1);
+  CHECK(c.latency == 1);  // a hop costs the same however the stage is cut
+  CHECK(c.tp_forward == 1);
+  CHECK(c.tp_backward == 1.5);
+}
+
 }  // namespace troupe::schedules

@@ -65,6 +65,11 @@ std::string render_ascii(const Schedule& s, const Simulation& sim, const Costs& 
                 std::string(kind_name(s.kind)).c_str(), s.stages, s.microbatches, s.chunks, sim.step_time,
                 sim.bubble_fraction);
   out += tail;
+  if (sim.tp_wait > 0) {  // inside the spans above: each instruction's waits for its tensor-parallel group
+    std::snprintf(tail, sizeof tail, "tensor-parallel waits inside the instructions: %.6g per stage at most\n",
+                  sim.tp_wait);
+    out += tail;
+  }
   out += "peak activations per stage:";
   for (auto& tl : sim.stages) {
     out += ' ';
@@ -85,6 +90,7 @@ nlohmann::json render_json(const Schedule& s, const Simulation& sim, const Costs
   for (auto& tl : sim.stages)
     stages.push_back({{"busy", tl.busy},
                       {"blocked", tl.blocked},
+                      {"tp_wait", tl.tp_wait},
                       {"idle", sim.step_time - tl.busy},
                       {"peak_in_flight", tl.peak_in_flight},
                       {"peak_pending_weight", tl.peak_pending_weight},
@@ -95,9 +101,12 @@ nlohmann::json render_json(const Schedule& s, const Simulation& sim, const Costs
           {"chunks", s.chunks},
           {"costs",
            {{"forward", costs.forward}, {"backward_input", costs.backward_input},
-            {"backward_weight", costs.backward_weight}, {"latency", costs.latency}}},
+            {"backward_weight", costs.backward_weight}, {"latency", costs.latency},
+            {"tp_forward", costs.tp_forward}, {"tp_backward", costs.tp_backward}}},
           {"programs", programs},
-          {"simulation", {{"step_time", sim.step_time}, {"bubble_fraction", sim.bubble_fraction}, {"stages", stages}}}};
+          {"simulation",
+           {{"step_time", sim.step_time}, {"bubble_fraction", sim.bubble_fraction}, {"tp_wait", sim.tp_wait},
+            {"stages", stages}}}};
 }
 
 nlohmann::json render_chrome(const Schedule& s, const Simulation& sim) {

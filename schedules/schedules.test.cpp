@@ -83,6 +83,10 @@ TEST_CASE("bad arguments are errors naming them", "[schedules]") {
   CHECK_FALSE(parse_costs("1,2,3").ok());
   CHECK_FALSE(parse_costs("1,-2,3,0").ok());
   CHECK(parse_costs("1,2,0.5,0.1")->backward_weight == 0.5);
+  CHECK(parse_costs("1,2,0.5,0.1,0.25,0.75")->tp_backward == 0.75);
+  CHECK(parse_costs("1,2,0.5,0.1")->tp_forward == 0);
+  CHECK_FALSE(parse_costs("1,2,0.5,0.1,0.25").ok());  // both tensor-parallel terms or neither
+  CHECK_FALSE(parse_costs("1,2,0.5,0.1,-1,0").ok());
 }
 
 TEST_CASE("unit-cost bubbles follow the closed forms", "[schedules][simulator]") {
@@ -138,6 +142,29 @@ TEST_CASE("latency lengthens the step but never reorders work", "[schedules][sim
   auto slow = *simulate(s, Costs{1, 1, 0, 0.5});
   CHECK(slow.step_time > fast.step_time);
   CHECK(slow.stages[0].blocked > fast.stages[0].blocked);
+}
+
+TEST_CASE("tensor-parallel waits lengthen their instructions and are idle, not compute", "[schedules][simulator]") {
+  // One stage, m = 3: each microbatch F (1 + 0.5 waiting) then B (2 + 1).
+  auto gpipe = *build_schedule(Kind::gpipe, 1, 3);
+  auto sim = *simulate(gpipe, Costs{1, 1, 1, 0, 0.5, 1});
+  CHECK(sim.step_time == Approx(3 * (1 + 0.5 + 2 + 1)));
+  CHECK(sim.stages[0].busy == Approx(3 * 3));
+  CHECK(sim.stages[0].tp_wait == Approx(3 * 1.5));
+  CHECK(sim.tp_wait == Approx(3 * 1.5));
+  CHECK(sim.bubble_fraction == Approx(1.5 / 4.5));
+  // Under the zero-bubble split the backward's waits are its input half's.
+  auto zb = *build_schedule(Kind::zb_h1, 2, 4);
+  auto split = *simulate(zb, Costs{1, 1, 1, 0, 0, 1});
+  for (const auto& tl : split.stages)
+    for (const auto& sp : tl.spans)
+      CHECK(sp.end - sp.start == Approx(sp.op == Op::backward_input ? 2 : 1));
+  // Per instruction: a bare number is compute alone.
+  auto mixed = *simulate(gpipe, [](int, std::size_t, const Instruction& in) {
+    return in.op == Op::forward ? InstructionTime{1, 2} : InstructionTime{3};
+  });
+  CHECK(mixed.step_time == Approx(3 * 6));
+  CHECK(mixed.stages[0].busy == Approx(3 * 4));
 }
 
 TEST_CASE("per-stage costs: a slow last stage sets the pace of gpipe", "[schedules][simulator]") {

@@ -20,22 +20,31 @@ Expected<Costs> parse_costs(const std::string& text) {
       return make_error("--costs '", text, "': '", item, "' is not a number");
     }
   }
-  if (v.size() != 4) return make_error("--costs '", text, "': expected four numbers f,b,w,latency");
+  if (v.size() != 4 && v.size() != 6)
+    return make_error("--costs '", text, "': expected four numbers f,b,w,latency or six f,b,w,latency,tp_f,tp_b");
   for (double x : v)
     if (!(x >= 0) || !std::isfinite(x)) return make_error("--costs '", text, "': costs must be finite and >= 0");
   if (v[0] + v[1] <= 0) return make_error("--costs '", text, "': forward + backward must be > 0");
-  return Costs{v[0], v[1], v[2], v[3]};
+  Costs c{v[0], v[1], v[2], v[3]};
+  if (v.size() == 6) c.tp_forward = v[4], c.tp_backward = v[5];
+  return c;
+}
+
+Costs per_chunk(const Costs& stage, int chunks) {
+  Costs c = stage;
+  for (double* x : {&c.forward, &c.backward_input, &c.backward_weight, &c.tp_forward, &c.tp_backward}) *x /= chunks;
+  return c;
 }
 
 namespace {
 
-double cost_of(Op op, const Costs& c) {
+InstructionTime cost_of(Op op, const Costs& c) {
   switch (op) {
-    case Op::forward: return c.forward;
-    case Op::backward: return c.backward_input + c.backward_weight;
-    case Op::backward_input: return c.backward_input;
-    case Op::backward_weight: return c.backward_weight;
-    default: return 0;
+    case Op::forward: return {c.forward, c.tp_forward};
+    case Op::backward: return {c.backward_input + c.backward_weight, c.tp_backward};
+    case Op::backward_input: return {c.backward_input, c.tp_backward};
+    case Op::backward_weight: return {c.backward_weight, 0};
+    default: return {};
   }
 }
 
@@ -111,10 +120,12 @@ Expected<Simulation> simulate(const Schedule& s, const InstructionCost& cost, do
           runnable.push_back(dest);
         }
       } else if (in.op != Op::grad_sync && in.op != Op::optimizer_step) {
-        const double c = cost(st, pc[ust], in);
+        const InstructionTime t = cost(st, pc[ust], in);
+        const double c = t.compute + t.tp;
         tl.spans.push_back({in.op, in.mb, in.chunk, clock[ust], clock[ust] + c});
         clock[ust] += c;
-        tl.busy += c;
+        tl.busy += t.compute;
+        tl.tp_wait += t.tp;
         if (in.op == Op::forward) tl.peak_in_flight = std::max(tl.peak_in_flight, ++held[ust]);
         if (in.op == Op::backward || in.op == Op::backward_input) --held[ust];
         if (in.op == Op::backward_input) tl.peak_pending_weight = std::max(tl.peak_pending_weight, ++pending_w[ust]);
@@ -134,7 +145,7 @@ Expected<Simulation> simulate(const Schedule& s, const InstructionCost& cost, do
     sim.step_time = std::max(sim.step_time, clock[ust]);
   }
   double idle = 0;
-  for (auto& tl : sim.stages) idle += sim.step_time - tl.busy;
+  for (auto& tl : sim.stages) idle += sim.step_time - tl.busy, sim.tp_wait = std::max(sim.tp_wait, tl.tp_wait);
   sim.bubble_fraction = sim.step_time > 0 ? idle / (p * sim.step_time) : 0;
   return sim;
 }

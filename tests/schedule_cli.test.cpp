@@ -29,6 +29,17 @@ TEST_CASE("troupe schedule prints the picture, JSON and a Chrome trace", "[cli][
   auto a = nlohmann::json::parse(pick.out);
   CHECK(a["auto"]["chosen"]["kind"] == "zb-h1");
   CHECK(a["auto"]["reason"].get<std::string>().find("fastest") != std::string::npos);
+
+  // The tensor-parallel terms: inside the spans, idle for the bubble.
+  auto tp = run(t + "--kind gpipe --stages 1 --microbatches 2 --costs 1,1,1,0,0.5,1 --format json");
+  REQUIRE(tp.exit_code == 0);
+  auto k = nlohmann::json::parse(tp.out);
+  CHECK(k["simulation"]["step_time"].get<double>() == Approx(2 * 4.5));
+  CHECK(k["simulation"]["tp_wait"].get<double>() == Approx(2 * 1.5));
+  CHECK(k["simulation"]["bubble_fraction"].get<double>() == Approx(1.5 / 4.5));
+  auto tp_ascii = run(t + "--kind 1f1b --stages 2 --microbatches 2 --costs 1,1,0,0,1,1");
+  REQUIRE(tp_ascii.exit_code == 0);
+  CHECK(tp_ascii.out.find("tensor-parallel waits inside the instructions: 4 per stage at most") != std::string::npos);
 }
 
 TEST_CASE("troupe schedule rejects bad input with a one-line error", "[cli][schedule][errors]") {
@@ -43,6 +54,7 @@ TEST_CASE("troupe schedule rejects bad input with a one-line error", "[cli][sche
                         Case{"--kind 3f3b --stages 2 --microbatches 4", "--kind"},
                         Case{"--kind 1f1b --stages 2 --microbatches 4 --costs 1,x,0,0", "--costs"},
                         Case{"--kind 1f1b --stages 2 --microbatches 4 --costs 1,1", "--costs"},
+                        Case{"--kind 1f1b --stages 2 --microbatches 4 --costs 1,1,0,0,1", "--costs"},
                         Case{"--kind auto --stages 4 --microbatches 16 --memory-limit 1", "no schedule fits"}}) {
     auto r = run(t + c.args);
     INFO(c.args << " -> " << r.err);

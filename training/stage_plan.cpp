@@ -34,6 +34,8 @@ Expected<StagePlan> make_stage_plan(const JobConfig& job, int actors) {
     if (par.max_activations > 0) req.memory_limit = par.max_activations;
     // Chunks need layers: at most layers / pp per stage.
     req.max_chunks = par.pp == 1 ? 1 : std::max(1, std::min(4, plan.cfg.layers / par.pp));
+    if (par.sequence_parallel && par.tp > 1)
+      req.no_split_backward = "sequence parallelism has no split backward (parallel.sequence_parallel)";
     auto pick = schedules::auto_pick(req);
     if (!pick) return make_error("parallel.schedule = auto: ", pick.error().message);
     kind = pick->chosen.kind;

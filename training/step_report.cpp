@@ -105,7 +105,7 @@ StepReport StepTable::report() const {
     for (int st = 0; st < p; ++st) r.bubble += (r.wall_us - at(st, kBusy)) / (p * r.wall_us);
   //
   auto sim = schedules::simulate(*schedule_, [&](int st, std::size_t pc, const schedules::Instruction&) {
-    return static_cast<double>(instructions(st)[pc]) + static_cast<double>(instructions_tp(st)[pc]);
+    return schedules::InstructionTime{instructions(st)[pc], instructions_tp(st)[pc]};
   });
   if (sim) {
     r.bubble_predicted = sim->bubble_fraction;

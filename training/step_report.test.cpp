@@ -108,6 +108,9 @@ TEST_CASE("R-1, R-2 with tensor parallelism: the group's waits are on the critic
   std::vector<double> tp_waits;
   for (const auto& in : fx.sched.programs[0]) tp_waits.push_back(in.op == Op::forward || in.op == Op::backward ? 3.0 : 0.0);
   auto predicted = schedules::simulate(fx.sched, [&](int st, std::size_t pc, const schedules::Instruction&) {
+    return schedules::InstructionTime{fx.costs(st)[pc], st == 0 ? tp_waits[pc] : 0.0};
+  });
+  auto as_compute = schedules::simulate(fx.sched, [&](int st, std::size_t pc, const schedules::Instruction&) {
     return fx.costs(st)[pc] + (st == 0 ? tp_waits[pc] : 0.0);
   });
   REQUIRE(predicted);
@@ -134,6 +137,10 @@ TEST_CASE("R-1, R-2 with tensor parallelism: the group's waits are on the critic
   CHECK(r.tp_exposed_us == Approx(9));
   CHECK(r.tp_comm_us == Approx(15));
   CHECK(r.activation_mb == Approx(2.0));
+  // The predicted bubble counts the waits as idle, as the measured one does (busy is compute alone).
+  CHECK(r.bubble_predicted == Approx(predicted->bubble_fraction));
+  CHECK(predicted->step_time == Approx(as_compute->step_time));
+  CHECK(r.bubble_predicted > as_compute->bubble_fraction);
 }
 
 }  // namespace troupe

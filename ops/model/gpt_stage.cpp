@@ -324,12 +324,14 @@ void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, flo
   StageParam* wte = find("wte.weight");
   ctx.kernels.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value);
   // logits (BT,V) = lnf (BT,C) @ wte^T (sequence parallelism: every member's tokens, gathered)
-  const Tensor* lnf = &a.lnf;
-  if (tp_.splits_tokens()) {
+  if (!tp_.splits_tokens()) {
+    ctx.kernels.tied_head_forward(a.logits, a.lnf, wte->value);
+  } else if (tp_.overlap_chunks > 1) {
+    sp_logits_overlapped(a, wte->value, ctx);
+  } else {
     gather_tokens(a.lnf, scratch_->full_in, ctx);
-    lnf = &scratch_->full_in;
+    ctx.kernels.tied_head_forward(a.logits, scratch_->full_in, wte->value);
   }
-  ctx.kernels.tied_head_forward(a.logits, *lnf, wte->value);
   if (!tp_.active()) return ctx.kernels.cross_entropy_forward_backward(a.losses, a.logits, targets, dloss_scale);
   // Vocabulary-parallel: each member's row statistics of its logits, gathered, then combined.
   Tensor& stats = scratch_->ce_stats;
@@ -345,6 +347,7 @@ void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
   StageParam* lnf_b = find("ln_f.bias");
   StageParam* wte = find("wte.weight");
   auto& d = *scratch_;
+  if (tp_.splits_tokens() && tp_.overlap_chunks > 1) return sp_head_backward_overlapped(a, ctx);
   if (tp_.splits_tokens()) {  // (never input_only: create refuses)
     ctx.kernels.tied_head_backward_input(d.full_out, a.logits, wte->value);
     tp_.reduce_scatter(d.full_out);  // this member's tokens of d(lnf), summed over its vocabulary rows and the others'

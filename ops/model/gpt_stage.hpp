@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -165,11 +166,21 @@ class GptStage {
   // or writes each piece of each chunk's partial sums, whose reduce-scatter
   // starts at once, and `sum` gets this member's rows of each chunk's sum.
   using Rows = std::function<void(const Tensor& rows, std::int64_t token, std::int64_t count)>;
-  void gather_then(const Tensor& shard, const ExecContext& ctx, const Rows& rows);
-  void scatter_after(const Rows& rows, const Rows& sum);
+  void gather_then(const Tensor& shard, const Tensor& full, const ExecContext& ctx, const Rows& rows);
+  void scatter_after(const Tensor& full, const Rows& rows, const std::function<void()>& meanwhile, const Rows& sum);
+  int start_gather_tokens(const Tensor& shard, const Tensor& full, const ExecContext& ctx) const;
+  void gathered_weight_backward(Tensor& dweight, Tensor& dbias, const Tensor& full, const Tensor& inp,
+                                const ExecContext& ctx) const;
   void sp_block_forward_overlapped(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out,
                                    const ExecContext& ctx);
   void sp_block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx);
+  void sp_block_backward_overlapped(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx);
+  struct ColumnGrad;     // a column-parallel layer's weights and output gradient
+  struct LayerNormGrad;  // a LayerNorm's weights, input and statistics
+  void sp_columns_backward(std::initializer_list<ColumnGrad> layers, const LayerNormGrad& ln,
+                           const std::function<void()>& meanwhile, const ExecContext& ctx);
+  void sp_logits_overlapped(Slot& a, const Tensor& wte, const ExecContext& ctx);
+  void sp_head_backward_overlapped(Slot& a, const ExecContext& ctx);
   // input_only: keep the linear layers' output gradients in the slot for block_weight_backward.
   void block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx, bool input_only);
   void block_weight_backward(Block& w, Slot& a, int layer, const ExecContext& ctx);

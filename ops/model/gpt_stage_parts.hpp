@@ -1,5 +1,5 @@
 // GptStage's private parts, for its own files only (gpt_stage.cpp: the
-// whole-stage passes; gpt_stage_parallel.cpp: the tensor- and
+// whole-stage passes; gpt_stage_parallel.cpp and gpt_stage_overlap.cpp: the tensor- and
 // sequence-parallel block passes): the buffers a stage keeps and the helper
 // every pass uses for an enqueue that cannot fail but did.
 #pragma once
@@ -28,6 +28,22 @@ namespace troupe {
 // A parameter's value and gradient views.
 struct Weight {
   Tensor w, g;
+};
+
+// A column-parallel layer in the backward: its weights and output gradient.
+struct GptStage::ColumnGrad {
+  Weight& weight;
+  Weight& bias;
+  const Tensor& dout;
+};
+
+// A LayerNorm in the backward: its weights, its input and its statistics.
+struct GptStage::LayerNormGrad {
+  Weight& weight;
+  Weight& bias;
+  const Tensor& inp;
+  const Tensor& mean;
+  const Tensor& rstd;
 };
 
 // One transformer block's parameters.

@@ -8,7 +8,9 @@
 #include <catch2/catch.hpp>
 #include <barrier>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -95,21 +97,36 @@ TEST_CASE("a member's initial weights are its slice of the whole model's", "[tp]
 // An in-process tensor-parallel group: members on threads meet at a barrier.
 class LocalGroup {
  public:
-  explicit LocalGroup(int n) : n_(n), barrier_(n), slots_(static_cast<std::size_t>(n)) {}
+  explicit LocalGroup(int n)
+      : n_(n), barrier_(n), slots_(static_cast<std::size_t>(n)), pending_(static_cast<std::size_t>(n)),
+        issued_(static_cast<std::size_t>(n), 0) {}
   TensorParallel member(int r, bool sequence_parallel, int overlap_chunks = 1) {
     TensorParallel tp;
     tp.shard = TpShard{n_, r};
     tp.sequence_parallel = sequence_parallel;
     tp.overlap_chunks = overlap_chunks;
-    // Started collectives run at once (every member starts them in the same order).
+    // A started collective runs when it is finished (every member finishes
+    // them in the same order), not before: a result read before its finish,
+    // or an input changed after its start, gives the wrong numbers.
     tp.start = [this, r](const Tensor& t, TensorParallel::Op op) {
+      const int ticket = ++issued_[static_cast<std::size_t>(r)];
+      pending_[static_cast<std::size_t>(r)][ticket] = {t, op};
+      return ticket;
+    };
+    tp.finish = [this, r](int ticket) {
+      auto& mine = pending_[static_cast<std::size_t>(r)];
+      const auto it = mine.find(ticket);
+      if (it == mine.end()) {  // (Catch's assertions are not for other threads)
+        std::fprintf(stderr, "member %d finished ticket %d, never started or finished twice\n", r, ticket);
+        std::abort();
+      }
+      const auto [t, op] = it->second;
+      mine.erase(it);
       auto tp = member(r, false);
       if (op == TensorParallel::Op::all_gather) tp.all_gather(t);
       if (op == TensorParallel::Op::reduce_scatter) tp.reduce_scatter(t);
       if (op == TensorParallel::Op::all_reduce) tp.all_reduce(t);
-      return 0;
     };
-    tp.finish = [](int) {};
     tp.reduce_scatter = [this, r](const Tensor& t) {
       slots_[static_cast<std::size_t>(r)] = &t;
       barrier_.arrive_and_wait();
@@ -146,6 +163,8 @@ class LocalGroup {
   int n_;
   std::barrier<> barrier_;
   std::vector<const Tensor*> slots_;
+  std::vector<std::map<int, std::pair<Tensor, TensorParallel::Op>>> pending_;  // started, not yet run, per member
+  std::vector<int> issued_;  // tickets handed out, per member
 };
 
 // Deterministic non-trivial values (biases and norms too), by whole index.

@@ -120,8 +120,9 @@ Expected<nlohmann::json> bench_tp(const std::string& config, int tp, int chunks,
        {{"chunks", chunks},
         {"goal_exposed_fraction", 0.10},
         {"note",
-         "the forward's gathers and reduce-scatters are chunked and overlapped; the backward's are waited for where "
-         "they are issued"}}}};
+         "forward and backward: gathers and reduce-scatters in chunks behind the GEMMs of the chunks before them, "
+         "the LayerNorm outputs' gathers and weights' sums behind weight-gradient GEMMs (gpt_stage_overlap.cpp); "
+         "exposed = the waits inside the collectives' spans"}}}};
 }
 
 }  // namespace troupe::cli

@@ -44,12 +44,7 @@ int run_schedule(const ScheduleArgs& a) {
   if (!s) return fail("schedule", s.error());
   if (auto st = validate(*s); !st) return fail("schedule", st.error());
   // Interleaved costs are given per whole stage; each chunk does 1/v of the work.
-  Costs chunk_costs = *costs;
-  if (a.kind == "auto") {
-    chunk_costs.forward /= chunks;
-    chunk_costs.backward_input /= chunks;
-    chunk_costs.backward_weight /= chunks;
-  }
+  const Costs chunk_costs = a.kind == "auto" ? per_chunk(*costs, chunks) : *costs;
   auto sim = simulate(*s, chunk_costs);
   if (!sim) return fail("schedule", sim.error());
   if (a.format == "ascii") {
@@ -74,7 +69,9 @@ void register_schedule(CLI::App& app, Action& action) {
   cmd->add_option("--stages", a->stages, "Pipeline stages p")->required();
   cmd->add_option("--microbatches", a->microbatches, "Microbatches m")->required();
   cmd->add_option("--chunks", a->chunks, "Model chunks per stage v (interleaved-1f1b)");
-  cmd->add_option("--costs", a->costs, "f,b,w,latency per chunk (auto: per whole stage)");
+  cmd->add_option("--costs", a->costs,
+                  "f,b,w,latency[,tp_f,tp_b] per chunk (auto: per whole stage); tp_f, tp_b: the tensor-parallel "
+                  "collectives' exposed time in a forward and a backward");
   cmd->add_option("--format", a->format, "ascii | json | chrome")->check(CLI::IsMember({"ascii", "json", "chrome"}));
   cmd->add_option("--memory-limit", a->memory_limit, "auto: activation memory per stage, in microbatches");
   cmd->add_option("--max-chunks", a->max_chunks, "auto: largest v to consider");
