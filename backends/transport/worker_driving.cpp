@@ -71,16 +71,20 @@ void WorkerDriving::wake_progress_thread() {
 void WorkerDriving::loop() {
   auto last_activity = Clock::now();
   long backoff_us = 20;
+  bool pending = false;  // what this thread's last round left in flight
   while (!stop_.load(std::memory_order_acquire)) {
     if (drivers_.load() > 0) {
       // UX-2: a driver has the worker, and wakes this thread when it leaves
-      // anything behind; until then sleep on the wake fd alone.
+      // anything behind; until then sleep on the wake fd alone. What this
+      // thread's own last round left in flight no driver may have seen (it
+      // may have found the worker held and left without looking): then
+      // sleep only for the backoff, and look again.
       sleeping_.store(true);
-      if (drivers_.load() > 0) sleep_once(-1, false);
+      if (drivers_.load() > 0) sleep_once(pending ? backoff_us : -1, false);
       sleeping_.store(false);
       continue;
     }
-    bool busy = false, pending = false;
+    bool busy = false;
     {
       std::lock_guard<std::mutex> lock(worker_mu_);
       busy = worker_.work();
@@ -117,7 +121,7 @@ bool WorkerDriving::drive(const std::function<void()>& start, const std::functio
   // per kPollsPerClockRead quiet polls; the worker is held across those
   // polls (a lock and an unlock cost as much as a poll).
   Clock::time_point last_activity{};  // {}: not read since the last event
-  bool pending = false;
+  bool pending = true;  // what is in flight, as this driver last saw holding the worker (unseen: assume some)
   while (!done()) {
     if (worker_lock || worker_lock.try_lock()) {
       for (int quiet_polls = 0; quiet_polls < kPollsPerClockRead && !done();) {

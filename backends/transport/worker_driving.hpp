@@ -11,6 +11,10 @@
 //       (notify() does not wake the progress thread); a driver that stops with
 //       operations queued or in flight wakes the progress thread, so that
 //       nothing queued or posted is ever left without a thread to progress it.
+//       A driver that never held the worker cannot tell, and wakes it; the
+//       progress thread, asleep behind a driver, keeps a backoff while its own
+//       last round left operations in flight (a driver that found the worker
+//       held by that round never saw them).
 // UX-3  A driver that has polled kPoliteAfter without an event yields its core
 //       between polls (more processes than cores must not starve each other).
 //       Once a yield gave the core away (it took longer than kYieldGaveAway),

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 namespace troupe {
@@ -109,6 +110,33 @@ TEST_CASE("UX-2: a driver that leaves work in flight wakes the progress thread, 
   // driver's wake gets it to finish the operation.
   CHECK(eventually([&] { return worker.completed() == 1; }));
   CHECK(worker.completed_by() != std::this_thread::get_id());
+}
+
+TEST_CASE("UX-2: a driver that never got the worker still leaves nothing in flight without a thread", "[worker_driving]") {
+  // The hang a tensor-parallel job met (bench tp, 8 chunks in flight): a
+  // stage actor drove its transport while the worker was held by another
+  // thread for a long round, gave up without ever holding it (so it had not
+  // seen what was in flight), and left without waking the progress thread,
+  // which had meanwhile gone to sleep for good because a driver was in. The
+  // operation in flight was then progressed by no one: the actor waited in
+  // its mailbox for it, its peer for the actor. Here the test's thread holds
+  // the worker as that long round; each repetition is one chance for the
+  // progress thread to fall asleep behind the driver.
+  CountingWorker worker(2ms);
+  auto driving = driving_of(worker);
+  driving->start_progress();
+  for (int rep = 0; rep < 100; ++rep) {
+    INFO("repetition " << rep);
+    worker.enqueue();
+    driving->notify();
+    REQUIRE(eventually([&] { return !worker.queued(); }));  // posted: in flight, the progress thread on a backoff
+    {
+      std::lock_guard<std::mutex> long_round(driving->worker_mutex());
+      std::thread driver([&] { driving->drive(nullptr, [] { return false; }, 1000us); });
+      driver.join();  // it gave up without the worker
+    }
+    REQUIRE(eventually([&] { return worker.completed() == rep + 1; }, 500ms));
+  }
 }
 
 TEST_CASE("UX-2: work queued while a driver is active is the driver's, not the progress thread's", "[worker_driving]") {
