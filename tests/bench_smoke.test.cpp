@@ -306,6 +306,7 @@ TEST_CASE("bench tp: step time, the collectives' exposed time and activations pe
     CHECK(run["tp_exposed_ms"]["median"].get<double>() <= run["tp_comm_ms"]["median"].get<double>() * (1 + 1e-9));
   }
   CHECK(j["overlap"]["chunks"] == 2);
+  CHECK(j["overlap"]["exposed_vs_unoverlapped_comm"].get<double>() >= 0);
 }
 
 TEST_CASE("bench recovery --simulate-nodes: one recovery's control traffic per survivor, at two sizes", "[bench][recovery]") {

@@ -68,6 +68,9 @@ TEST_CASE("train writes one metrics line per step and the loss falls", "[cli][tr
   CHECK(rows[19].contains("val_loss"));
   CHECK(rows[39].contains("val_loss"));
   CHECK_FALSE(rows[10].contains("val_loss"));
+  // The evaluation's time is its own figure, not the step's.
+  for (auto& row : rows) CHECK(row.contains("eval_ms") == row.contains("val_loss"));
+  CHECK(rows[19]["eval_ms"].get<double>() > 0);
   CHECK(rows[39]["loss"].get<double>() < rows[0]["loss"].get<double>() - 1.0);
 
   auto ev = run(troupe_bin() + " eval " + job.cfg + " --init " + (job.dir / "w.safetensors") + " --data " +

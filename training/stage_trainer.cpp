@@ -79,8 +79,10 @@ Expected<double> StageTrainer::run_step() {
   // UH-1: the hook before the step's checkpoint and rollback point, which then hold what it changed.
   if (a_.hooks.after_step) a_.hooks.after_step(StageView(step, loss, a_.rank, ctx(), state_->model(0)));
   TROUPE_TRY(checkpoint_if_due(f));
+  const Clock::time_point eval_start = Clock::now();
   auto val_loss = evaluate_if_due(step);
   if (!val_loss) return val_loss.error();
+  if (*val_loss) f.eval_us = us_since(eval_start);
   TROUPE_TRY(log_step(step, f, *report, *val_loss));
   TROUPE_TRY(take_recovery_snapshot());
   trace_redo();

@@ -60,6 +60,7 @@ struct StepFigures {
   double lr = 0;
   float global_sum_squares = 0;
   double checkpoint_stall_us = -1;  ///< phase 1 of a checkpoint taken after this step (< 0: none)
+  double eval_us = -1;              ///< the validation after this step (< 0: none); not in its step time
   std::vector<PersistOutcome> persisted;  ///< the node's persists that ended since the last step, in order
   std::vector<Straggler> stragglers;        ///< on the root: this step's (G-1 ... G-3)
   std::vector<double> actor_compute_ms;     ///< on the root: every stage actor's compute time, by rank

@@ -1,6 +1,8 @@
 // StageTrainer's root duties (replica 0's first stage): the metrics and
 // MFU's peak, the step report summed over every actor, stragglers,
 // evaluation and the metrics line.
+#include <algorithm>
+
 #include "training/stage_trainer_parts.hpp"
 
 namespace troupe::stage_training {
@@ -103,7 +105,8 @@ Status StageTrainer::log_step(int step, const StepFigures& f, const StepReport& 
   if (!root_ || step <= last_logged_) return Status::success();
   last_logged_ = step;
   const auto& t = job_.train;
-  const double secs = us_since(f.start) / 1e6;
+  // The step's own time: its validation, if any, is the line's eval_ms.
+  const double secs = (us_since(f.start) - std::max(0.0, f.eval_us)) / 1e6;
   const double tokens = static_cast<double>(t.batch) * plan_.cfg.ctx * job_.parallel.microbatches * job_.parallel.dp;
   const double tok_s = tokens / secs;
   nlohmann::json line = {{"step", step},
@@ -128,6 +131,7 @@ Status StageTrainer::log_step(int step, const StepFigures& f, const StepReport& 
     line["tp_comm_ms"] = rep.tp_comm_us / 1e3;
   }
   if (val_loss) line["val_loss"] = *val_loss;
+  if (f.eval_us >= 0) line["eval_ms"] = f.eval_us / 1e3;
   if (f.checkpoint_stall_us >= 0) line["checkpoint_stall_ms"] = f.checkpoint_stall_us / 1e3;
   // Every persist that ended since the last line: the newest success as
   // checkpoint_persisted, all of them (when more than one) as

@@ -109,6 +109,13 @@ Expected<nlohmann::json> bench_tp(const std::string& config, int tp, int chunks,
     }
     runs.push_back(run);
   }
+  // The overlap's exposed time beside the same collectives waited for where
+  // they are issued (sequence parallelism without overlap): the fraction of
+  // the communication still on the critical path, whatever the overlap did
+  // to the collectives' own spans (on shared cores they stretch).
+  const double unoverlapped = runs[2]["tp_comm_ms"]["median"].get<double>();
+  const double exposed_vs_unoverlapped =
+      unoverlapped > 0 ? runs[3]["tp_exposed_ms"]["median"].get<double>() / unoverlapped : 0.0;
   return nlohmann::json{
       {"bench", "tp"},
       {"config", config},
@@ -119,6 +126,7 @@ Expected<nlohmann::json> bench_tp(const std::string& config, int tp, int chunks,
       {"overlap",
        {{"chunks", chunks},
         {"goal_exposed_fraction", 0.10},
+        {"exposed_vs_unoverlapped_comm", exposed_vs_unoverlapped},
         {"note",
          "forward and backward: gathers and reduce-scatters in chunks behind the GEMMs of the chunks before them, "
          "the LayerNorm outputs' gathers and weights' sums behind weight-gradient GEMMs (gpt_stage_overlap.cpp); "
