@@ -25,6 +25,10 @@ constexpr std::chrono::microseconds kYieldGaveAway{3};
 constexpr int kPollsPerClockRead = 16;
 // The progress thread polls this long after the last event before it sleeps.
 constexpr auto kSpin = std::chrono::microseconds(20);
+// Asleep behind a driver with work of its own round in flight, the progress
+// thread looks again this often (UX-2's rare case: a driver that left without
+// seeing that work; an actor's waits drive, so this runs through every wait).
+constexpr long kBehindDriverUs = 500;
 
 }  // namespace
 
@@ -78,9 +82,9 @@ void WorkerDriving::loop() {
       // anything behind; until then sleep on the wake fd alone. What this
       // thread's own last round left in flight no driver may have seen (it
       // may have found the worker held and left without looking): then
-      // sleep only for the backoff, and look again.
+      // sleep only for kBehindDriverUs, and look again.
       sleeping_.store(true);
-      if (drivers_.load() > 0) sleep_once(pending ? backoff_us : -1, false);
+      if (drivers_.load() > 0) sleep_once(pending ? kBehindDriverUs : -1, false);
       sleeping_.store(false);
       continue;
     }
