@@ -173,6 +173,8 @@ class GptStage {
                                 const ExecContext& ctx) const;
   void sp_block_forward_overlapped(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out,
                                    const ExecContext& ctx);
+  void sp_after_attention_pipelined(const Block& w, Slot& a, int layer, const Tensor& x, Tensor& out,
+                                    const ExecContext& ctx);
   void sp_block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx);
   void sp_block_backward_overlapped(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx);
   struct ColumnGrad;     // a column-parallel layer's weights and output gradient

@@ -133,33 +133,73 @@ void GptStage::sp_block_forward_overlapped(const Block& w, Slot& a_slot, int lay
         });
     return;
   }
-  scatter_after(
-      s.full_out,
-      [&](const Tensor& rows, std::int64_t token, std::int64_t n) {
-        Tensor y = rows;
-        ctx.kernels.linear_forward(y, token_rows(a.atty, token, n), w.proj_w.w, first ? w.proj_b.w : none);
-      },
-      {},
-      [&](const Tensor& sum, std::int64_t row, std::int64_t n) {
-        Tensor x2 = token_rows(a.x2, row, n);
-        ctx.kernels.residual_forward(x2, sum, token_rows(x, row, n));  // x2 = x + attn(ln1)
-      });
-  ctx.kernels.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w);
-  gather_then(a.ln2, s.full_in, ctx, [&](const Tensor& rows, std::int64_t token, std::int64_t n) {
-    Tensor pre = token_rows(a.fch, token, n), post = token_rows(a.fcg, token, n);
-    ctx.kernels.linear_gelu_forward(pre, post, rows, w.fc_w.w, w.fc_b.w);
-  });
-  scatter_after(
-      s.full_out,
-      [&](const Tensor& rows, std::int64_t token, std::int64_t n) {
-        Tensor y = rows;
-        ctx.kernels.linear_forward(y, token_rows(a.fcg, token, n), w.mlp_w.w, first ? w.mlp_b.w : none);
-      },
-      {},
-      [&](const Tensor& sum, std::int64_t row, std::int64_t n) {
-        Tensor y = token_rows(out, row, n);
-        ctx.kernels.residual_forward(y, sum, token_rows(a.x2, row, n));  // out = x2 + mlp(ln2)
-      });
+  sp_after_attention_pipelined(w, a_slot, layer, x, out, ctx);
+}
+
+// The sequential block from attention's output on, as a pipeline over the
+// overlap's k blocks of tokens (block j: every member's j-th chunk), four
+// stages apart by one block each:
+//   0. the projection's GEMMs of block j, its reduce-scatter started;
+//   1. that reduce-scatter finished: x2 = x + attn and LayerNorm 2 on this
+//      member's rows of block j, their all-gather started;
+//   2. that all-gather finished: the MLP's GEMMs of block j, its
+//      reduce-scatter started;
+//   3. that reduce-scatter finished: out = x2 + mlp on this member's rows.
+// Each stage waits for a collective started a block earlier, with the other
+// stages' GEMMs between; only the last block's reduce-scatter of the MLP
+// has none (1/k of one collective). Every member starts the collectives in
+// the same order; the bits are those of the stages run one after another
+// (LayerNorm works row by row, the GEMMs piece by piece as before).
+void GptStage::sp_after_attention_pipelined(const Block& w, Slot& a_slot, int layer, const Tensor& x, Tensor& out,
+                                            const ExecContext& ctx) {
+  auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
+  auto& s = *scratch_;
+  const bool first = tp_.shard.rank == 0;
+  const Tensor none;
+  const std::int64_t P = tp_.shard.size, k = tp_.overlap_chunks, C = cfg_.dim;
+  const std::int64_t mine = static_cast<std::int64_t>(B_) * T_ / P, R = mine / k;
+  auto piece = [&](const Tensor& full, std::int64_t j, std::int64_t p) { return full.view((j * P + p) * R * C, {R, C}); };
+  auto block = [&](const Tensor& full, std::int64_t j) { return full.view(j * P * R * C, {P * R, C}); };
+  // Collectives by block: the projection's reduce-scatter, LayerNorm 2's all-gather, the MLP's reduce-scatter.
+  std::vector<int> attn_summed(static_cast<std::size_t>(k)), ln2_gathered(attn_summed), mlp_summed(attn_summed);
+  auto at = [](std::vector<int>& tickets, std::int64_t j) -> int& { return tickets[static_cast<std::size_t>(j)]; };
+  auto project = [&](std::int64_t j) {
+    for (std::int64_t p = 0; p < P; ++p) {
+      Tensor y = piece(s.full_out, j, p);
+      ctx.kernels.linear_forward(y, token_rows(a.atty, p * mine + j * R, R), w.proj_w.w, first ? w.proj_b.w : none);
+    }
+    at(attn_summed, j) = tp_.start(block(s.full_out, j), TensorParallel::Op::reduce_scatter);
+  };
+  auto normalize = [&](std::int64_t j) {
+    tp_.finish(at(attn_summed, j));
+    Tensor x2 = token_rows(a.x2, j * R, R), ln2 = token_rows(a.ln2, j * R, R);
+    Tensor mean = a.ln2_mean.view(j * R, {R}), rstd = a.ln2_rstd.view(j * R, {R});
+    ctx.kernels.residual_forward(x2, piece(s.full_out, j, tp_.shard.rank), token_rows(x, j * R, R));
+    ctx.kernels.layernorm_forward(ln2, mean, rstd, x2, w.ln2_w.w, w.ln2_b.w);
+    must(ctx.copy(piece(s.full_in, j, tp_.shard.rank), ln2));
+    at(ln2_gathered, j) = tp_.start(block(s.full_in, j), TensorParallel::Op::all_gather);
+  };
+  auto mlp = [&](std::int64_t j) {
+    tp_.finish(at(ln2_gathered, j));
+    for (std::int64_t p = 0; p < P; ++p) {
+      const std::int64_t token = p * mine + j * R;
+      Tensor pre = token_rows(a.fch, token, R), post = token_rows(a.fcg, token, R), y = piece(s.dres_full, j, p);
+      ctx.kernels.linear_gelu_forward(pre, post, piece(s.full_in, j, p), w.fc_w.w, w.fc_b.w);
+      ctx.kernels.linear_forward(y, post, w.mlp_w.w, first ? w.mlp_b.w : none);
+    }
+    at(mlp_summed, j) = tp_.start(block(s.dres_full, j), TensorParallel::Op::reduce_scatter);
+  };
+  auto add = [&](std::int64_t j) {
+    tp_.finish(at(mlp_summed, j));
+    Tensor y = token_rows(out, j * R, R);
+    ctx.kernels.residual_forward(y, piece(s.dres_full, j, tp_.shard.rank), token_rows(a.x2, j * R, R));
+  };
+  for (std::int64_t t = 0; t < k + 3; ++t) {
+    if (t < k) project(t);
+    if (t >= 1 && t - 1 < k) normalize(t - 1);
+    if (t >= 2 && t - 2 < k) mlp(t - 2);
+    if (t >= 3) add(t - 3);
+  }
 }
 
 // The column-parallel layers reading one LayerNorm's gathered output
