@@ -173,7 +173,7 @@ void GptStage::sp_after_attention_pipelined(const Block& w, Slot& a_slot, int la
   auto normalize = [&](std::int64_t j) {
     tp_.finish(at(attn_summed, j));
     Tensor x2 = token_rows(a.x2, j * R, R), ln2 = token_rows(a.ln2, j * R, R);
-    Tensor mean = a.ln2_mean.view(j * R, {R}), rstd = a.ln2_rstd.view(j * R, {R});
+    Tensor mean = stat_rows(a.ln2_mean, j * R, R), rstd = stat_rows(a.ln2_rstd, j * R, R);
     ctx.kernels.residual_forward(x2, piece(s.full_out, j, tp_.shard.rank), token_rows(x, j * R, R));
     ctx.kernels.layernorm_forward(ln2, mean, rstd, x2, w.ln2_w.w, w.ln2_b.w);
     must(ctx.copy(piece(s.full_in, j, tp_.shard.rank), ln2));
