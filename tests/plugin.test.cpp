@@ -150,13 +150,13 @@ TEST_CASE("the guide's code is the examples' code, and the README shows the comm
   CHECK(blocks >= 6);
   // The commands a user types, as the install test above runs them.
   const std::string readme = slurp(source_dir() + "/README.md");
-  for (const std::string& line :
+  for (const char* line :
        {"cmake --install build --prefix PREFIX", "cmake -S examples/custom_stage -B build-plugin -DCMAKE_PREFIX_PATH=PREFIX",
         "cmake --build build-plugin",
         "PREFIX/bin/troupe launch examples/configs/custom_stage.toml --nodes 2 --plugin build-plugin/libactivation_stats.so"}) {
     INFO(line);
-    CHECK(readme.find(line + "\n") != std::string::npos);
-    CHECK(guide.find(line + "\n") != std::string::npos);
+    CHECK(readme.find(std::string(line) + "\n") != std::string::npos);
+    CHECK(guide.find(std::string(line) + "\n") != std::string::npos);
   }
 }
 

@@ -57,9 +57,8 @@ struct FourStageJob {
 // Compute times under the sanitizers are the instrumentation's, several times
 // slower and unevenly so: these tests measure the plain build.
 void skip_under_sanitizers() {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  skip("the straggler tests measure compute times, which the sanitizers distort (run in the plain build)");
-#endif
+  if (sanitized_build())
+    skip("the straggler tests measure compute times, which the sanitizers distort (run in the plain build)");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -125,6 +126,34 @@ inline std::vector<pid_t> processes_with(const std::string& needle) {
     std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
     if (cmdline.find(needle) != std::string::npos && std::stoi(name) != ::getpid()) out.push_back(std::stoi(name));
   }
+  return out;
+}
+
+/// True in a build with the sanitizers (scripts/sanitize.sh), where every
+/// process runs several times slower than in the plain build.
+constexpr bool sanitized_build() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+/// For a test that repeats one scenario over variants whose code paths the
+/// sanitizers see alike: every variant in the plain build; under the
+/// sanitizers `n` of them, drawn at random each run (so successive CI runs
+/// cover them all), in their listed order. The caller INFOs the variant.
+template <class T>
+std::vector<T> all_or_drawn(std::vector<T> all, std::size_t n) {
+  if (!sanitized_build() || n >= all.size()) return all;
+  static std::mt19937 draw{std::random_device{}()};
+  std::vector<std::size_t> index(all.size());
+  for (std::size_t i = 0; i < index.size(); ++i) index[i] = i;
+  std::shuffle(index.begin(), index.end(), draw);
+  index.resize(n);
+  std::sort(index.begin(), index.end());
+  std::vector<T> out;
+  for (std::size_t i : index) out.push_back(all[i]);
   return out;
 }
 
