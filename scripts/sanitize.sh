@@ -6,7 +6,8 @@
 # new code paths), the 40 launches in a row of N-5 (one code path,
 # repeated), the 300-step straggler statistics (the fault-free run and the
 # CPU hog: timing, whose code paths the short drills cover), the transport
-# benchmark, the report's Chromium loads and the reports of a drilled and a
+# benchmark, the layering check (a script over the sources, no code of ours
+# runs), the report's Chromium loads and the reports of a drilled and a
 # failed run rendered there (the browser's code, not ours; the report's
 # writer has its unit tests here, and the runs' paths the recovery tests), and
 # the installed package's test (a user's code built against it is compiled
@@ -24,7 +25,7 @@ export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detec
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 skip="learns the demo corpus|40 finished jobs in a row|examples build against the installed package"
 skip+="|300 steps without faults|CPU hog pinned on one core for 300 steps|bench transport: latency and bandwidth"
-skip+="|report loads in Chromium|load time in Chromium|a report of a slow drill and a recovery|a failed run's report has the verdict"
+skip+="|layers depend downward only|report loads in Chromium|load time in Chromium|a report of a slow drill and a recovery|a failed run's report has the verdict"
 # Tests that repeat one scenario over variants run some of them here, drawn
 # each run (all_or_drawn in tests/test_support.hpp).
 ctest --output-on-failure -j"$(nproc)" --timeout 900 -E "$skip"
