@@ -133,7 +133,9 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
     const double share = step > 0 ? cost / step : 0;
     const bool over = share > limits_.threshold;
     streak_[r] = over ? streak_[r] + 1 : 0;
-    if (!over)  // G-3
+    // G-3: only a step at its normal pace (within 1 + threshold of it,
+    // against the others) joins the actor's history.
+    if (!over && slow <= 1 + limits_.threshold)
       for (std::size_t pc : compute_pcs_[static_cast<std::size_t>(me.pp)]) {
         auto& h = history_[r][pc];
         h.push_back(pace_us(t, rank, pc));

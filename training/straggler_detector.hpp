@@ -19,7 +19,11 @@
 //       busy machine, even one that slows its actors unevenly, names nobody),
 //       and putting one actor back to normal does not shorten the step by much.
 //  G-3  An actor's baseline does not absorb its own slowness: steps in which
-//       it costs the step more than the threshold are left out of its history.
+//       it costs the step more than the threshold, or computes more than
+//       1 + threshold times its normal (against the others, G-2), are left
+//       out of its history. So a slowdown that creeps up a percent a step is
+//       measured against the pace it left, and named once it costs the step
+//       the threshold, rather than followed by its own baseline for ever.
 //  G-4  The cost is replayed in each actor's paced time, as if each had its
 //       own core: where actors share cores, one actor's extra CPU time
 //       stretches every actor's wall time, and a wall-time replay would see

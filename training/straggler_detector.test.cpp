@@ -88,6 +88,26 @@ TEST_CASE("G-1: a slow stage is named after straggler_steps slow steps, and no a
   CHECK(detector.observe(job.step({1, 1, 1, 1})).empty());  // back to normal
 }
 
+TEST_CASE("G-3: a slowdown that creeps up step by step is named once it costs the step the threshold", "[straggler]") {
+  // 1% slower each step: each step is close to the last ones, so a baseline
+  // that took in every step under the threshold would follow it up and never
+  // see it (x2.7 after 100 steps).
+  Job job(4);
+  StragglerDetector detector(job.dims, job.sched, 1, {0.10, 3, 20});
+  for (int i = 0; i < 5; ++i) CHECK(detector.observe(job.step({1, 1, 1, 1})).empty());
+  double factor = 1;
+  int named_at = -1;
+  for (int i = 0; i < 100 && named_at < 0; ++i) {
+    factor *= 1.01;
+    auto named = detector.observe(job.step({1, factor, 1, 1}));
+    for (const auto& s : named) CHECK(s.rank == 1);
+    if (!named.empty()) named_at = i;
+  }
+  INFO("named at x" << factor);
+  REQUIRE(named_at >= 0);
+  CHECK(factor < 1.5);  // a stage of four costing the step 10% is about x1.2 here
+}
+
 TEST_CASE("G-4: what a slow actor costs is replayed in CPU time, not in wall time stretched by shared cores", "[straggler]") {
   // Four actors on two cores: stage 0 burning 1.5x its CPU time stretches
   // every actor's wall time (they wait for a core); only stage 0 is slow, and
