@@ -563,6 +563,17 @@ pid_t child_named(pid_t parent, const std::string& comm) {
   return -1;
 }
 
+// Node `rank`'s process of the job that `troupe launch` runs under the
+// `timeout` whose pid is `timed` (2 nodes), or -1.
+pid_t launched_node(pid_t timed, int rank) {
+  const pid_t launcher = child_named(timed, "troupe");
+  pid_t node = -1;
+  for (pid_t p : processes_with("--node-rank " + std::to_string(rank) + " --nodes 2 --job launch-" +
+                                std::to_string(launcher) + "-"))
+    node = p;
+  return node;
+}
+
 }  // namespace
 
 // Issue 34, as a new user met it: the job's Redis lost under a running job,
@@ -587,9 +598,7 @@ TEST_CASE("a node lost while the job's Redis is down ends the job naming Redis, 
       log, {{"TROUPE_REDIS_PASSWORD", server->password()}});
   REQUIRE(pid >= 0);
   const bool training = wait_for_text(log, "step   100 |", std::chrono::seconds(60));
-  const pid_t launcher = child_named(pid, "troupe");  // the launcher, under its `timeout`
-  pid_t node1 = -1;
-  for (pid_t p : processes_with("--node-rank 1 --nodes 2 --job launch-" + std::to_string(launcher) + "-")) node1 = p;
+  const pid_t node1 = launched_node(pid, 1);
   server.reset();  // the job's Redis goes, while the job trains ...
   // ... then node 1, killed by the test rather than by a drill at a fixed
   // step, which a slow build (the sanitizers) might not reach in time.
@@ -664,9 +673,7 @@ TEST_CASE("a node lost while an external Redis is down is replaced once Redis is
       log, {{"TROUPE_REDIS_PASSWORD", server->password()}});
   REQUIRE(pid >= 0);
   const bool training = wait_for_text(log, "step   300 |", std::chrono::seconds(60));
-  const pid_t launcher = child_named(pid, "troupe");  // the launcher, under its `timeout`
-  pid_t node1 = -1;
-  for (pid_t p : processes_with("--node-rank 1 --nodes 2 --job launch-" + std::to_string(launcher) + "-")) node1 = p;
+  const pid_t node1 = launched_node(pid, 1);
   ::kill(server->pid(), SIGKILL);  // Redis goes ...
   for (int i = 0; i < 200 && !server->exited(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (node1 > 0) ::kill(node1, SIGKILL);  // ... then node 1, while Redis is down

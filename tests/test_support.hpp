@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
@@ -147,13 +148,8 @@ template <class T>
 std::vector<T> all_or_drawn(std::vector<T> all, std::size_t n) {
   if (!sanitized_build() || n >= all.size()) return all;
   static std::mt19937 draw{std::random_device{}()};
-  std::vector<std::size_t> index(all.size());
-  for (std::size_t i = 0; i < index.size(); ++i) index[i] = i;
-  std::shuffle(index.begin(), index.end(), draw);
-  index.resize(n);
-  std::sort(index.begin(), index.end());
   std::vector<T> out;
-  for (std::size_t i : index) out.push_back(all[i]);
+  std::sample(all.begin(), all.end(), std::back_inserter(out), n, draw);  // keeps their order
   return out;
 }
 
