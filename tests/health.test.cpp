@@ -76,6 +76,10 @@ double stamp_ms(const std::string& log, const std::string& needle) {
   return -1;
 }
 
+// Log stamps are cut to the millisecond, each in its own process: two stamps
+// a true 1000 ms apart may read 999 (H-5 did in CI). Lower bounds allow it.
+constexpr double kStampResolutionMs = 1;
+
 std::size_t count(const std::string& text, const std::string& needle) {
   std::size_t n = 0;
   for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
@@ -128,7 +132,7 @@ TEST_CASE("an actor stalled by a drill gets a stuck_actor verdict naming it and 
   const double judged = stamp_ms(r.err, "verdict stuck_actor");
   REQUIRE(stalled >= 0);
   REQUIRE(judged >= 0);
-  CHECK(judged - stalled >= 1000);  // health.progress_timeout_ms
+  CHECK(judged - stalled >= 1000 - kStampResolutionMs);  // health.progress_timeout_ms
   CHECK(judged - stalled <= 1000 + 200 + 200);  // + a heartbeat + slack
   const auto faults = job.faults();
   REQUIRE(faults.size() == 1);
@@ -176,7 +180,7 @@ TEST_CASE("troupe train judges its stage actors in one process: stall and except
     const double judged = stamp_ms(r.err, "verdict stuck_actor");
     REQUIRE(stalled >= 0);
     REQUIRE(judged >= 0);
-    CHECK(judged - stalled >= 1000);
+    CHECK(judged - stalled >= 1000 - kStampResolutionMs);
     CHECK(judged - stalled <= 1000 + 200);  // + a check (kHealthCheckMs) and slack
     const auto faults = job.faults();
     REQUIRE(faults.size() == 1);
@@ -235,7 +239,7 @@ TEST_CASE("H-5: an actor stalled on a relayed node is named by the coordinator f
   const double judged = stamp_ms(r.err, "verdict stuck_actor");
   REQUIRE(stalled >= 0);
   REQUIRE(judged >= 0);
-  CHECK(judged - stalled >= 1000);
+  CHECK(judged - stalled >= 1000 - kStampResolutionMs);
   CHECK(judged - stalled <= 1000 + 2 * 200 + 200);  // + a member's beat and its relay's
 }
 
