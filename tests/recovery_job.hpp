@@ -80,7 +80,7 @@ inline bool figure_or_zero(const nlohmann::json& x) { return x.is_number() && st
 
 // The fault-free run of `cfg`: clean.safetensors and clean.jsonl in `dir`.
 inline void run_fault_free(const ScratchDir& dir, const std::string& cfg, int nodes = 2) {
-  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", "", nodes));
+  auto clean = run(launch(cfg, dir / "clean.safetensors", dir / "clean.jsonl", sanitizer_health_slack(), nodes));
   INFO(clean.err);
   REQUIRE(clean.exit_code == 0);
 }
