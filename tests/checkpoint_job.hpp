@@ -32,8 +32,8 @@ struct CheckpointJob {
                                int expect_exit = 0) {
     const std::string metrics = dir / "metrics.jsonl";
     std::filesystem::remove(metrics);
-    auto r = run(env + " timeout 120 " + troupe_bin() + " " + command + " " + cfg + " " + args + sanitizer_health_slack() + " --metrics " +
-                 metrics);
+    auto r = run(env + " timeout 120 " + troupe_bin() + " " + command + " " + cfg + " " + args +
+                 sanitizer_health_slack() + " --metrics " + metrics);
     INFO(command << " " << args << "\n" << r.err);
     REQUIRE(r.exit_code == expect_exit);
     std::map<int, double> out;
