@@ -394,6 +394,18 @@ void Kernels::sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool sq
   do_sum_into(totals, at, x, squares);
 }
 
+void Kernels::sums_into(Tensor& totals, std::int64_t at, const std::vector<Tensor>& xs, bool squares) const {
+  Checker c{"sums_into"};
+  for (const Tensor& x : xs) c.f32(x, "x");
+  c.that(totals.dtype() == DType::f64, "totals must be f64");
+  const auto count = static_cast<std::int64_t>(xs.size());
+  c.that(at >= 0 && at + count <= totals.numel(), [&] {
+    return "indices " + std::to_string(at) + " to " + std::to_string(at + count - 1) + " outside totals " +
+           shape_string(totals.shape());
+  });
+  if (!xs.empty()) do_sums_into(totals, at, xs, squares);
+}
+
 double Kernels::sum_squares(const Tensor& x) const {
   Checker{"sum_squares"}.f32(x, "x");
   return do_sum_squares(x);

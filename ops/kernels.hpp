@@ -137,6 +137,10 @@ class Kernels {
   /// in double, in the same order as sum() (sum_squares()), enqueued: nothing
   /// waits (many sums are read at once). totals: f64 (n), 0 <= at < n.
   void sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares = false) const;
+  /// totals[at + k] = sum_into's total of xs[k] for every k, with its very
+  /// bits, at once (a few launches on a GPU instead of two per tensor: a
+  /// gradient norm sums each parameter apart). at + xs.size() <= n.
+  void sums_into(Tensor& totals, std::int64_t at, const std::vector<Tensor>& xs, bool squares = false) const;
 
   /// AdamW (decoupled weight decay), step t >= 1, on param/grad/m/v spans of
   /// equal size; grad is read as grad * grad_scale; decay only when `decay`.
@@ -224,6 +228,12 @@ class Kernels {
   virtual double do_sum(const Tensor& x) const = 0;
   virtual double do_sum_squares(const Tensor& x) const = 0;
   virtual void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const = 0;
+  /// By default one do_sum_into per tensor. (Inline, as every virtual here:
+  /// Kernels has no key function, so a backend module needs no typeinfo from
+  /// the core library.)
+  virtual void do_sums_into(Tensor& totals, std::int64_t at, const std::vector<Tensor>& xs, bool squares) const {
+    for (std::size_t k = 0; k < xs.size(); ++k) do_sum_into(totals, at + static_cast<std::int64_t>(k), xs[k], squares);
+  }
   virtual void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                                bool decay, float grad_scale) const = 0;
   virtual void do_adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after scripts/gpu_bundle.sh
 # here: unpacks .gpu/bundle.tar.xz, runs every CUDA test, the kernel tests
-# again under compute-sanitizer (memcheck; racecheck for attention), then
+# again under compute-sanitizer (memcheck; racecheck for the cases tagged
+# [racecheck]: kernels that share tiles or sums in shared memory), then
 # `troupe bench collectives --device cuda` (the staged path between two
 # processes on the one GPU, NCCL where there are more), `troupe bench ops
 # --device cuda` and `troupe bench step --device cuda
@@ -79,7 +80,7 @@ for step in $STEPS; do
         "[kernels]"
       cat "$B/memcheck.log" >> "$OUT/sanitizer.log" ;;
     racecheck) run racecheck 90 "$B/racecheck.log" compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$B/bin/cuda_test" "[attention_small]"
+        "$B/bin/cuda_test" "[racecheck]"
       cat "$B/racecheck.log" >> "$OUT/sanitizer.log" ;;
     bench_ops) bench bench_ops 90 "$T" bench ops --device cuda --pytorch ;;
     bench_ops_bf16) bench bench_ops_bf16 90 "$T" bench ops --device cuda --precision bf16 --pytorch ;;

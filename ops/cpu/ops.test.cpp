@@ -114,6 +114,24 @@ TEST_CASE("a kernel given shapes that do not fit stops the process, naming the o
   CHECK(end.err == "kernel encoder_forward: token ids must be i32, got F32\n");
 }
 
+TEST_CASE("sums_into gives each tensor's sum_into total at its index, and refuses indices past the totals",
+          "[ops][sums]") {
+  Fixture fx;
+  const std::vector<Tensor> xs{fx.random({7}), fx.random({0}), fx.random({3, 50}), fx.random({1000})};
+  auto many = *Tensor::zeros(fx.cpu, {6}, DType::f64), one = *Tensor::zeros(fx.cpu, {1}, DType::f64);
+  fx.k.sums_into(many, 1, xs, /*squares=*/true);
+  CHECK(many.data<double>()[0] == 0.0);
+  CHECK(many.data<double>()[5] == 0.0);
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    fx.k.sum_into(one, 0, xs[k], true);
+    CHECK(many.data<double>()[k + 1] == one.data<double>()[0]);
+  }
+  CHECK(many.data<double>()[3] > 0.0);
+  auto end = testing::run_in_child([&] { fx.k.sums_into(many, 3, xs); });
+  CHECK(end.aborted);
+  CHECK(end.err == "kernel sums_into: indices 3 to 6 outside totals [6]\n");
+}
+
 TEST_CASE("gelu forward and backward", "[ops][gelu]") {
   Fixture fx;
   auto x = fx.random({257}, -5, 5);

@@ -5,12 +5,16 @@
 // products. The scale 1/sqrt(hs) (times log2 e: exponentials are exp2) is
 // applied to the fp32 scores, and to dQ and dK at the end.
 //
-// First a packing kernel rounds q, k and v (and, for the backward, dout) to
-// bf16 once, head by head, as [head][Tpad][64] with rows past T and channels
-// past hs zero (Tpad: T rounded up to the 64-row tile): every tile is then 64
-// whole rows of 128 bytes that 16-byte asynchronous copies (cp.async) bring
-// into shared memory, two stages deep, while the tile before is computed;
-// nothing inside a tile is bounds-checked, and the zeros contribute nothing.
+// The kernels read 64-row tiles of whole 128-byte rows, which 16-byte
+// asynchronous copies (cp.async) bring into shared memory, two stages deep,
+// while the tile before is computed; nothing inside a tile is bounds-checked.
+// A bf16 qkv whose rows are such tiles already (hs = 64, T a multiple of 64,
+// 16-byte aligned) is read where it lies. Otherwise a packing kernel first
+// rounds q, k and v to bf16 once, head by head, as [head][Tpad][64] with rows
+// past T and channels past hs zero (Tpad: T rounded up to the 64-row tile),
+// and the zeros contribute nothing. The backward packs dout (fp32) so always.
+// Both layouts give the products the same bf16 values in the same order, so
+// they give the same bits (the bf16 attention test compares them).
 //
 // A block of 4 warps owns 64 rows (queries for the forward and dQ, keys for
 // dK and dV) of one (batch, head); each warp owns 16 of them and computes
@@ -29,6 +33,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "ops/cuda/attention_common.cuh"
@@ -54,6 +59,16 @@ constexpr float kLn2 = 0.6931471805599453f;
 struct Packed {
   int Tpad;
   __host__ __device__ std::int64_t head() const { return static_cast<std::int64_t>(Tpad) * kHs; }  // elements of one head
+};
+
+// Where the kernels find q, k and v: row t of head h of batch b in part p
+// (0 q, 1 k, 2 v) starts at at(p, b, h) + t * row. Packed: [p][b*NH + h][Tpad][64];
+// in place: qkv (B,T,3C) itself.
+struct QkvRows {
+  const bf16* base;
+  std::int64_t part, batch, head;
+  int row;  // a head's rows within 2^31 elements (qkv_rows checks)
+  __device__ const bf16* at(int p, int b, int h) const { return base + p * part + b * batch + h * head; }
 };
 
 // dst[p][b*NH + h][t][c] = bf16(qkv part p, head h, token t, channel c), zero
@@ -180,11 +195,11 @@ __device__ inline void mma(float (&d)[4], const std::uint32_t (&a)[4], std::uint
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// The A fragments of 16 packed rows starting at `rows` (global memory):
-// frag[kk] covers channels 16kk .. 16kk+15.
-__device__ void load_a(std::uint32_t (&frag)[kHs / 16][4], const bf16* rows) {
+// The A fragments of 16 rows of 64 channels starting at `rows` (global
+// memory), `stride` elements apart: frag[kk] covers channels 16kk .. 16kk+15.
+__device__ void load_a(std::uint32_t (&frag)[kHs / 16][4], const bf16* rows, int stride) {
   const Lane L = lane();
-  auto pair = [&](int row, int ch) { return *reinterpret_cast<const std::uint32_t*>(rows + row * kHs + ch); };
+  auto pair = [&](int row, int ch) { return *reinterpret_cast<const std::uint32_t*>(rows + row * stride + ch); };
 #pragma unroll
   for (int kk = 0; kk < kHs / 16; ++kk) {
     const int c = 16 * kk + 2 * L.t;
@@ -195,14 +210,19 @@ __device__ void load_a(std::uint32_t (&frag)[kHs / 16][4], const bf16* rows) {
   }
 }
 
-// Packed rows t0 .. t0+63 of one head into a [64][kLd] tile, asynchronously
-// (the caller commits and waits).
-__device__ inline void load_tile(bf16* tile, const bf16* head, int t0) {
-  const bf16* src = head + static_cast<std::int64_t>(t0) * kHs;
-  for (int c = static_cast<int>(threadIdx.x); c < kRows * kChunksPerRow; c += kThreads) {
-    const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
-    copy_async_16(tile + row * kLd + col, src + row * kHs + col);
-  }
+// Rows t0 .. t0+63 of one head (rows `stride` elements apart) into a
+// [64][kLd] tile, asynchronously (the caller commits and waits): each thread
+// copies 16 bytes of every 16th row.
+__device__ inline void load_tile(bf16* tile, const bf16* head, int stride, int t0) {
+  static_assert(kThreads % kChunksPerRow == 0 && kRows % (kThreads / kChunksPerRow) == 0);
+  constexpr int kRowsPerPass = kThreads / kChunksPerRow;
+  const int t = static_cast<int>(threadIdx.x), row = t / kChunksPerRow, col = t % kChunksPerRow * 8;
+  const bf16* src = head + ((t0 + row) * stride + col);
+  bf16* dst = tile + row * kLd + col;
+  const int step = kRowsPerPass * stride;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass)
+    copy_async_16(dst + pass * kRowsPerPass * kLd, src + pass * step);
 }
 
 // The block's walk over `tiles` tiles, two stages deep: load(buf, i) starts
@@ -226,13 +246,14 @@ __device__ inline void pipelined(int tiles, Load&& load, Compute&& compute) {
 // shared memory two stages deep: compute(k0, K tile, V tile) for each.
 template <class Compute>
 __device__ inline void for_each_key_tile(bf16 (&Ks)[2][kRows * kLd], bf16 (&Vs)[2][kRows * kLd], const bf16* kh,
-                                         const bf16* vh, const AttentionGeometry& g, int q0, Compute&& compute) {
+                                         const bf16* vh, int stride, const AttentionGeometry& g, int q0,
+                                         Compute&& compute) {
   const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
   pipelined(
       (q_last - first) / kRows + 1,
       [&](int buf, int i) {
-        load_tile(Ks[buf], kh, first + i * kRows);
-        load_tile(Vs[buf], vh, first + i * kRows);
+        load_tile(Ks[buf], kh, stride, first + i * kRows);
+        load_tile(Vs[buf], vh, stride, first + i * kRows);
       },
       [&](int buf, int i) { compute(first + i * kRows, Ks[buf], Vs[buf]); });
 }
@@ -309,10 +330,10 @@ __device__ inline int query_tile_start(int T) {
 
 // ---- Kernels ------------------------------------------------------------------------
 
-// out (B,T,C; fp32 or bf16), lse (B,NH,T) from packed q, k, v. Grid (B*NH, query tiles).
+// out (B,T,C; fp32 or bf16), lse (B,NH,T) from q, k, v. Grid (B*NH, query tiles).
 template <class O>
-__global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out, float* lse, const bf16* qkvp,
-                                                                          AttentionGeometry g, Packed pk) {
+__global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out, float* lse, QkvRows qkv,
+                                                                          AttentionGeometry g) {
   __shared__ __align__(16) bf16 Ks[2][kRows * kLd];
   __shared__ __align__(16) bf16 Vs[2][kRows * kLd];
   const int bh = static_cast<int>(blockIdx.x), b = bh / g.NH, h = bh % g.NH;
@@ -320,14 +341,12 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out,
   const Lane L = lane();
   const int rows[2] = {r0 + L.g, r0 + L.g + 8};
   const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
-  const std::int64_t parts = static_cast<std::int64_t>(g.B) * g.NH * pk.head();
-  const bf16* qh = qkvp + bh * pk.head();
-  const bf16 *kh = qh + parts, *vh = qh + 2 * parts;
   std::uint32_t qa[kHs / 16][4];
-  load_a(qa, qh + static_cast<std::int64_t>(r0) * kHs);
+  load_a(qa, qkv.at(0, b, h) + r0 * qkv.row, qkv.row);
   float o[kChannelTiles][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   zero(o);
-  for_each_key_tile(Ks, Vs, kh, vh, g, q0, [&](int k0, const bf16* K, const bf16* V) {
+  const bf16 *kh = qkv.at(1, b, h), *vh = qkv.at(2, b, h);
+  for_each_key_tile(Ks, Vs, kh, vh, qkv.row, g, q0, [&](int k0, const bf16* K, const bf16* V) {
     float s[kRowTiles][4];
     product_with_rows(s, qa, K);
     const bool masked = needs_mask(g, q0, k0);
@@ -372,10 +391,10 @@ __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out,
   }
 }
 
-// The backward's packed inputs: q, k, v as the forward's, dout likewise, and
-// per (head, t < Tpad) the log-sum-exp in base 2 and delta.
+// The backward's inputs: q, k, v as the forward's, dout packed, and per
+// (head, t < Tpad) the log-sum-exp in base 2 and delta.
 struct BackwardInputs {
-  const bf16* qkvp;
+  QkvRows qkv;
   const bf16* doutp;
   const float* lse2;
   const float* delta;
@@ -392,12 +411,10 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(G* dqkv, Bac
   const Lane L = lane();
   const int rows[2] = {r0 + L.g, r0 + L.g + 8};
   const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
-  const std::int64_t parts = static_cast<std::int64_t>(g.B) * g.NH * pk.head();
-  const bf16* qh = in.qkvp + bh * pk.head();
-  const bf16 *kh = qh + parts, *vh = qh + 2 * parts;
+  const bf16* kh = in.qkv.at(1, b, h);
   std::uint32_t qa[kHs / 16][4], da[kHs / 16][4];
-  load_a(qa, qh + static_cast<std::int64_t>(r0) * kHs);
-  load_a(da, in.doutp + bh * pk.head() + static_cast<std::int64_t>(r0) * kHs);
+  load_a(qa, in.qkv.at(0, b, h) + r0 * in.qkv.row, in.qkv.row);
+  load_a(da, in.doutp + bh * pk.head() + static_cast<std::int64_t>(r0) * kHs, kHs);
   float row_lse[2], row_delta[2], dq[kChannelTiles][4];
   zero(dq);
 #pragma unroll
@@ -405,7 +422,7 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(G* dqkv, Bac
     row_lse[half] = in.lse2[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
     row_delta[half] = in.delta[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
   }
-  for_each_key_tile(Ks, Vs, kh, vh, g, q0, [&](int k0, const bf16* K, const bf16* V) {
+  for_each_key_tile(Ks, Vs, kh, in.qkv.at(2, b, h), in.qkv.row, g, q0, [&](int k0, const bf16* K, const bf16* V) {
     float s[kRowTiles][4], dp[kRowTiles][4];
     product_with_rows(s, qa, K);
     product_with_rows(dp, da, V);
@@ -442,14 +459,13 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(G* dqkv, Ba
   const Lane L = lane();
   const int keys[2] = {j0 + L.g, j0 + L.g + 8};
   const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
-  const std::int64_t parts = static_cast<std::int64_t>(g.B) * g.NH * pk.head();
-  const bf16* qh = in.qkvp + bh * pk.head();
+  const bf16* qh = in.qkv.at(0, b, h);
   const bf16* dyh = in.doutp + bh * pk.head();
   const float* lse_h = in.lse2 + static_cast<std::int64_t>(bh) * pk.Tpad;
   const float* delta_h = in.delta + static_cast<std::int64_t>(bh) * pk.Tpad;
   std::uint32_t ka[kHs / 16][4], va[kHs / 16][4];
-  load_a(ka, qh + parts + static_cast<std::int64_t>(j0) * kHs);
-  load_a(va, qh + 2 * parts + static_cast<std::int64_t>(j0) * kHs);
+  load_a(ka, in.qkv.at(1, b, h) + j0 * in.qkv.row, in.qkv.row);
+  load_a(va, in.qkv.at(2, b, h) + j0 * in.qkv.row, in.qkv.row);
   float dk[kChannelTiles][4], dv[kChannelTiles][4];
   zero(dk);
   zero(dv);
@@ -457,8 +473,8 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(G* dqkv, Ba
   const int tiles = (g.last_query(min(k0 + kRows - 1, g.T - 1)) - k0) / kRows + 1;
   auto load = [&](int buf, int i) {
     const int q0 = k0 + i * kRows;
-    load_tile(Qs[buf], qh, q0);
-    load_tile(dOs[buf], dyh, q0);
+    load_tile(Qs[buf], qh, in.qkv.row, q0);
+    load_tile(dOs[buf], dyh, kHs, q0);
     const int t = static_cast<int>(threadIdx.x);
     if (t < kRows / 4) copy_async_16(&lse_s[buf][4 * t], lse_h + q0 + 4 * t);
     else if (t < kRows / 2) copy_async_16(&delta_s[buf][4 * t - kRows], delta_h + q0 + 4 * t - kRows);
@@ -509,13 +525,31 @@ std::size_t packed_bytes(const AttentionGeometry& g, const Packed& pk, int parts
   return static_cast<std::size_t>(parts) * static_cast<std::size_t>(g.B) * g.NH * pk.head() * sizeof(bf16);
 }
 
+// q, k and v where the kernels read them: qkv itself where its rows are whole
+// tiles already (bf16, hs = 64, T a multiple of 64; rows of 3C elements then
+// start on 16 bytes when qkv does), else packed into `packed`.
+template <class Q>
+QkvRows qkv_rows(const Q* qkv, const AttentionGeometry& g, const Packed& pk, std::optional<Scratch>& packed,
+                 cudaStream_t s) {
+  if constexpr (std::is_same_v<Q, bf16>) {
+    const std::int64_t row = 3 * static_cast<std::int64_t>(g.C);
+    if (g.hs == kHs && g.T % kRows == 0 && reinterpret_cast<std::uintptr_t>(qkv) % 16 == 0 &&
+        g.T * row <= INT32_MAX)
+      return {qkv, g.C, g.T * row, g.hs, static_cast<int>(row)};
+  }
+  packed.emplace(packed_bytes(g, pk, 3), s);
+  pack_qkv(*packed, qkv, g, pk, s);
+  const std::int64_t head = pk.head();
+  return {packed->as<bf16>(), g.B * g.NH * head, g.NH * head, head, kHs};
+}
+
 template <class O, class Q>
 bool forward(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s) {
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
-  const Scratch qkvp(packed_bytes(g, pk, 3), s);
-  pack_qkv(qkvp, qkv, g, pk, s);
-  attention_forward_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(out, lse, qkvp.as<bf16>(), g, pk);
+  std::optional<Scratch> packed;
+  const QkvRows rows = qkv_rows(qkv, g, pk, packed, s);
+  attention_forward_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(out, lse, rows, g);
   check_launch("attention_forward_mma_kernel");
   return true;
 }
@@ -526,15 +560,16 @@ bool backward(G* dqkv, const float* dout, const Q* qkv, const O* out, const floa
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
   const std::int64_t rows = static_cast<std::int64_t>(g.B) * g.NH * pk.Tpad;
-  const Scratch qkvp(packed_bytes(g, pk, 3), s), doutp(packed_bytes(g, pk, 1), s);
+  std::optional<Scratch> packed;
+  const QkvRows qkv_at = qkv_rows(qkv, g, pk, packed, s);
+  const Scratch doutp(packed_bytes(g, pk, 1), s);
   const Scratch lse2(static_cast<std::size_t>(rows) * sizeof(float), s), delta(static_cast<std::size_t>(rows) * sizeof(float), s);
-  pack_qkv(qkvp, qkv, g, pk, s);
   constexpr int kPrepareThreads = 256;
   prepare_backward_kernel<<<static_cast<unsigned>((rows + kPrepareThreads / 32 - 1) / (kPrepareThreads / 32)),
                             kPrepareThreads, 0, s>>>(doutp.as<bf16>(), lse2.as<float>(), delta.as<float>(), dout, out,
                                                      lse, g, pk.Tpad);
   check_launch("prepare_backward_kernel");
-  const BackwardInputs in{qkvp.as<bf16>(), doutp.as<bf16>(), lse2.as<float>(), delta.as<float>()};
+  const BackwardInputs in{qkv_at, doutp.as<bf16>(), lse2.as<float>(), delta.as<float>()};
   attention_dq_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(dqkv, in, g, pk);
   check_launch("attention_dq_mma_kernel");
   attention_dkv_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(dqkv, in, g, pk);

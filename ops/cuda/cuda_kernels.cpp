@@ -338,6 +338,13 @@ void CudaKernels::do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, 
   cuda::sum_into(totals.data<double>() + at, x.f32(), x.numel(), squares, s());
 }
 
+void CudaKernels::do_sums_into(Tensor& totals, std::int64_t at, const std::vector<Tensor>& xs, bool squares) const {
+  std::vector<cuda::SumSpan> spans;
+  spans.reserve(xs.size());
+  for (const Tensor& x : xs) spans.push_back({x.f32(), x.numel()});
+  cuda::sums_into(totals.data<double>() + at, spans, squares, s());
+}
+
 void CudaKernels::do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                                   bool decay, float grad_scale) const {
   // The bias corrections exactly as the CPU kernel computes them (in float).

@@ -71,6 +71,7 @@ class CudaKernels final : public Kernels {
   double do_sum(const Tensor& x) const override;
   double do_sum_squares(const Tensor& x) const override;
   void do_sum_into(Tensor& totals, std::int64_t at, const Tensor& x, bool squares) const override;
+  void do_sums_into(Tensor& totals, std::int64_t at, const std::vector<Tensor>& xs, bool squares) const override;
   void do_adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamHyper& h, int t,
                        bool decay, float grad_scale) const override;
   void do_adamw_update_parts(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,

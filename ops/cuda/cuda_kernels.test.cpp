@@ -59,9 +59,12 @@ struct Both {
 
 }  // namespace
 
-TEST_CASE("CUDA layernorm forward and backward equal the CPU's", "[cuda][kernels]") {
+TEST_CASE("CUDA layernorm forward and backward equal the CPU's", "[cuda][kernels][racecheck]") {
   Both b;
-  for (auto [N, C] : {std::pair{37, 19}, std::pair{130, 768}}) {
+  // The backward in one kernel: C = 19; 768 and 1600, whose per-warp column
+  // sums take 48 KB and 100 KB of shared memory (allowed past the default
+  // 48 KB); partial last chunks of 32 rows. C = 4000 (256 KB) in two kernels.
+  for (auto [N, C] : {std::pair{37, 19}, std::pair{130, 768}, std::pair{33, 1600}, std::pair{65, 4000}}) {
     INFO("N " << N << " C " << C);
     auto x = b.random({N, C}, -2, 2), w = b.random({C}), bias = b.random({C});
     auto y = b.random({N, C}), mean = b.random({N}), rstd = b.random({N});
@@ -765,7 +768,9 @@ void check_attention_bf16(Both& b, const AttentionCase& a) {
     REQUIRE(std::abs(static_cast<double>(got_g16[i]) - want16[i]) <= limit);
   }
   // A bf16 qkv holding the same values (bf16 activations): the very bits of
-  // the fp32 one, forward and backward (the kernels round q, k, v as they pack).
+  // the fp32 one, forward and backward. The fp32 qkv is rounded as it is
+  // packed; a bf16 one with hs = 64 and T a multiple of 64 is read in place,
+  // so those shapes compare the two layouts.
   auto qkv16 = testing::tensor_of(b.g(), {B, T, 3 * C}, b.host(qkv.cpu), DType::bf16);
   auto y16b = *Tensor::empty(b.g().device, {B, T, C}, DType::bf16);
   b.g().kernels.attention_forward(y16b, att_gpu, qkv16, NH, window);
@@ -782,20 +787,23 @@ TEST_CASE("CUDA bf16 attention on the tensor cores is within bf16 rounding of th
   struct Shape4 {
     int B, T, C, NH;
   };
-  // Head sizes 4, 32 and 64 (the tensor-core kernels' limit); 64-row tiles.
-  for (auto [B, T, C, NH] : {Shape4{2, 70, 12, 3}, Shape4{2, 33, 64, 2}, Shape4{1, 130, 128, 2}, Shape4{1, 300, 64, 1}})
+  // Head sizes 4, 32 and 64 (the tensor-core kernels' limit); 64-row tiles;
+  // hs = 64 with T = 128 and 192: a bf16 qkv read in place.
+  for (auto [B, T, C, NH] : {Shape4{2, 70, 12, 3}, Shape4{2, 33, 64, 2}, Shape4{1, 130, 128, 2}, Shape4{1, 300, 64, 1},
+                             Shape4{2, 128, 128, 2}, Shape4{1, 192, 64, 1}})
     for (int window : {0, 5, 64, 100}) check_attention_bf16(b, {B, T, C, NH, window});
 }
 
 // A few shapes of each kernel family, small enough for compute-sanitizer's
 // racecheck (the shared-memory tiles) within the GPU check's time.
-TEST_CASE("CUDA attention on small shapes, tiled and by rows", "[cuda][attention_small]") {
+TEST_CASE("CUDA attention on small shapes, tiled and by rows", "[cuda][attention_small][racecheck]") {
   Both b;
   for (const auto& a : {AttentionCase{1, 130, 128, 2, 0}, AttentionCase{1, 70, 128, 1, 5},
                         AttentionCase{1, 40, 160, 1, 0}})
     check_attention(b, a);
   Both tensor_cores(Precision::bf16);
-  for (const auto& a : {AttentionCase{1, 130, 128, 2, 0}, AttentionCase{1, 70, 64, 1, 5}})
+  for (const auto& a :
+       {AttentionCase{1, 130, 128, 2, 0}, AttentionCase{1, 70, 64, 1, 5}, AttentionCase{1, 128, 128, 2, 5}})
     check_attention_bf16(tensor_cores, a);
 }
 
@@ -830,6 +838,29 @@ TEST_CASE("CUDA sums and the optimizers equal the CPU's", "[cuda][kernels][optim
   CHECK(host[0] == 0.0);
   CHECK(host[1] == b.g().kernels.sum(x.gpu));  // the same order as sum()
   CHECK(host[2] == 0.0);
+  // Many sums at once (a gradient norm's parts): 150 spans, more than one
+  // launch's 64, of sizes around a block's 256 elements and past sum_into's
+  // 1024 blocks, each with the very bits of its own sum_into.
+  const std::vector<std::int64_t> sizes{0, 1, 255, 256, 257, 768, 3000, 300000};
+  auto big = b.random({301000});
+  std::vector<Tensor> spans;
+  for (int k = 0; k < 150; ++k)
+    spans.push_back(big.gpu.view(k * 7 % 1000, {sizes[static_cast<std::size_t>(k) % sizes.size()]}));
+  for (bool squares : {false, true}) {
+    auto together = *Tensor::zeros(b.g().device, {152}, DType::f64);
+    auto apart = *Tensor::zeros(b.g().device, {152}, DType::f64);
+    b.g().kernels.sums_into(together, 1, spans, squares);
+    for (std::size_t k = 0; k < spans.size(); ++k)
+      b.g().kernels.sum_into(apart, static_cast<std::int64_t>(k) + 1, spans[k], squares);
+    std::vector<double> t(152), a(152);
+    REQUIRE(b.g().device.copy(t.data(), together.raw(), together.nbytes(), b.g().stream).ok());
+    REQUIRE(b.g().device.copy(a.data(), apart.raw(), apart.nbytes(), b.g().stream).ok());
+    b.g().stream.synchronize();
+    CHECK(t == a);
+    CHECK(t[0] == 0.0);
+    CHECK(t[151] == 0.0);
+    CHECK(t[8] != 0.0);  // a span of 300000
+  }
   AdamHyper h{0.01f, 0.9f, 0.95f, 1e-8f, 0.1f};
   auto w = b.random({n}), g = b.random({n}), m = b.of({n}, std::vector<float>(n, 0.0f)),
        v = b.of({n}, std::vector<float>(n, 0.0f));

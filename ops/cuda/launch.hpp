@@ -42,6 +42,13 @@ void column_sum_add(float* dst, const __nv_bfloat16* src, std::int64_t rows, std
 double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s);
 /// *total = sum(x, n, squares) as sum() adds it; enqueued only.
 void sum_into(double* total, const float* x, std::int64_t n, bool squares, cudaStream_t s);
+struct SumSpan {
+  const float* x;
+  std::int64_t n;
+};
+/// totals[k] = sum_into's total of spans[k], the same bits, for every k: two
+/// launches for each 64 spans; enqueued only.
+void sums_into(double* totals, const std::vector<SumSpan>& spans, bool squares, cudaStream_t s);
 
 // layernorm.cu
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,

@@ -1,6 +1,9 @@
 // Deterministic reductions: column sums (bias and LayerNorm parameter
 // gradients) in two passes over fixed row chunks, and whole-span sums in
-// double over a grid fixed by the span's size, combined in block order.
+// double over a grid fixed by the span's size, combined in block order; many
+// spans' sums in one pair of launches, each span's blocks summing as its own
+// launch would (the same bits).
+#include <algorithm>
 #include <vector>
 
 #include "ops/cuda/cuda_common.cuh"
@@ -60,6 +63,55 @@ __global__ void sum_finish_kernel(double* total, const double* partial, unsigned
   if (threadIdx.x == 0) *total = t;
 }
 
+// Up to kSpansPerLaunch spans, passed by value: span k's blocks are
+// [first_block[k], first_block[k + 1]) of the launch.
+constexpr int kSpansPerLaunch = 64;
+struct SpanTable {
+  const float* x[kSpansPerLaunch];
+  std::int64_t n[kSpansPerLaunch];
+  int first_block[kSpansPerLaunch + 1];
+  int count;
+};
+
+// The span whose blocks include `block`: the last k with first_block[k] <= block.
+__device__ inline int span_of(const SpanTable& t, int block) {
+  int lo = 0, hi = t.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (t.first_block[mid] <= block) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// sum_partial_kernel for each span, its blocks numbered from 0 within it.
+__global__ void spans_partial_kernel(double* partial, const __grid_constant__ SpanTable t, bool squares) {
+  const int block = static_cast<int>(blockIdx.x), k = span_of(t, block);
+  const std::int64_t first = block - t.first_block[k], blocks = t.first_block[k + 1] - t.first_block[k];
+  const float* x = t.x[k];
+  const std::int64_t n = t.n[k];
+  double acc = 0.0;
+  for (std::int64_t i = first * blockDim.x + threadIdx.x; i < n; i += blocks * blockDim.x) {
+    const double v = x[i];
+    acc += squares ? v * v : v;
+  }
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) partial[block] = acc;
+}
+
+// sum_finish_kernel for each span: block k sums span k's partials into totals[k].
+__global__ void spans_finish_kernel(double* totals, const double* partial, const __grid_constant__ SpanTable t) {
+  const int k = static_cast<int>(blockIdx.x), first = t.first_block[k];
+  const unsigned blocks = static_cast<unsigned>(t.first_block[k + 1] - first);
+  double sum = 0.0;
+  for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) sum += partial[first + b];
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) totals[k] = sum;
+}
+
+// The blocks of a span's sum: sum_into's grid for n elements.
+unsigned sum_blocks(std::int64_t n) { return grid_for(n < 1 ? 1 : n, kThreads, kMaxSumBlocks); }
+
 }  // namespace
 
 template <class S>
@@ -100,12 +152,33 @@ double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {
 }
 
 void sum_into(double* total, const float* x, std::int64_t n, bool squares, cudaStream_t s) {
-  const unsigned blocks = grid_for(n < 1 ? 1 : n, kThreads, kMaxSumBlocks);
+  const unsigned blocks = sum_blocks(n);
   Scratch partial(blocks * sizeof(double), s);
   sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, squares);
   check_launch("sum_partial_kernel");
   sum_finish_kernel<<<1, kThreads, 0, s>>>(total, partial.as<double>(), blocks);
   check_launch("sum_finish_kernel");
+}
+
+void sums_into(double* totals, const std::vector<SumSpan>& spans, bool squares, cudaStream_t s) {
+  for (std::size_t begin = 0; begin < spans.size(); begin += kSpansPerLaunch) {
+    SpanTable t{};
+    t.count = static_cast<int>(std::min<std::size_t>(kSpansPerLaunch, spans.size() - begin));
+    int blocks = 0;  // at most kSpansPerLaunch * kMaxSumBlocks
+    for (int k = 0; k < t.count; ++k) {
+      const SumSpan& span = spans[begin + static_cast<std::size_t>(k)];
+      t.x[k] = span.x;
+      t.n[k] = span.n;
+      t.first_block[k] = blocks;
+      blocks += static_cast<int>(sum_blocks(span.n));
+    }
+    t.first_block[t.count] = blocks;
+    Scratch partial(static_cast<std::size_t>(blocks) * sizeof(double), s);
+    spans_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(partial.as<double>(), t, squares);
+    check_launch("spans_partial_kernel");
+    spans_finish_kernel<<<static_cast<unsigned>(t.count), kThreads, 0, s>>>(totals + begin, partial.as<double>(), t);
+    check_launch("spans_finish_kernel");
+  }
 }
 
 }  // namespace troupe::cuda

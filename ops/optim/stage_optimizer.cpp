@@ -78,10 +78,10 @@ double StageOptimizer::owned_sum_squares(GptStage& stage, const ExecContext& ctx
     key.push_back(static_cast<std::uintptr_t>(part.size()));
   }
   const Status enqueued = sums_.run(ctx, std::move(key), [&] {
-    for (std::int64_t k = 0; k < n; ++k) {
-      const ElementRange& part = parts[static_cast<std::size_t>(k)];
-      ctx.kernels.sum_into(part_sums_, k, stage.flat_grads().view(part.begin, {part.size()}), /*squares=*/true);
-    }
+    std::vector<Tensor> views;
+    views.reserve(parts.size());
+    for (const ElementRange& part : parts) views.push_back(stage.flat_grads().view(part.begin, {part.size()}));
+    ctx.kernels.sums_into(part_sums_, 0, views, /*squares=*/true);
   });
   if (!enqueued) return NAN;  // the norm is unknown, and the step's checks stop on a NaN
   std::vector<double> host(parts.size());

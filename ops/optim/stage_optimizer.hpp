@@ -74,7 +74,7 @@ class StageOptimizer {
   std::vector<ElementRange> owned_;
   Tensor m_, v_;
   mutable Tensor part_sums_;  // f64 per owned part: owned_sum_squares' device results
-  mutable ReplayCache sums_;  // owned_sum_squares' launches, one per part, replayed as one (GR-1)
+  mutable ReplayCache sums_;  // owned_sum_squares' launches (two per 64 parts), replayed as one (GR-1)
 };
 
 }  // namespace troupe
