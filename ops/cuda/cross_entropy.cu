@@ -60,7 +60,8 @@ __device__ inline void for_row(const L* z, std::int64_t V, bool vectors, F&& f) 
 
 // The row's max and the sum of exp(x - max) over it, for every thread of the
 // block: each thread keeps a running max and a sum scaled to it (an online
-// softmax), then the block reduces both in a fixed order.
+// softmax, rescaled once per vector: one exponential per element and one per
+// vector, no branch per element), then the block reduces both in a fixed order.
 struct RowMaxSum {
   float max, sum;
 };
@@ -69,14 +70,14 @@ template <class L>
 __device__ inline RowMaxSum row_max_and_sum(const L* z, std::int64_t V, bool vectors) {
   float mx = -INFINITY, sum = 0.0f;  // sum of exp(x - mx) over this thread's elements
   for_row(z, V, vectors, [&](std::int64_t, const auto& x) {
-    for (float xi : x) {
-      if (xi > mx) {
-        sum = sum * expf(mx - xi) + 1.0f;
-        mx = xi;
-      } else if (mx != -INFINITY) {  // (else xi is -inf too: it adds nothing)
-        sum += expf(xi - mx);
-      }
-    }
+    float local = x[0];
+    for (float xi : x) local = fmaxf(local, xi);
+    if (local == -INFINITY) return;  // every element -inf: they add nothing
+    const float m = fmaxf(mx, local);
+    float s = 0.0f;
+    for (float xi : x) s += expf(xi - m);
+    sum = sum * expf(mx - m) + s;  // exp(-inf) = 0 while nothing was summed
+    mx = m;
   });
   const float row_max = block_max(mx);
   return {row_max, block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - row_max))};

@@ -872,8 +872,11 @@ TEST_CASE("CUDA sums and the optimizers equal the CPU's", "[cuda][kernels][optim
   b.agree(m);
   b.agree(v);
   // The multi-tensor AdamW: parts at scattered offsets, with and without
-  // decay, their moments packed in another order; one launch on the GPU.
-  const std::vector<AdamPart> parts{{10, 500, 0, true}, {700, 33, 500, false}, {2000, 90000, 533, true}};
+  // decay, their moments packed in another order; one launch on the GPU,
+  // whose threads pass from part to part within a chunk (the small ones last).
+  const std::vector<AdamPart> parts{{10, 500, 0, true},          {700, 33, 500, false},     {2000, 90000, 533, true},
+                                    {95000, 3, 90533, true},     {96000, 0, 90536, true},   {96500, 1, 90536, false},
+                                    {97000, 2000, 90537, false}};
   for (int t = 4; t <= 5; ++t) {
     b.cpu.kernels.adamw_update_parts(w.cpu, g.cpu, m.cpu, v.cpu, parts, h, t, 0.75f);
     b.g().kernels.adamw_update_parts(w.gpu, g.gpu, m.gpu, v.gpu, parts, h, t, 0.75f);

@@ -47,19 +47,35 @@ __device__ inline int span_of(const AdamSpan* spans, int n, std::int64_t e) {
   return lo;
 }
 
-// AdamW over `total` concatenated elements of `n` spans. Grid-stride.
+// AdamW over `total` concatenated elements of `n` spans. A block takes
+// chunks of kSpanChunk consecutive elements (grid-stride over chunks), each
+// thread every kThreads-th of them (coalesced): one binary search per thread
+// and chunk, then the spans followed forward as the elements pass their ends.
+constexpr int kPerThread = 8;
+constexpr std::int64_t kSpanChunk = static_cast<std::int64_t>(kThreads) * kPerThread;
+
 __global__ void adamw_spans_kernel(float* param, const float* grad, float* m, float* v, const AdamSpan* spans, int n,
                                    std::int64_t total, float lr, Adam h) {
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < total;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const AdamSpan sp = spans[span_of(spans, n, e)];
-    const std::int64_t k = e - sp.first, i = sp.begin + k, j = sp.moment_begin + k;
-    const float g = grad[i] * h.grad_scale;
-    const float mi = h.beta1 * m[j] + (1.0f - h.beta1) * g;
-    const float vi = h.beta2 * v[j] + (1.0f - h.beta2) * g * g;
-    m[j] = mi;
-    v[j] = vi;
-    param[i] -= lr * ((mi / h.bias_correction1) / (sqrtf(vi / h.bias_correction2) + h.eps) + sp.weight_decay * param[i]);
+  for (std::int64_t c0 = blockIdx.x * kSpanChunk; c0 < total; c0 += static_cast<std::int64_t>(gridDim.x) * kSpanChunk) {
+    std::int64_t e = c0 + threadIdx.x;
+    if (e >= total) break;
+    int k = span_of(spans, n, e);
+    AdamSpan sp = spans[k];
+    std::int64_t next = k + 1 < n ? spans[k + 1].first : total;  // where span k ends
+    for (int j = 0; j < kPerThread && e < total; ++j, e += kThreads) {
+      while (e >= next) {
+        sp = spans[++k];
+        next = k + 1 < n ? spans[k + 1].first : total;
+      }
+      const std::int64_t i = sp.begin + (e - sp.first), jm = sp.moment_begin + (e - sp.first);
+      const float g = grad[i] * h.grad_scale;
+      const float mi = h.beta1 * m[jm] + (1.0f - h.beta1) * g;
+      const float vi = h.beta2 * v[jm] + (1.0f - h.beta2) * g * g;
+      m[jm] = mi;
+      v[jm] = vi;
+      param[i] -=
+          lr * ((mi / h.bias_correction1) / (sqrtf(vi / h.bias_correction2) + h.eps) + sp.weight_decay * param[i]);
+    }
   }
 }
 
@@ -112,8 +128,8 @@ void adamw_update_spans(float* param, const float* grad, float* m, float* v, con
   check_call(cudaMemcpyAsync(table.as<AdamSpan>(), spans.data(), spans.size() * sizeof(AdamSpan),
                              cudaMemcpyHostToDevice, s),
              "cudaMemcpyAsync (adam spans)");
-  adamw_spans_kernel<<<grid_for(total, kThreads), kThreads, 0, s>>>(param, grad, m, v, table.as<AdamSpan>(),
-                                                                     static_cast<int>(spans.size()), total, lr, h);
+  adamw_spans_kernel<<<grid_for((total + kPerThread - 1) / kPerThread, kThreads), kThreads, 0, s>>>(
+      param, grad, m, v, table.as<AdamSpan>(), static_cast<int>(spans.size()), total, lr, h);
   check_launch("adamw_spans_kernel");
 }
 
