@@ -61,10 +61,13 @@ struct Both {
 
 TEST_CASE("CUDA layernorm forward and backward equal the CPU's", "[cuda][kernels][racecheck]") {
   Both b;
-  // The backward in one kernel: C = 19; 768 and 1600, whose per-warp column
-  // sums take 48 KB and 100 KB of shared memory (allowed past the default
-  // 48 KB); partial last chunks of 32 rows. C = 4000 (256 KB) in two kernels.
-  for (auto [N, C] : {std::pair{37, 19}, std::pair{130, 768}, std::pair{33, 1600}, std::pair{65, 4000}}) {
+  // The forward with the row in registers up to C = 1024 (19, 768, 1024),
+  // read from memory past it. The backward in one kernel: C = 19, 1024; 768
+  // and 1600, whose per-warp column sums take 48 KB and 100 KB of shared
+  // memory (allowed past the default 48 KB); partial last chunks of 32 rows.
+  // C = 4000 (256 KB) in two kernels.
+  for (auto [N, C] : {std::pair{37, 19}, std::pair{130, 768}, std::pair{9, 1024}, std::pair{33, 1600},
+                      std::pair{65, 4000}}) {
     INFO("N " << N << " C " << C);
     auto x = b.random({N, C}, -2, 2), w = b.random({C}), bias = b.random({C});
     auto y = b.random({N, C}), mean = b.random({N}), rstd = b.random({N});

@@ -17,25 +17,44 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kRowsPerChunk = 64;
 constexpr int kFusedRowsPerChunk = 32;  // 4 rows a warp: blocks enough to keep the memory busy
 
-// out (fp32 or bf16), inp: (N,C); mean, rstd: (N). Warp per row; lanes stride over C.
-template <class O>
+// out (fp32 or bf16), inp: (N,C); mean, rstd: (N). Warp per row; lane l
+// takes columns l, l + 32, ... With kPer > 0 (C <= 32 kPer) the lane's
+// columns are read once, all loads in flight together, and kept in
+// registers; with 0 they are read for each of the three passes. The
+// arithmetic is the same either way.
+template <class O, int kPer>
 __global__ void layernorm_forward_kernel(O* out, float* mean, float* rstd, const float* inp, const float* weight,
                                          const float* bias, std::int64_t N, std::int64_t C) {
   const std::int64_t row = static_cast<std::int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
   const float* x = inp + row * C;
+  float cached[kPer > 0 ? kPer : 1];
+  if constexpr (kPer > 0) {
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) cached[k] = lane + 32 * k < C ? x[lane + 32 * k] : 0.0f;
+  }
+  // f(c, element c) over this lane's columns, in order.
+  auto each = [&](auto&& f) {
+    if constexpr (kPer > 0) {
+#pragma unroll
+      for (int k = 0; k < kPer; ++k)
+        if (lane + 32 * k < C) f(lane + 32 * k, cached[k]);
+    } else {
+      for (std::int64_t c = lane; c < C; c += 32) f(c, x[c]);
+    }
+  };
   float s = 0.0f;
-  for (std::int64_t c = lane; c < C; c += 32) s += x[c];
+  each([&](std::int64_t, float xc) { s += xc; });
   const float m = warp_sum(s) / static_cast<float>(C);
   float v = 0.0f;
-  for (std::int64_t c = lane; c < C; c += 32) {
-    const float d = x[c] - m;
+  each([&](std::int64_t, float xc) {
+    const float d = xc - m;
     v += d * d;
-  }
+  });
   const float r = 1.0f / sqrtf(warp_sum(v) / static_cast<float>(C) + kEps);
   O* y = out + row * C;
-  for (std::int64_t c = lane; c < C; c += 32) y[c] = from_float<O>((x[c] - m) * r * weight[c] + bias[c]);
+  each([&](std::int64_t c, float xc) { y[c] = from_float<O>((xc - m) * r * weight[c] + bias[c]); });
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -179,7 +198,15 @@ template <class O>
 void layernorm_forward_into(O* out, float* mean, float* rstd, const float* inp, const float* weight,
                             const float* bias, std::int64_t N, std::int64_t C, cudaStream_t s) {
   if (N == 0) return;
-  layernorm_forward_kernel<<<row_blocks(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+  auto launch = [&]<int kPer>() {
+    layernorm_forward_kernel<O, kPer><<<row_blocks(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+  };
+  if (C <= 128) launch.template operator()<4>();
+  else if (C <= 256) launch.template operator()<8>();
+  else if (C <= 512) launch.template operator()<16>();
+  else if (C <= 768) launch.template operator()<24>();
+  else if (C <= 1024) launch.template operator()<32>();
+  else launch.template operator()<0>();
   check_launch("layernorm_forward_kernel");
 }
 
