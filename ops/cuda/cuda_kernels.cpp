@@ -96,15 +96,18 @@ void CudaKernels::do_linear_backward(Tensor& dinp, Tensor& dweight, Tensor& dbia
                                      const Tensor& inp, const Tensor& weight, bool accumulate) const {
   if (precision_ != Precision::bf16 || dout.dtype() == DType::bf16)
     return Kernels::do_linear_backward(dinp, dweight, dbias, dout, inp, weight, accumulate);
-  // dout rounded once for both GEMMs; the bias gradient sums the fp32 dout.
+  // dout rounded once for both GEMMs; the bias gradient sums the fp32 dout,
+  // in the same pass over it.
   const cudaStream_t st = s();
+  const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
   const cuda::Scratch copy(static_cast<std::size_t>(dout.numel()) * sizeof(__nv_bfloat16), st);
-  cuda::to_bf16(copy.as<__nv_bfloat16>(), dout.f32(), dout.numel(), st);
+  if (dbias.defined())
+    cuda::column_sum_add_rounding(dbias.f32(), copy.as<__nv_bfloat16>(), dout.f32(), N, OC, st);
+  else
+    cuda::to_bf16(copy.as<__nv_bfloat16>(), dout.f32(), dout.numel(), st);
   const Tensor rounded = Tensor::borrow(device_, copy.as<void>(), dout.shape(), DType::bf16);
   do_linear_backward_input(dinp, rounded, weight, accumulate);
-  const int C = as_int(dweight.dim(0)), OC = as_int(dweight.dim(1)), N = as_int(rows(inp));
   gemm({true, false, C, OC, N, C, OC, OC, false, true}, inp, rounded, dweight, nullptr);
-  if (dbias.defined()) cuda::column_sum_add(dbias.f32(), dout.f32(), N, OC, st);
 }
 
 // The fused epilogues (bf16: GELU; both precisions: the residual), where

@@ -38,6 +38,10 @@ void broadcast_rows(float* out, const float* bias, std::int64_t rows, std::int64
 void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_t cols, cudaStream_t s);
 /// The same over bf16 values (summed in fp32).
 void column_sum_add(float* dst, const __nv_bfloat16* src, std::int64_t rows, std::int64_t cols, cudaStream_t s);
+/// column_sum_add(dst, src) and to_bf16(rounded, src) in one pass over src:
+/// the same bits as the two.
+void column_sum_add_rounding(float* dst, __nv_bfloat16* rounded, const float* src, std::int64_t rows,
+                             std::int64_t cols, cudaStream_t s);
 /// Sum (squares = false) or sum of squares of x[0..n), in double; waits for `s`.
 double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s);
 /// *total = sum(x, n, squares) as sum() adds it; enqueued only.

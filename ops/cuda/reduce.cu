@@ -18,14 +18,20 @@ constexpr unsigned kMaxSumBlocks = 1024;
 
 // partial: (chunks, cols) = sums of src's rows [chunk*64, chunk*64+64) per column.
 // Grid (chunks, ceil(cols/256)); thread = one column of one chunk, rows in order.
+// With `rounded`, src (fp32) is also written there rounded to bf16 as to_bf16 rounds.
 template <class S>
-__global__ void column_partial_kernel(float* partial, const S* src, std::int64_t rows, std::int64_t cols) {
+__global__ void column_partial_kernel(float* partial, const S* src, std::int64_t rows, std::int64_t cols,
+                                      __nv_bfloat16* rounded) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
   const std::int64_t r0 = static_cast<std::int64_t>(blockIdx.x) * kRowsPerChunk;
   const std::int64_t r1 = r0 + kRowsPerChunk < rows ? r0 + kRowsPerChunk : rows;
   float acc = 0.0f;
-  for (std::int64_t r = r0; r < r1; ++r) acc += to_float(src[r * cols + c]);
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float x = to_float(src[r * cols + c]);
+    acc += x;
+    if (rounded) rounded[r * cols + c] = __float2bfloat16_rn(x);
+  }
   partial[static_cast<std::int64_t>(blockIdx.x) * cols + c] = acc;
 }
 
@@ -115,12 +121,13 @@ unsigned sum_blocks(std::int64_t n) { return grid_for(n < 1 ? 1 : n, kThreads, k
 }  // namespace
 
 template <class S>
-void column_sum_add_of(float* dst, const S* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
+void column_sum_add_of(float* dst, const S* src, std::int64_t rows, std::int64_t cols, cudaStream_t s,
+                       __nv_bfloat16* rounded = nullptr) {
   if (rows == 0 || cols == 0) return;
   const std::int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
   Scratch partial(static_cast<std::size_t>(chunks * cols) * sizeof(float), s);
   const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>((cols + kThreads - 1) / kThreads));
-  column_partial_kernel<<<grid, kThreads, 0, s>>>(partial.as<float>(), src, rows, cols);
+  column_partial_kernel<<<grid, kThreads, 0, s>>>(partial.as<float>(), src, rows, cols, rounded);
   check_launch("column_partial_kernel");
   constexpr int kColumnsPerBlock = kThreads / 32;
   column_finish_kernel<<<static_cast<unsigned>((cols + kColumnsPerBlock - 1) / kColumnsPerBlock), kThreads, 0, s>>>(
@@ -134,6 +141,11 @@ void column_sum_add(float* dst, const float* src, std::int64_t rows, std::int64_
 
 void column_sum_add(float* dst, const __nv_bfloat16* src, std::int64_t rows, std::int64_t cols, cudaStream_t s) {
   column_sum_add_of(dst, src, rows, cols, s);
+}
+
+void column_sum_add_rounding(float* dst, __nv_bfloat16* rounded, const float* src, std::int64_t rows,
+                             std::int64_t cols, cudaStream_t s) {
+  column_sum_add_of(dst, src, rows, cols, s, rounded);
 }
 
 double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {
