@@ -17,6 +17,7 @@
 # two calls. `scripts/gpu_check.sh STEP...` runs the named steps in the order
 # named (cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops
 # bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16
+# bench_gpt2_recompute (GPT-2 bf16 with train.recompute = "gelu", ours alone)
 # train_tiny profile_gpt2): the ones that matter first, where device time may
 # run out. profile_gpt2 (not in the default list) times every kernel of one
 # GPT-2 bf16 step under ncu, graphs off (scripts/kernel_profile.py). For a
@@ -24,7 +25,7 @@
 # out of bench_comm; COMM_SIZES="67108864" sets bench_comm's sizes;
 # GPU_JOBS="spec" runs only the gpu_jobs tests that Catch2 spec names.
 set -uo pipefail
-STEPS=${*:-cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 train_tiny}
+STEPS=${*:-cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 bench_gpt2_recompute train_tiny}
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu_report}
 mkdir -p "$OUT"
@@ -92,6 +93,8 @@ for step in $STEPS; do
         $(peer eager,compile) --steps 10 --warmup 3 ;;
     bench_gpt2_bf16) bench bench_gpt2_bf16 150 "$T" bench step examples/configs/gpt2_124m.toml --device cuda \
         --precision bf16 $(peer eager,compile) --steps 10 --warmup 3 ;;
+    bench_gpt2_recompute) bench bench_gpt2_recompute 120 "$T" bench step examples/configs/gpt2_124m.toml \
+        --device cuda --precision bf16 --set train.recompute=gelu --steps 10 --warmup 3 ;;
     bench_comm) sizes=(); for b in ${COMM_SIZES:-1048576 16777216 67108864}; do sizes+=(--sizes "$b"); done
       bench bench_comm 180 "$T" bench collectives --nodes 2 --device cuda --repetitions 3 "${sizes[@]}" \
         $([ "${PEER:-pytorch}" = none ] && echo --no-gloo) ;;
@@ -117,7 +120,8 @@ for line in open(os.path.join(b, "status.txt")):
     n, r, s = line.split()
     report["steps"][n] = {"exit": int(r), "seconds": int(s)}
     rcs.append(r)
-for n in ("bench_comm", "bench_ops", "bench_ops_bf16", "bench_small", "bench_small_bf16", "bench_gpt2", "bench_gpt2_bf16"):
+for n in ("bench_comm", "bench_ops", "bench_ops_bf16", "bench_small", "bench_small_bf16", "bench_gpt2", "bench_gpt2_bf16",
+          "bench_gpt2_recompute"):
     if n not in report["steps"]:
         continue
     try:

@@ -7,7 +7,7 @@ namespace troupe {
 
 GptConfig gpt_config(const JobConfig& job) {
   const auto& m = job.model;
-  return GptConfig{m.layers, m.heads, m.dim, m.ctx, m.vocab, m.parallel_block, m.window};
+  return GptConfig{m.layers, m.heads, m.dim, m.ctx, m.vocab, m.parallel_block, m.window, job.train.recompute == "gelu"};
 }
 
 OptimizerConfig optimizer_config(const JobConfig& job) {

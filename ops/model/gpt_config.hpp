@@ -23,6 +23,10 @@ struct GptConfig {
   bool parallel_block = false;
   /// Sliding attention window W (query i sees keys i-W+1 ... i); 0 = full causal.
   int window = 0;
+  /// How the stage computes, not what: the MLP's GELU output is not kept per
+  /// layer and slot but recomputed in the backward from the kept
+  /// pre-activation (one shared buffer). Not part of checkpoints.
+  bool recompute_gelu = false;
 };
 
 /// An error naming the model.* key that is out of range, or success.

@@ -125,6 +125,7 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
   const Shape tokens = sp ? Shape{B * T / P, C} : Shape{B, T, C}, stats = sp ? Shape{B * T / P} : Shape{B, T};
   const DType ln_out = sp ? DType::f32 : gemm_input;
   slots_.resize(static_cast<std::size_t>(slots));
+  const Tensor shared_fcg = cfg_.recompute_gelu ? make({B, T, 4 * CA}, gemm_input) : Tensor{};
   for (auto& slot : slots_) {
     // residual[0] of a non-embedding stage is the caller's input itself (set by forward).
     for (int l = 0; l <= spec_.layer_count(); ++l)
@@ -144,7 +145,7 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
         a.ln2_rstd = make(stats);
       }
       a.fch = make({B, T, 4 * CA}, gemm_input);
-      a.fcg = make({B, T, 4 * CA}, gemm_input);
+      a.fcg = shared_fcg.defined() ? shared_fcg : make({B, T, 4 * CA}, gemm_input);
       slot.layers.push_back(std::move(a));
     }
     if (spec_.head) {
@@ -162,6 +163,7 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     }
   }
   scratch_ = std::make_unique<Scratch>();
+  scratch_->fcg = shared_fcg;
   scratch_->dres = make(tokens);
   if (!sp) scratch_->dln = make({B, T, C});
   scratch_->datty = make({B, T, CA});
@@ -276,7 +278,7 @@ void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x
   };
   // The MLP's output layer, its input gradient taken through GELU's backward.
   if (!keep) {
-    ctx.kernels.linear_backward_gelu(dfch, mlp_w.g, mlp_b.g, d.dres, a.fcg, mlp_w.w, a.fch);
+    ctx.kernels.linear_backward_gelu(dfch, mlp_w.g, mlp_b.g, d.dres, gelu_output(a_slot, layer, ctx), mlp_w.w, a.fch);
   } else {
     must(ctx.copy(keep->dmlp, d.dres));
     ctx.kernels.linear_backward_input_gelu(dfch, d.dres, mlp_w.w, a.fch);
@@ -307,7 +309,7 @@ void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x
 void GptStage::block_weight_backward(Block& w, Slot& a_slot, int layer, const ExecContext& ctx) {
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
   auto& k = a_slot.deferred[static_cast<std::size_t>(layer)];
-  ctx.kernels.linear_backward_weight(w.mlp_w.g, w.mlp_b.g, k.dmlp, a.fcg);
+  ctx.kernels.linear_backward_weight(w.mlp_w.g, w.mlp_b.g, k.dmlp, gelu_output(a_slot, layer, ctx));
   ctx.kernels.linear_backward_weight(w.fc_w.g, w.fc_b.g, k.dfch, cfg_.parallel_block ? a.ln1 : a.ln2);
   ctx.kernels.linear_backward_weight(w.proj_w.g, w.proj_b.g, k.dproj, a.atty);
   ctx.kernels.linear_backward_weight(w.qkv_w.g, w.qkv_b.g, k.dqkv, a.ln1);
@@ -484,6 +486,12 @@ void GptStage::backward_weight(int slot, const ExecContext& ctx, const GradsRead
   }
 }
 
+const Tensor& GptStage::gelu_output(Slot& a, int layer, const ExecContext& ctx) const {
+  auto& l = a.layers[static_cast<std::size_t>(layer)];
+  if (cfg_.recompute_gelu) ctx.kernels.gelu_forward(l.fcg, l.fch);
+  return l.fcg;
+}
+
 GptStage::MemoryUse GptStage::memory_use() const {
   MemoryUse m;
   m.params = params_flat_.nbytes();
@@ -494,7 +502,7 @@ GptStage::MemoryUse GptStage::memory_use() const {
     for (auto& l : slot.layers)
       for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att, &l.x2, &l.ln2,
                               &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fcg})
-        if (t->defined()) m.activations += t->nbytes();
+        if (t->defined() && !(t == &l.fcg && cfg_.recompute_gelu)) m.activations += t->nbytes();  // (scratch)
     for (const Tensor* t : {&slot.lnf, &slot.lnf_mean, &slot.lnf_rstd, &slot.logits, &slot.losses, &slot.dembed})
       if (t->defined()) m.activations += t->nbytes();
     for (auto& k : slot.deferred)
@@ -502,7 +510,7 @@ GptStage::MemoryUse GptStage::memory_use() const {
   }
   for (const Tensor* t : {&scratch_->dres, &scratch_->dln, &scratch_->datty, &scratch_->dqkv, &scratch_->dfch,
                           &scratch_->ce_stats, &scratch_->full_in, &scratch_->full_out, &scratch_->dres_full,
-                          &scratch_->ln_grads})
+                          &scratch_->ln_grads, &scratch_->fcg})
     if (t->defined()) m.scratch += t->nbytes();
   return m;
 }

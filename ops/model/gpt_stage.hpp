@@ -186,6 +186,8 @@ class GptStage {
   // input_only: keep the linear layers' output gradients in the slot for block_weight_backward.
   void block_backward(Block& w, Slot& a, int layer, const Tensor& x, const ExecContext& ctx, bool input_only);
   void block_weight_backward(Block& w, Slot& a, int layer, const ExecContext& ctx);
+  // A layer's GELU output for its backward: kept, or recomputed (recompute_gelu).
+  const Tensor& gelu_output(Slot& a, int layer, const ExecContext& ctx) const;
   void head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, const ExecContext& ctx);
   void head_backward(Slot& a, const ExecContext& ctx, bool input_only);
   void head_weight_backward(Slot& a, const ExecContext& ctx);

@@ -275,6 +275,46 @@ TEST_CASE("zero-bubble split: backward_input then backward_weight equals backwar
   }
 }
 
+TEST_CASE("recompute_gelu: the same gradients, bit for bit, keeping one GELU output instead of one per layer and slot",
+          "[model][recompute]") {
+  GptConfig cfg = testing::small_gpt();
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
+  for (bool parallel : {false, true}) {
+    cfg.parallel_block = parallel;
+    GptConfig recomputing = cfg;
+    recomputing.recompute_gelu = true;
+    const StageSpec spec = whole_model(cfg);
+    auto kept = std::move(*GptStage::create(dev, cfg, spec, 2, cfg.ctx, 2));
+    auto again = std::move(*GptStage::create(dev, recomputing, spec, 2, cfg.ctx, 2));
+    auto split = std::move(*GptStage::create(dev, recomputing, spec, 2, cfg.ctx, 2, true));
+    auto tokens = *Tensor::zeros(dev, {2, cfg.ctx}, DType::i32);
+    for (std::int64_t i = 0; i < tokens.numel(); ++i)
+      tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7) % 40);
+    auto dout = *Tensor::zeros(dev, {2, cfg.ctx, cfg.dim});
+    for (GptStage* stage : {kept.get(), again.get(), split.get()}) {
+      stage->init_weights(4);
+      stage->zero_grads(s);
+      // Both microbatches forward before either's backward: the second
+      // forward overwrites the shared GELU output the first one's backward needs.
+      for (int slot = 0; slot < 2; ++slot) stage->forward(slot, tokens, &tokens, 0.01f, s);
+      for (int slot = 0; slot < 2; ++slot) {
+        if (stage == split.get()) stage->backward_input(slot, dout, s);
+        else stage->backward(slot, dout, s);
+      }
+      if (stage == split.get())
+        for (int slot = 0; slot < 2; ++slot) stage->backward_weight(slot, s, {});
+    }
+    INFO("parallel block " << parallel);
+    CHECK(std::memcmp(kept->flat_grads().raw(), again->flat_grads().raw(), kept->flat_grads().nbytes()) == 0);
+    CHECK(std::memcmp(kept->flat_grads().raw(), split->flat_grads().raw(), kept->flat_grads().nbytes()) == 0);
+    const std::size_t gelu_bytes = sizeof(float) * 2 * static_cast<std::size_t>(cfg.ctx) * 4 * cfg.dim;  // B x T x 4C
+    const auto a = kept->memory_use(), b = again->memory_use();
+    CHECK(a.activations - b.activations == 2 * static_cast<std::size_t>(cfg.layers) * gelu_bytes);  // two slots
+    CHECK(b.scratch - a.scratch == gelu_bytes);
+  }
+}
+
 TEST_CASE("forward asks for every parameter before reading it", "[model][zero]") {
   const GptConfig cfg = testing::small_gpt();
   testing::CpuContext dev(1);

@@ -258,7 +258,7 @@ void GptStage::sp_block_backward_overlapped(Block& w, Slot& a_slot, int layer, c
     ctx.kernels.attention_backward(d.dqkv, d.datty, a.qkv, a.atty, a.att, heads, cfg_.window);
     tp_.finish(ln1_gathered);
     sp_columns_backward({{fc_w, fc_b, d.dfch}, {qkv_w, qkv_b, d.dqkv}}, ln1, [&] {
-      gathered_weight_backward(mlp_w.g, mlp_b.g, d.dres_full, a.fcg, ctx);
+      gathered_weight_backward(mlp_w.g, mlp_b.g, d.dres_full, gelu_output(a_slot, layer, ctx), ctx);
       gathered_weight_backward(proj_w.g, proj_b.g, d.dres_full, a.atty, ctx);
     }, ctx);
     return;
@@ -271,7 +271,11 @@ void GptStage::sp_block_backward_overlapped(Block& w, Slot& a_slot, int layer, c
   });
   tp_.finish(ln2_gathered);
   sp_columns_backward({{fc_w, fc_b, d.dfch}}, {ln2_w, ln2_b, a.x2, a.ln2_mean, a.ln2_rstd},
-                      [&] { gathered_weight_backward(mlp_w.g, mlp_b.g, d.dres_full, a.fcg, ctx); }, ctx);
+                      [&] {
+                        const Tensor& gelu = gelu_output(a_slot, layer, ctx);
+                        gathered_weight_backward(mlp_w.g, mlp_b.g, d.dres_full, gelu, ctx);
+                      },
+                      ctx);
   // Attention: d(x2) gathered in chunks behind the projection's input gradient.
   const int ln1_gathered = start_gather_tokens(a.ln1, d.full_in, ctx);
   gather_then(d.dres, d.dres_full, ctx, [&](const Tensor& rows, std::int64_t token, std::int64_t n) {

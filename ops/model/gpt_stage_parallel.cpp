@@ -127,7 +127,8 @@ void GptStage::sp_block_backward(Block& w, Slot& a_slot, int layer, const Tensor
   auto& [ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, mlp_w, mlp_b] = w;
   const int heads = cfg_.heads / tp_.shard.size;
   gather_tokens(d.dres, d.dres_full, ctx);
-  ctx.kernels.linear_backward_gelu(d.dfch, mlp_w.g, mlp_b.g, d.dres_full, a.fcg, mlp_w.w, a.fch);
+  ctx.kernels.linear_backward_gelu(d.dfch, mlp_w.g, mlp_b.g, d.dres_full, gelu_output(a_slot, layer, ctx), mlp_w.w,
+                                   a.fch);
   if (cfg_.parallel_block) {
     gather_tokens(a.ln1, d.full_in, ctx);
     ctx.kernels.linear_backward(d.full_out, fc_w.g, fc_b.g, d.dfch, d.full_in, fc_w.w, false);

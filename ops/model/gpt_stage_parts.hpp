@@ -62,7 +62,7 @@ struct GptStage::Slot {
     Tensor att;                      // what attention saves: Kernels::attention_saved_shape
     Tensor x2;                       // (B,T,C) residual after attention (parallel block: c_proj output)
     Tensor ln2, ln2_mean, ln2_rstd;  // (B,T,C), (B,T), (B,T); sequential block only
-    Tensor fch, fcg;                 // (B,T,4C) c_fc output before and after GELU
+    Tensor fch, fcg;                 // (B,T,4C) c_fc output before and after GELU (recompute_gelu: fcg is Scratch::fcg)
   };
   Tensor input;                  // what forward() was given (tokens or activations)
   std::vector<Tensor> residual;  // layer_count()+1 tensors (B,T,C): residual[l] is block l's input
@@ -90,6 +90,7 @@ struct GptStage::Scratch {
   // outputs, the partial sums before a reduce-scatter, the gathered output
   // gradient; and the LayerNorm parameters' gradient from this member's tokens (2C).
   Tensor full_in, full_out, dres_full, ln_grads;
+  Tensor fcg;  // recompute_gelu: (B,T,4C), every layer's GELU output, written by its forward and its backward
 };
 
 }  // namespace troupe

@@ -145,6 +145,7 @@ std::map<std::string, Reader> known_keys(JobConfig& c) {
       {"train.device", string(t.device)},
       {"train.precision", string(t.precision)},
       {"train.cuda_graphs", boolean(t.cuda_graphs)},
+      {"train.recompute", string(t.recompute)},
       {"train.eval_every", integer(t.eval_every, 0, kMaxInt / 2)},
       {"train.eval_windows", integer(t.eval_windows, 0, 1 << 24)},
       {"train.log_every", integer(t.log_every, 0, kMaxInt / 2)},
@@ -363,6 +364,8 @@ Status check_relations(const JobConfig& c) {
     return make_error(where, ": train.device must be cpu or cuda (got ", t.device, ")");
   if (t.precision != "fp32" && t.precision != "bf16")
     return make_error(where, ": train.precision must be fp32 or bf16 (got ", t.precision, ")");
+  if (t.recompute != "none" && t.recompute != "gelu")
+    return make_error(where, ": train.recompute must be none or gelu (got ", t.recompute, ")");
   const std::string& transport = c.parallel.device_transport;
   if (transport != "auto" && transport != "nccl" && transport != "staged")
     return make_error(where, ": parallel.device_transport must be auto, nccl or staged (got ", transport, ")");

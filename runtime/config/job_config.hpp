@@ -69,6 +69,10 @@ struct TrainSection {
   std::string device = "cpu";       ///< cpu | cuda (the GPU: the node's local rank modulo the GPUs present)
   std::string precision = "fp32";   ///< fp32 | bf16 (bf16 GEMMs and activations, fp32 master weights and sums)
   bool cuda_graphs = true;          ///< cuda: each layer's passes captured once as CUDA graphs and replayed
+  /// none | gelu: the MLP's GELU output is not kept for the backward but
+  /// recomputed there from its input (4C values a token per layer less
+  /// memory, one GELU pass more).
+  std::string recompute = "none";
 };
 
 struct DataSection {

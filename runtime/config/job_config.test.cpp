@@ -58,6 +58,13 @@ TEST_CASE("config errors name the file, key or flag", "[config]") {
   REQUIRE_FALSE(range.ok());
   CHECK(range.error().message.find("train.optimizer") != std::string::npos);
 
+  auto recompute = parse_job_config("[train]\nrecompute = \"all\"\n", "job.toml");
+  REQUIRE_FALSE(recompute.ok());
+  CHECK(recompute.error().message == "job.toml: train.recompute must be none or gelu (got all)");
+  auto gelu = parse_job_config("", "job.toml", {"train.recompute=gelu"});
+  REQUIRE(gelu.ok());
+  CHECK(gelu->train.recompute == "gelu");
+
   auto transport = parse_job_config("", "job.toml", {"parallel.device_transport=gloo"});
   REQUIRE_FALSE(transport.ok());
   CHECK(transport.error().message == "job.toml: parallel.device_transport must be auto, nccl or staged (got gloo)");
