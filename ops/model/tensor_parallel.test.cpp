@@ -314,6 +314,18 @@ TEST_CASE("chunked overlap of sequence parallelism's gathers and reduce-scatters
   check_against_whole(small_config(), 4, false, true, true, 5);
 }
 
+TEST_CASE("train.recompute = gelu under tensor and sequence parallelism, chunked or not, both blocks", "[tp][recompute]") {
+  GptConfig cfg = small_config();
+  cfg.recompute_gelu = true;
+  check_against_whole(cfg, 2);
+  check_against_whole(cfg, 2, /*split_backward=*/true);
+  check_against_whole(cfg, 2, false, false, /*sequence_parallel=*/true);
+  check_against_whole(cfg, 2, false, false, true, /*overlap_chunks=*/2);
+  cfg.parallel_block = true;
+  check_against_whole(cfg, 2, false, false, true);
+  check_against_whole(cfg, 2, false, false, true, 5);
+}
+
 TEST_CASE("sequence parallelism stores the residual stream and LayerNorms 1/tp per member", "[tp]") {
   testing::CpuContext cpu(1);
   const GptConfig cfg = small_config();
