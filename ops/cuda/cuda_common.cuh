@@ -44,6 +44,19 @@ __device__ inline float from_float<float>(float x) { return x; }
 template <>
 __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+/// The last k in [0, n) with key(k) <= x, for keys ascending in k and
+/// key(0) <= x (binary search): which span of a concatenation holds x.
+template <class Key, class T>
+__device__ inline int last_at_or_before(int n, Key&& key, T x) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (key(mid) <= x) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 /// Sum over a warp by butterfly shuffles; every lane ends with the same value.
 template <class T>
 __device__ inline T warp_sum(T x) {

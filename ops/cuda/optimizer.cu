@@ -36,17 +36,6 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
   }
 }
 
-// The span holding concatenated element e: the last span whose first <= e (binary search).
-__device__ inline int span_of(const AdamSpan* spans, int n, std::int64_t e) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (spans[mid].first <= e) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 // AdamW over `total` concatenated elements of `n` spans. A block takes
 // chunks of kSpanChunk consecutive elements (grid-stride over chunks), each
 // thread every kThreads-th of them (coalesced): one binary search per thread
@@ -59,7 +48,7 @@ __global__ void adamw_spans_kernel(float* param, const float* grad, float* m, fl
   for (std::int64_t c0 = blockIdx.x * kSpanChunk; c0 < total; c0 += static_cast<std::int64_t>(gridDim.x) * kSpanChunk) {
     std::int64_t e = c0 + threadIdx.x;
     if (e >= total) break;
-    int k = span_of(spans, n, e);
+    int k = last_at_or_before(n, [&](int i) { return spans[i].first; }, e);  // the span holding e
     AdamSpan sp = spans[k];
     std::int64_t next = k + 1 < n ? spans[k + 1].first : total;  // where span k ends
     for (int j = 0; j < kPerThread && e < total; ++j, e += kThreads) {

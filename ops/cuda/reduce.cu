@@ -48,29 +48,9 @@ __global__ void column_finish_kernel(float* dst, const float* partial, std::int6
   if (threadIdx.x % 32 == 0) dst[c] += acc;
 }
 
-// partial[block] = sum (or sum of squares) of the block's grid-stride share of x, in double.
-__global__ void sum_partial_kernel(double* partial, const float* x, std::int64_t n, bool squares) {
-  double acc = 0.0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const double v = x[i];
-    acc += squares ? v * v : v;
-  }
-  acc = block_sum(acc);
-  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
-}
-
-// *total = the sum of partial[0 .. blocks): thread t sums t, t + 256, ... in
-// order, then the block's fixed reduction order. One block of kThreads.
-__global__ void sum_finish_kernel(double* total, const double* partial, unsigned blocks) {
-  double t = 0.0;
-  for (unsigned b = threadIdx.x; b < blocks; b += blockDim.x) t += partial[b];
-  t = block_sum(t);
-  if (threadIdx.x == 0) *total = t;
-}
-
 // Up to kSpansPerLaunch spans, passed by value: span k's blocks are
-// [first_block[k], first_block[k + 1]) of the launch.
+// [first_block[k], first_block[k + 1]) of the launch, a number fixed by the
+// span's size alone (sum_blocks), so a span's sum has the same bits in any table.
 constexpr int kSpansPerLaunch = 64;
 struct SpanTable {
   const float* x[kSpansPerLaunch];
@@ -79,20 +59,13 @@ struct SpanTable {
   int count;
 };
 
-// The span whose blocks include `block`: the last k with first_block[k] <= block.
-__device__ inline int span_of(const SpanTable& t, int block) {
-  int lo = 0, hi = t.count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (t.first_block[mid] <= block) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
-// sum_partial_kernel for each span, its blocks numbered from 0 within it.
+// partial[block] = the sum (or sum of squares), in double, of its span's
+// elements first, first + blocks, ... (each thread of the block a
+// grid-stride share, `first` its block's number within the span), then the
+// block's fixed reduction order.
 __global__ void spans_partial_kernel(double* partial, const __grid_constant__ SpanTable t, bool squares) {
-  const int block = static_cast<int>(blockIdx.x), k = span_of(t, block);
+  const int block = static_cast<int>(blockIdx.x);
+  const int k = last_at_or_before(t.count, [&](int i) { return t.first_block[i]; }, block);
   const std::int64_t first = block - t.first_block[k], blocks = t.first_block[k + 1] - t.first_block[k];
   const float* x = t.x[k];
   const std::int64_t n = t.n[k];
@@ -105,7 +78,8 @@ __global__ void spans_partial_kernel(double* partial, const __grid_constant__ Sp
   if (threadIdx.x == 0) partial[block] = acc;
 }
 
-// sum_finish_kernel for each span: block k sums span k's partials into totals[k].
+// totals[k] = the sum of span k's partials: thread t sums t, t + 256, ... in
+// order, then the block's fixed reduction order. Block k for span k.
 __global__ void spans_finish_kernel(double* totals, const double* partial, const __grid_constant__ SpanTable t) {
   const int k = static_cast<int>(blockIdx.x), first = t.first_block[k];
   const unsigned blocks = static_cast<unsigned>(t.first_block[k + 1] - first);
@@ -115,8 +89,23 @@ __global__ void spans_finish_kernel(double* totals, const double* partial, const
   if (threadIdx.x == 0) totals[k] = sum;
 }
 
-// The blocks of a span's sum: sum_into's grid for n elements.
+// The blocks of a span's sum: enough to fill the GPU, at most kMaxSumBlocks.
 unsigned sum_blocks(std::int64_t n) { return grid_for(n < 1 ? 1 : n, kThreads, kMaxSumBlocks); }
+
+// The table of spans[0 .. count) (count <= kSpansPerLaunch) and its blocks in all.
+SpanTable table_of(const SumSpan* spans, int count, int& blocks) {
+  SpanTable t{};
+  t.count = count;
+  blocks = 0;  // at most kSpansPerLaunch * kMaxSumBlocks
+  for (int k = 0; k < count; ++k) {
+    t.x[k] = spans[k].x;
+    t.n[k] = spans[k].n;
+    t.first_block[k] = blocks;
+    blocks += static_cast<int>(sum_blocks(spans[k].n));
+  }
+  t.first_block[count] = blocks;
+  return t;
+}
 
 }  // namespace
 
@@ -150,12 +139,15 @@ void column_sum_add_rounding(float* dst, __nv_bfloat16* rounded, const float* sr
 
 double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {
   if (n == 0) return 0.0;
-  const unsigned blocks = grid_for(n, kThreads, kMaxSumBlocks);
-  Scratch partial(blocks * sizeof(double), s);
-  sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, squares);
-  check_launch("sum_partial_kernel");
-  std::vector<double> host(blocks);
-  check_call(cudaMemcpyAsync(host.data(), partial.as<double>(), blocks * sizeof(double), cudaMemcpyDeviceToHost, s),
+  const SumSpan span{x, n};
+  int blocks = 0;
+  const SpanTable t = table_of(&span, 1, blocks);
+  Scratch partial(static_cast<std::size_t>(blocks) * sizeof(double), s);
+  spans_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(partial.as<double>(), t, squares);
+  check_launch("spans_partial_kernel");
+  std::vector<double> host(static_cast<std::size_t>(blocks));
+  check_call(cudaMemcpyAsync(host.data(), partial.as<double>(), host.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                             s),
              "cudaMemcpyAsync (sum)");
   check_call(cudaStreamSynchronize(s), "cudaStreamSynchronize (sum)");
   double total = 0.0;
@@ -164,27 +156,15 @@ double sum(const float* x, std::int64_t n, bool squares, cudaStream_t s) {
 }
 
 void sum_into(double* total, const float* x, std::int64_t n, bool squares, cudaStream_t s) {
-  const unsigned blocks = sum_blocks(n);
-  Scratch partial(blocks * sizeof(double), s);
-  sum_partial_kernel<<<blocks, kThreads, 0, s>>>(partial.as<double>(), x, n, squares);
-  check_launch("sum_partial_kernel");
-  sum_finish_kernel<<<1, kThreads, 0, s>>>(total, partial.as<double>(), blocks);
-  check_launch("sum_finish_kernel");
+  sums_into(total, {SumSpan{x, n}}, squares, s);
 }
 
 void sums_into(double* totals, const std::vector<SumSpan>& spans, bool squares, cudaStream_t s) {
   for (std::size_t begin = 0; begin < spans.size(); begin += kSpansPerLaunch) {
-    SpanTable t{};
-    t.count = static_cast<int>(std::min<std::size_t>(kSpansPerLaunch, spans.size() - begin));
-    int blocks = 0;  // at most kSpansPerLaunch * kMaxSumBlocks
-    for (int k = 0; k < t.count; ++k) {
-      const SumSpan& span = spans[begin + static_cast<std::size_t>(k)];
-      t.x[k] = span.x;
-      t.n[k] = span.n;
-      t.first_block[k] = blocks;
-      blocks += static_cast<int>(sum_blocks(span.n));
-    }
-    t.first_block[t.count] = blocks;
+    int blocks = 0;
+    const SpanTable t =
+        table_of(spans.data() + begin, static_cast<int>(std::min<std::size_t>(kSpansPerLaunch, spans.size() - begin)),
+                 blocks);
     Scratch partial(static_cast<std::size_t>(blocks) * sizeof(double), s);
     spans_partial_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(partial.as<double>(), t, squares);
     check_launch("spans_partial_kernel");
