@@ -15,7 +15,11 @@ void stop(NodeSelf* self, int code) {
   if (s.health_monitor) self->send_exit(s.health_monitor, caf::exit_reason::user_shutdown);
   for (auto& promise : s.parked)  // parked stage actors end with the job
     if (promise) promise->deliver(caf::make_error(caf::sec::request_receiver_down));
-  // P-5: the messages refused for their MAC never reached this actor; the process counted them.
+  // P-5: the messages refused for their MAC never reached this actor; the
+  // process counted them. UX-11: so are the data plane's, once swept (a job
+  // that ended: its transports are idle).
+  if (code == 0)
+    for (auto* t : s.transports) t->refuse_unproven();
   if (const std::uint64_t forged = unauthenticated_messages(); s.stale + s.foreign + forged > 0)
     spdlog::warn("node {}: dropped {} stale and {} non-member control messages, and refused {} without the job's key",
                  s.rank, s.stale, s.foreign, forged);

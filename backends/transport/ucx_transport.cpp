@@ -5,11 +5,13 @@
 //
 // UX-1, UX-2, UX-3 (who drives the worker, and when): worker_driving.hpp.
 //       Whatever the worker's holder owns (inflight, the completions' list,
-//       the generation's bits) is touched under its worker_mutex() alone,
+//       the wire tags) is touched under its worker_mutex() alone,
 //       as the worker is (UCS_THREAD_MODE_SERIALIZED).
-// UX-4  Every tag carries the membership generation's low 8 bits: after
-//       begin_generation a message sent in an older generation never matches
-//       a receive (it is dropped and counted instead).
+// UX-4, UX-10, UX-11  Every tag carries a check byte of the membership
+//       generation and, under the job's key, is masked per pair of ranks
+//       (wire_tags.hpp): after begin_generation a message sent in an older
+//       generation never matches a receive, nor one sent without the key;
+//       both are swept and counted (begin_generation, refuse_unproven).
 // UX-5  renew_worker replaces the worker, not only the endpoints: a peer that
 //       died in the middle of a rendezvous could leave the survivor's worker
 //       unable to complete rendezvous with the process that replaced it (new
@@ -47,7 +49,9 @@
 #include "backends/transport/ucx_transport.hpp"
 
 #include "backends/transport/live_pool.hpp"
+#include "backends/transport/wire_tags.hpp"
 #include "backends/transport/worker_driving.hpp"
+#include "common/message_key.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -67,11 +71,9 @@
 namespace troupe {
 namespace {
 
-// A UCX tag: the sender's rank (16 bits), the generation (8 bits, UX-4), the user's tag (40).
-constexpr int kTagBits = 40;
-constexpr int kGenerationBits = 8;
-constexpr int kRankShift = kTagBits + kGenerationBits;
-constexpr Tag kGenerationMask = ((Tag{1} << kGenerationBits) - 1) << kTagBits;
+// Where UX-11's sweep receives what it drops: at most this much of a
+// message (a longer one is truncated; a forger chooses the length it claims).
+constexpr std::size_t kTrashBytes = std::size_t{1} << 20;
 
 Error ucx_error(const char* call, int rank, ucs_status_t st) {
   char host[256] = {};
@@ -151,10 +153,12 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
   std::vector<std::promise<Expected<std::string>>> to_replace_worker;  // renew_worker() callers
   std::vector<std::atomic<bool>> talked;  // an operation with the peer was posted in this generation (UX-5)
   std::atomic<bool> faulted{false};        // an operation failed with a UCX error of its own (UX-6)
-  Tag generation_bits = 0;  // UX-4: the generation's bits of every tag (the worker's mutex)
-  std::vector<char> trash;  // where stale messages are received to be dropped
+  std::vector<std::promise<std::uint64_t>> to_sweep;  // refuse_unproven() callers
+  WireTags tags;            // UX-4, UX-10: every message's UCX tag (the worker's mutex)
+  std::vector<char> trash;  // UX-11: where swept messages are received; never reallocated once sized
 
-  explicit Impl(int n) : failed(static_cast<std::size_t>(n)), talked(static_cast<std::size_t>(n)) {}
+  Impl(int r, int n)
+      : rank(r), size(n), failed(static_cast<std::size_t>(n)), talked(static_cast<std::size_t>(n)), tags(r, n) {}
 
   Error peer_error(int peer) const {
     return make_peer_error("transport peer rank ", std::to_string(peer), " failed (seen by rank ", std::to_string(rank), ")");
@@ -162,6 +166,21 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
 
   // Called after queued_ops was incremented (UX-2).
   void notify() { driving->notify(); }
+
+  // Hands the progress thread (the worker's holder) a request on `queue`
+  // and waits for its answer.
+  template <class T>
+  T ask(std::vector<std::promise<T>>& queue) {
+    std::future<T> done;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      queue.emplace_back();
+      done = queue.back().get_future();
+      queued_ops.fetch_add(1);
+    }
+    notify();
+    return done.get();
+  }
 
   static void on_send(void* req, ucs_status_t st, void* user) {
     auto* n = static_cast<Node*>(user);
@@ -254,7 +273,7 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
     if (r->op.kind == Kind::send) {
       p.cb.send = &on_send;
       sp = ucp_tag_send_nbx(eps[static_cast<std::size_t>(r->op.peer)], r->op.data, r->op.bytes,
-                            (static_cast<Tag>(rank) << kRankShift) | generation_bits | r->op.tag, &p);
+                            tags.send(r->op.peer, r->op.tag), &p);
     } else {
       p.cb.recv = &on_recv;
       // A receive that completes inside the call must say how much arrived:
@@ -262,8 +281,7 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
       // arrived, so receives always get a request (and the callback, with
       // the length, perhaps inside the call).
       p.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-      sp = ucp_tag_recv_nbx(worker.get(), r->op.data, r->op.bytes,
-                            (static_cast<Tag>(r->op.peer) << kRankShift) | generation_bits | r->op.tag, ~Tag{0}, &p);
+      sp = ucp_tag_recv_nbx(worker.get(), r->op.data, r->op.bytes, tags.recv(r->op.peer, r->op.tag), ~Tag{0}, &p);
     }
     if (UCS_PTR_IS_ERR(sp)) {
       finish(n, nullptr, UCS_PTR_STATUS(sp), 0);
@@ -305,6 +323,7 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
     std::vector<std::pair<std::uint64_t, std::promise<std::uint64_t>>> renewals;
     std::vector<Reconnect> reconnects;
     std::vector<std::promise<Expected<std::string>>> replacements;
+    std::vector<std::promise<std::uint64_t>> sweeps;
     {
       std::lock_guard<std::mutex> lock(mu);
       ops.swap(queue);
@@ -313,6 +332,7 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
       renewals.swap(to_renew);
       reconnects.swap(to_reconnect);
       replacements.swap(to_replace_worker);
+      sweeps.swap(to_sweep);
       queued_ops.store(0, std::memory_order_release);
     }
     // UX-8: what an action failed has been reported before its caller hears
@@ -336,6 +356,7 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
       run_all_completed();
       promise.set_value(dropped);
     }
+    for (auto& promise : sweeps) promise.set_value(sweep().forged);
     for (auto& op : ops) post(std::move(op));
     if (aborts.empty()) return;
     fail_everything();
@@ -344,35 +365,48 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
   }
 
   // UX-4: everything of the old generation fails, every peer is alive again,
-  // and tags carry the new generation's bits; the old generations' messages
-  // that arrived unasked are received into `trash` and counted.
+  // and tags carry the new generation's check byte; the old generations'
+  // messages that arrived unasked are swept (UX-11) and counted.
   std::uint64_t renew(std::uint64_t generation) {
     fail_everything();
     for (auto& f : failed) f = false;
     for (auto& t : talked) t.store(false, std::memory_order_relaxed);
-    generation_bits = (generation << kTagBits) & kGenerationMask;
+    tags.begin(generation);
+    return sweep().stale;
+  }
+
+  struct Swept {
+    std::uint64_t stale = 0, forged = 0;
+  };
+  // UX-11 (the worker's mutex): receives and drops what no receive of this
+  // generation can match; what proves no key is also counted as refused
+  // (count_unauthenticated, with the control plane's refusals).
+  Swept sweep() {
     // What arrived while nothing was posted still sits in the transports: in
     // UCX's unexpected queue only once the worker progressed.
     for (int i = 0; i < 1000 && ucp_worker_progress(worker.get()) != 0; ++i) {
     }
-    std::uint64_t dropped = 0;
-    for (Tag g = 0; g < (Tag{1} << kGenerationBits); ++g) {
-      const Tag bits = g << kTagBits;
-      if (bits == generation_bits) continue;
+    if (trash.empty()) trash.resize(kTrashBytes);
+    Swept out;
+    for (const WireTags::Pattern& pattern : tags.sweep_patterns()) {
       ucp_tag_recv_info_t info{};
-      while (ucp_tag_message_h m = ucp_tag_probe_nb(worker.get(), bits, kGenerationMask, 1, &info)) {
-        trash.resize(std::max(trash.size(), info.length));
+      while (ucp_tag_message_h m = ucp_tag_probe_nb(worker.get(), pattern.tag, pattern.mask, 1, &info)) {
         ucp_request_param_t p{};
-        ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(worker.get(), trash.data(), info.length, m, &p);
+        ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(worker.get(), trash.data(), std::min(info.length, trash.size()), m, &p);
         if (UCS_PTR_IS_PTR(req)) {
           for (int i = 0; i < 100000 && ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
             ucp_worker_progress(worker.get());
           ucp_request_free(req);
         }
-        ++dropped;
+        if (!pattern.forged) {
+          ++out.stale;
+          continue;
+        }
+        ++out.forged;
+        count_unauthenticated();
       }
     }
-    return dropped;
+    return out;
   }
 
   // Every peer failed: receives cancelled (UCX completes them inside
@@ -533,11 +567,9 @@ Expected<std::string> device_of(const std::string& address) {
 
 Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size, UcxOptions options) {
   if (size < 1 || rank < 0 || rank >= size) return make_error("ucx transport: rank ", std::to_string(rank), " of ", std::to_string(size));
-  if (size > (1 << (64 - kRankShift)))
-    return make_error("ucx transport: ", std::to_string(size), " ranks; a tag holds at most ", std::to_string(1 << (64 - kRankShift)));
-  auto impl = std::make_unique<Impl>(size);
-  impl->rank = rank;
-  impl->size = size;
+  if (size > WireTags::kMaxRanks)
+    return make_error("ucx transport: ", std::to_string(size), " ranks; a tag holds at most ", std::to_string(WireTags::kMaxRanks));
+  auto impl = std::make_unique<Impl>(rank, size);
   ucp_config_t* config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK) return ucx_error("ucp_config_read", rank, st);
   auto device = device_of(options.bind_address);
@@ -607,16 +639,13 @@ bool UcxTransport::peer_failed(int peer) const { return impl_->failed[static_cas
 
 void UcxTransport::abort_all() {
   if (!impl_->driving->progress_started()) return run_abort_listeners();  // never connected: nothing in flight
-  std::future<void> done;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->to_abort.emplace_back();
-    done = impl_->to_abort.back().get_future();
-    impl_->queued_ops.fetch_add(1);
-  }
-  impl_->notify();
-  done.wait();
+  impl_->ask(impl_->to_abort);
   run_abort_listeners();
+}
+
+std::uint64_t UcxTransport::refuse_unproven() {
+  if (!impl_->driving->progress_started()) return 0;  // never connected: nothing was received
+  return impl_->ask(impl_->to_sweep);
 }
 
 std::uint64_t UcxTransport::begin_generation(std::uint64_t generation) {
@@ -657,9 +686,7 @@ std::string UcxTransport::describe() const {
   std::unique_lock<std::mutex> worker(impl_->driving->worker_mutex(), std::defer_lock);
   for (int i = 0; i < 100 && !worker.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (!worker.owns_lock()) return out + "; the worker is busy";
-  char gen[32];
-  std::snprintf(gen, sizeof gen, "0x%llx", static_cast<unsigned long long>(impl_->generation_bits >> kTagBits));
-  out += "; generation bits " + std::string(gen) + "; " + std::to_string(impl_->inflight.size()) + " in flight";
+  out += "; generation " + std::to_string(impl_->tags.generation()) + "; " + std::to_string(impl_->inflight.size()) + " in flight";
   int shown = 0;
   impl_->inflight.for_each([&](const Impl::Node& n) {
     if (++shown > 8) return;
@@ -683,15 +710,7 @@ bool UcxTransport::talked_to(int peer) const {
 
 Expected<std::string> UcxTransport::renew_worker() {
   if (!impl_->driving->progress_started()) return make_error("ucx transport: renew_worker before connect");
-  std::future<Expected<std::string>> done;
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->to_replace_worker.emplace_back();
-    done = impl_->to_replace_worker.back().get_future();
-    impl_->queued_ops.fetch_add(1);
-  }
-  impl_->notify();
-  return done.get();
+  return impl_->ask(impl_->to_replace_worker);
 }
 
 void UcxTransport::mark_failed(int peer) {

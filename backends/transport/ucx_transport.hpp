@@ -65,11 +65,17 @@ class UcxTransport final : public Transport {
   void mark_failed(int peer);
   /// UX-4: starts membership generation `generation` (a recovery): every
   /// operation still queued or in flight fails, every peer counts as alive
-  /// again, and from now on only messages sent in this generation match (its
-  /// low 8 bits travel in the tag). Messages of older generations that arrived
-  /// unasked are dropped; returns how many. Call it while no owner of this
-  /// endpoint is posting (the stage actors wait for the recovery).
+  /// again, and from now on only messages sent in this generation match (a
+  /// check byte of it travels in the tag: wire_tags.hpp). Messages of older
+  /// generations that arrived unasked are dropped; returns how many (those
+  /// that prove no key are refused and counted, UX-11). Call it while no
+  /// owner of this endpoint is posting (the stage actors wait for the recovery).
   std::uint64_t begin_generation(std::uint64_t generation);
+  /// UX-10, UX-11: drops what arrived that no receive can match and proves
+  /// no key of the job's (a process without the key, or a rank outside the
+  /// job); each is counted by count_unauthenticated. Returns how many. Safe
+  /// at any time: messages of this generation and the next two stay.
+  std::uint64_t refuse_unproven();
   /// `peer` is a new process (a node restarted by a recovery): its old
   /// endpoint is closed (what was in flight to it fails) and one to its
   /// worker `address` opened. Then begin_generation revives it.

@@ -18,6 +18,7 @@
 
 #include "backends/transport/collectives.hpp"
 #include "backends/transport/wait.hpp"
+#include "common/message_key.hpp"
 
 namespace troupe {
 namespace {
@@ -642,6 +643,67 @@ TEST_CASE("a peer replaced by a new process is reconnected and reached in the ne
   REQUIRE(s2.get().ok());
   CHECK(back == out);
   CHECK_FALSE(ts[0]->reconnect(2, addresses[1]).ok());
+}
+
+// A process that knows rank 1's worker address and the tags' layout, as rank
+// `rank` of `size`, with the key installed now (or none); connected to rank 1 only.
+static std::unique_ptr<UcxTransport> forger(int rank, int size, const std::string& rank_1_address) {
+  auto t = UcxTransport::create(rank, size, {});
+  REQUIRE(t.ok());
+  std::vector<std::string> addresses(static_cast<std::size_t>(size));
+  addresses[1] = rank_1_address;
+  REQUIRE((*t)->connect(addresses).ok());
+  return std::move(*t);
+}
+
+TEST_CASE("UX-10, UX-11: messages from processes without the job's key never reach a receive, are refused and counted; "
+          "a member's pass",
+          "[ucx][auth]") {
+  // These keys put both forgers' check bytes outside the 11 of 256 values a
+  // sweep keeps or calls stale (UX-11): the test is deterministic.
+  install_message_key("the job's key, 32 bytes long....");
+  auto ts = connected(2);
+  exchange_both_ways(*ts[0], *ts[1], 3);  // the members, under the key
+  install_message_key("another job's secret, as long...");
+  auto other_key = forger(0, 2, ts[1]->address());
+  forget_message_key();
+  auto no_key = forger(0, 2, ts[1]->address());
+  auto outsider = forger(5, 8, ts[1]->address());  // a rank the job does not have
+  const auto refused_before = unauthenticated_messages();
+
+  // Rank 1 waits for rank 0's tag 7; the forgers send on it first (eager and rendezvous sizes).
+  std::vector<int> in(16, 0), genuine(16, 1), forged(16, 666), big(200000, 666);
+  Waiter r;
+  ts[1]->recv(0, 7, in.data(), in.size() * sizeof(int), r.cb());
+  Waiter f1, f2, f3;
+  no_key->send(1, 7, forged.data(), forged.size() * sizeof(int), f1.cb());
+  other_key->send(1, 7, big.data(), big.size() * sizeof(int), f2.cb());
+  outsider->send(1, 7, forged.data(), forged.size() * sizeof(int), f3.cb());
+  const Status early = r.get(std::chrono::milliseconds(300));
+  REQUIRE_FALSE(early.ok());
+  CHECK(early.error().message == "timed out");
+  Waiter s;
+  ts[0]->send(1, 7, genuine.data(), genuine.size() * sizeof(int), s.cb());
+  REQUIRE(r.get().ok());
+  REQUIRE(s.get().ok());
+  CHECK(in == genuine);
+
+  std::uint64_t refused = 0;
+  for (int i = 0; i < 100 && refused < 3; ++i) {
+    refused += ts[1]->refuse_unproven();
+    if (refused < 3) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(refused == 3);
+  CHECK(unauthenticated_messages() == refused_before + 3);
+  CHECK(ts[1]->refuse_unproven() == 0);
+  (void)f2.get();  // the rendezvous one was received into the sweep's trash
+  // The members still talk, in this generation and the next.
+  exchange_both_ways(*ts[0], *ts[1], 11);
+  auto renew = std::async(std::launch::async, [&] { return ts[1]->begin_generation(1); });
+  CHECK(ts[0]->begin_generation(1) == 0);
+  CHECK(renew.get() == 0);
+  exchange_both_ways(*ts[0], *ts[1], 13);
+  ts.clear();
 }
 
 }  // namespace troupe
