@@ -392,7 +392,8 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
       ucp_tag_recv_info_t info{};
       while (ucp_tag_message_h m = ucp_tag_probe_nb(worker.get(), pattern.tag, pattern.mask, 1, &info)) {
         ucp_request_param_t p{};
-        ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(worker.get(), trash.data(), std::min(info.length, trash.size()), m, &p);
+        const std::size_t kept = std::min(info.length, trash.size());
+        ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(worker.get(), trash.data(), kept, m, &p);
         if (UCS_PTR_IS_PTR(req)) {
           for (int i = 0; i < 100000 && ucp_request_check_status(req) == UCS_INPROGRESS; ++i)
             ucp_worker_progress(worker.get());
@@ -568,7 +569,8 @@ Expected<std::string> device_of(const std::string& address) {
 Expected<std::unique_ptr<UcxTransport>> UcxTransport::create(int rank, int size, UcxOptions options) {
   if (size < 1 || rank < 0 || rank >= size) return make_error("ucx transport: rank ", std::to_string(rank), " of ", std::to_string(size));
   if (size > WireTags::kMaxRanks)
-    return make_error("ucx transport: ", std::to_string(size), " ranks; a tag holds at most ", std::to_string(WireTags::kMaxRanks));
+    return make_error("ucx transport: ", std::to_string(size), " ranks; a tag holds at most ",
+                      std::to_string(WireTags::kMaxRanks));
   auto impl = std::make_unique<Impl>(rank, size);
   ucp_config_t* config = nullptr;
   if (auto st = ucp_config_read(nullptr, nullptr, &config); st != UCS_OK) return ucx_error("ucp_config_read", rank, st);
@@ -686,7 +688,8 @@ std::string UcxTransport::describe() const {
   std::unique_lock<std::mutex> worker(impl_->driving->worker_mutex(), std::defer_lock);
   for (int i = 0; i < 100 && !worker.try_lock(); ++i) std::this_thread::sleep_for(std::chrono::microseconds(100));
   if (!worker.owns_lock()) return out + "; the worker is busy";
-  out += "; generation " + std::to_string(impl_->tags.generation()) + "; " + std::to_string(impl_->inflight.size()) + " in flight";
+  out += "; generation " + std::to_string(impl_->tags.generation()) + "; " + std::to_string(impl_->inflight.size()) +
+         " in flight";
   int shown = 0;
   impl_->inflight.for_each([&](const Impl::Node& n) {
     if (++shown > 8) return;

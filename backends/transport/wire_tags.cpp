@@ -52,15 +52,14 @@ std::uint8_t WireTags::check(const PairSecret& s, std::uint64_t generation) cons
   return static_cast<std::uint8_t>(generation + s.offset);
 }
 
-Tag WireTags::send(int peer, Tag user) const {
-  const PairSecret& s = to_[static_cast<std::size_t>(peer)];
-  return (static_cast<Tag>(rank_) << kRankShift) | (Tag{check(s, generation_)} << kUserBits) | ((user ^ s.mask) & kUserMask);
+Tag WireTags::compose(int sender, const PairSecret& s, Tag user) const {
+  return (static_cast<Tag>(sender) << kRankShift) | (Tag{check(s, generation_)} << kUserBits) |
+         ((user ^ s.mask) & kUserMask);
 }
 
-Tag WireTags::recv(int peer, Tag user) const {
-  const PairSecret& s = from_[static_cast<std::size_t>(peer)];
-  return (static_cast<Tag>(peer) << kRankShift) | (Tag{check(s, generation_)} << kUserBits) | ((user ^ s.mask) & kUserMask);
-}
+Tag WireTags::send(int peer, Tag user) const { return compose(rank_, to_[static_cast<std::size_t>(peer)], user); }
+
+Tag WireTags::recv(int peer, Tag user) const { return compose(peer, from_[static_cast<std::size_t>(peer)], user); }
 
 std::vector<WireTags::Pattern> WireTags::sweep_patterns() const {
   std::vector<Pattern> out;

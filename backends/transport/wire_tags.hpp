@@ -73,6 +73,7 @@ class WireTags {
     std::uint8_t offset = 0;  ///< added to the generation in the check byte
   };
   std::uint8_t check(const PairSecret& s, std::uint64_t generation) const;
+  Tag compose(int sender, const PairSecret& s, Tag user) const;
 
   int rank_, size_;
   std::uint64_t generation_ = 0;

@@ -39,7 +39,8 @@ Tag with_check(int sender, unsigned check, Tag low) {
 
 }  // namespace
 
-TEST_CASE("UX-4: without a key a tag is the sender's rank, the generation's low byte and the user's tag", "[wire_tags]") {
+TEST_CASE("UX-4: without a key a tag is the sender's rank, the generation's low byte and the user's tag",
+          "[wire_tags]") {
   forget_message_key();
   WireTags a(2, 5), b(4, 5);
   CHECK(a.send(4, 0x12345) == ((Tag{2} << 48) | 0x12345));
@@ -51,7 +52,8 @@ TEST_CASE("UX-4: without a key a tag is the sender's rank, the generation's low 
   CHECK(b.recv(2, kMaxTag) == a.send(4, kMaxTag));
 }
 
-TEST_CASE("UX-10: under the job's key both ends of a pair compute the same masked tag, and nobody else does", "[wire_tags]") {
+TEST_CASE("UX-10: under the job's key both ends of a pair compute the same masked tag, and nobody else does",
+          "[wire_tags]") {
   const Tag user = 0x8000000123;  // a collective's tag: bit 39 set
   Tag keyed_0_to_1 = 0, keyed_1_to_0 = 0;
   {
