@@ -9,8 +9,10 @@
 #include <fstream>
 #include <set>
 
+#include "common/hex.hpp"
 #include "common/version.hpp"
 #include "runtime/control/redis_server.hpp"
+#include "runtime/control/endpoint.hpp"
 #include "runtime/control/rendezvous.hpp"
 #include "tests/test_support.hpp"
 
@@ -163,8 +165,8 @@ TEST_CASE("a malformed endpoint in Redis ends the node that reads it, naming the
           "node 1 published a malformed endpoint");
 }
 
-TEST_CASE("P-5: forged control messages without the job's key are refused and counted, with it they still meet the "
-          "membership checks, and the job finishes",
+TEST_CASE("P-5, UX-10: forged control and data messages without the job's key are refused and counted, control "
+          "messages with it still meet the membership checks, and the job finishes",
           "[hostile][auth]") {
   Job job("[parallel]\nstage_actor = \"troupe.fabric_check\"\n");
   auto server = RedisServer::start();
@@ -186,18 +188,40 @@ TEST_CASE("P-5: forged control messages without the job's key are refused and co
   auto key = redis->command({"GET", "troupe:members:secret"});
   REQUIRE(key.ok());
   auto with_key = run(forge + " " + key->str);
+  // UX-10: a process that read node 1's UCX worker address sends to its work
+  // actor, as a rank outside the job and as a member's rank, without the key.
+  auto published = redis->command({"HGET", "troupe:members:nodes", "1"});
+  REQUIRE(published.ok());
+  auto endpoint = decode_endpoint(published->str, "node 1");
+  REQUIRE(endpoint.ok());
+  REQUIRE_FALSE(endpoint->ucx.empty());
+  const int k = static_cast<int>(endpoint->ucx.size()), world = 2 * k;  // work actors per node, in the job
+  const std::string data = std::string(FORGE_DATA_PATH) + " " + to_hex(endpoint->ucx[0]) + " " + std::to_string(k);
+  auto outsider = run(data + " " + std::to_string(world + 1) + " " + std::to_string(world + 2));
+  auto posing = run(data + " 0 " + std::to_string(world));
   n0.join();
   n1.join();
   REQUIRE(joined);
   const std::string log = slurp(log1);
-  INFO("forger: " << without_key.err << with_key.err << "\nnode 0: " << r0.err << "\nnode 1: " << log);
+  INFO("forger: " << without_key.err << with_key.err << outsider.err << posing.err << "\nnode 0: " << r0.err
+                  << "\nnode 1: " << log);
   CHECK(without_key.exit_code == 0);
   CHECK(with_key.exit_code == 0);
+  CHECK(outsider.exit_code == 0);
+  CHECK(posing.exit_code == 0);
   CHECK(r0.exit_code == 0);
   CHECK(r1.exit_code == 0);
   CHECK(log.find("refused a troupe.Plan whose MAC does not match the job's key") != std::string::npos);
-  // All 9 of the first forger's, none of the second's; those 9 met the membership checks instead.
-  CHECK(log.find("refused 9 without the job's key") != std::string::npos);
+  // All 9 of the first forger's control messages, none of the second's (those
+  // met the membership checks instead); the outsider's 4 data messages, and
+  // those of the one posing as rank 0 unless a check byte fell on one of the
+  // 11 of 256 values a sweep keeps or calls stale (UX-11).
+  const auto at = log.find("and refused ");
+  REQUIRE(at != std::string::npos);
+  const int refused = std::atoi(log.c_str() + at + std::string("and refused ").size());
+  CHECK(refused >= 9 + 4);
+  CHECK(refused <= 9 + 4 + 4);
+  CHECK(log.find(" without the job's key", at) != std::string::npos);
   CHECK(log.find("dropped 0 stale and 9 non-member control messages") != std::string::npos);
   CHECK(log.find("forged") == std::string::npos);  // no forged reason was ever acted on
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "backends/cuda/cuda_check.hpp"
+#include "common/hex.hpp"
 
 namespace troupe {
 
@@ -155,12 +156,7 @@ Expected<std::unique_ptr<CudaDevice>> CudaDevice::open(int index) {
   cudaDeviceProp prop{};
   TROUPE_CUDA_TRY(cudaGetDeviceProperties(&prop, index), index);
   d->info_ = CudaDeviceInfo{prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem, "GPU-"};
-  for (char byte : prop.uuid.bytes) {
-    constexpr const char* kHex = "0123456789abcdef";
-    const auto b = static_cast<unsigned char>(byte);
-    d->info_.uuid.push_back(kHex[b >> 4]);
-    d->info_.uuid.push_back(kHex[b & 15]);
-  }
+  d->info_.uuid += to_hex({prop.uuid.bytes, sizeof prop.uuid.bytes});
   TROUPE_CUDA_TRY(cudaDeviceGetDefaultMemPool(&d->pool_, index), index);
   // Freed memory stays in the pool for the next allocation instead of going
   // back to the driver at each synchronization.

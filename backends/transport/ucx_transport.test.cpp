@@ -656,8 +656,8 @@ static std::unique_ptr<UcxTransport> forger(int rank, int size, const std::strin
   return std::move(*t);
 }
 
-TEST_CASE("UX-10, UX-11: messages from processes without the job's key never reach a receive, are refused and counted; "
-          "a member's pass",
+TEST_CASE("UX-10, UX-11: messages from processes without the job's key never reach a receive, are refused and counted, "
+          "and a member's pass",
           "[ucx][auth]") {
   // These keys put both forgers' check bytes outside the 11 of 256 values a
   // sweep keeps or calls stale (UX-11): the test is deterministic.

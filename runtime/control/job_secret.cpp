@@ -3,6 +3,7 @@
 
 #include <fstream>
 
+#include "common/hex.hpp"
 #include "common/private_file.hpp"
 #include "runtime/control/rendezvous.hpp"
 
@@ -14,13 +15,7 @@ Expected<std::string> random_secret() {
   std::ifstream in("/dev/urandom", std::ios::binary);
   unsigned char bytes[32];
   if (!in.read(reinterpret_cast<char*>(bytes), sizeof bytes)) return make_error("/dev/urandom: cannot read");
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char b : bytes) {
-    out.push_back(hex[b >> 4]);
-    out.push_back(hex[b & 15]);
-  }
-  return out;
+  return to_hex({reinterpret_cast<const char*>(bytes), sizeof bytes});
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/expected.hpp"
+#include "common/hex.hpp"
 #include "runtime/control/redis_client.hpp"
 
 namespace troupe {
@@ -44,10 +45,7 @@ inline std::string random_password() {
     [[maybe_unused]] auto n = ::read(fd, raw, sizeof raw);
     ::close(fd);
   }
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw) out += hex[c >> 4], out += hex[c & 15];
-  return out;
+  return to_hex({reinterpret_cast<const char*>(raw), sizeof raw});
 }
 
 class RedisServer {
