@@ -399,12 +399,8 @@ struct UcxTransport::Impl final : WorkerDriving::Worker {
             ucp_worker_progress(worker.get());
           ucp_request_free(req);
         }
-        if (!pattern.forged) {
-          ++out.stale;
-          continue;
-        }
-        ++out.forged;
-        count_unauthenticated();
+        if (pattern.forged) count_unauthenticated();
+        ++(pattern.forged ? out.forged : out.stale);
       }
     }
     return out;
