@@ -256,6 +256,14 @@ void Kernels::gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout)
   do_gelu_backward(dinp, inp, dout);
 }
 
+void Kernels::round_to_bf16(Tensor& dst, const Tensor& src) const {
+  Checker c{"round_to_bf16"};
+  c.numel(dst, src.numel(), "dst");
+  c.f32(src, "src");
+  c.that(dst.dtype() == DType::bf16, [&] { return "dst must be bf16, got " + std::string(dtype_name(dst.dtype())); });
+  do_round_to_bf16(dst, src);
+}
+
 void Kernels::residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const {
   Checker c{"residual_forward"};
   c.numel(a, out.numel(), "a");

@@ -74,6 +74,10 @@ class Kernels {
   /// dinp = dout * gelu'(inp), overwritten; dinp may alias dout.
   void gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const;
 
+  /// dst (bf16) = src (f32) rounded to nearest, ties to even, element by
+  /// element (the rounding every bf16 GEMM operand gets); equal numel.
+  void round_to_bf16(Tensor& dst, const Tensor& src) const;
+
   /// out = a + b (same shape; out may alias either).
   void residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const;
   /// out = a + b + c (the parallel block adds attention and MLP at once).
@@ -199,6 +203,7 @@ class Kernels {
                                      const Tensor& rstd) const = 0;
   virtual void do_gelu_forward(Tensor& out, const Tensor& inp) const = 0;
   virtual void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const = 0;
+  virtual void do_round_to_bf16(Tensor& dst, const Tensor& src) const = 0;
   virtual void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const = 0;
   virtual void do_residual3_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c) const = 0;
   virtual void do_encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) const = 0;

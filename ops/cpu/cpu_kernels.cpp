@@ -63,6 +63,14 @@ void CpuKernels::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor&
   cpu::gelu_backward(dinp, inp, dout, pool_);
 }
 
+void CpuKernels::do_round_to_bf16(Tensor& dst, const Tensor& src) const {
+  const float* x = src.f32();
+  BFloat16* y = dst.data<BFloat16>();
+  pool_.parallel_for(src.numel(), 8192, [&](std::int64_t i0, std::int64_t i1) {
+    for (std::int64_t i = i0; i < i1; ++i) y[i] = to_bf16(x[i]);
+  });
+}
+
 void CpuKernels::do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const {
   cpu::residual_forward(out, a, b, pool_);
 }

@@ -1,7 +1,9 @@
 // Every CPU kernel, through the kernel table: forward against the naive double reference, backward against
 // finite differences of that reference (loss = sum(out * R) for random R).
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/cpu_device.hpp"
 #include "ops/cpu/cpu_kernels.hpp"
@@ -233,6 +235,37 @@ TEST_CASE("residual adds two or three tensors, in place", "[ops][residual]") {
   auto a0 = ref::to_vec(a);
   fx.k.residual_forward(a, a, b);
   for (int i = 0; i < 100; ++i) REQUIRE(a.f32()[i] == Approx(a0[static_cast<std::size_t>(i)] + b.f32()[i]));
+}
+
+TEST_CASE("round_to_bf16 rounds to nearest with ties to even, keeps NaN a NaN and overflows to infinity",
+          "[ops][bf16]") {
+  Fixture fx;
+  const std::vector<std::pair<float, std::uint16_t>> cases = {
+      {1.0f, 0x3f80},
+      {1.0f + 0x1p-8f, 0x3f80},              // halfway to 1 + 2^-7: to the even 1
+      {1.0f + 0x3p-8f, 0x3f82},              // halfway between 0x3f81 and 0x3f82: to the even
+      {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81},   // past halfway: up
+      {-2.5f, 0xc020},
+      {std::numeric_limits<float>::infinity(), 0x7f80},
+      {std::numeric_limits<float>::max(), 0x7f80},  // rounds past bf16's largest
+      {0.0f, 0x0000},
+      {-0.0f, 0x8000},
+  };
+  auto src = fx.zeros({static_cast<std::int64_t>(cases.size()) + 1});
+  for (std::size_t i = 0; i < cases.size(); ++i) src.f32()[i] = cases[i].first;
+  src.f32()[cases.size()] = std::numeric_limits<float>::quiet_NaN();
+  auto dst = *Tensor::zeros(fx.cpu, src.shape(), DType::bf16);
+  fx.k.round_to_bf16(dst, src);
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    INFO("case " << i);
+    CHECK(dst.data<BFloat16>()[i].bits == cases[i].second);
+  }
+  CHECK(std::isnan(from_bf16(dst.data<BFloat16>()[cases.size()])));
+  // Many elements, over the pool's chunks: each as the scalar rounding gives it.
+  auto big = fx.random({20011}, -1e3f, 1e3f);
+  auto big16 = *Tensor::zeros(fx.cpu, big.shape(), DType::bf16);
+  fx.k.round_to_bf16(big16, big);
+  for (std::int64_t i = 0; i < big.numel(); ++i) REQUIRE(big16.data<BFloat16>()[i].bits == to_bf16(big.f32()[i]).bits);
 }
 
 }  // namespace troupe

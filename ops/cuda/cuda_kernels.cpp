@@ -227,6 +227,10 @@ void CudaKernels::do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor
   cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), inp.numel(), s());
 }
 
+void CudaKernels::do_round_to_bf16(Tensor& dst, const Tensor& src) const {
+  cuda::to_bf16(bf16_data(dst), src.f32(), src.numel(), s());
+}
+
 void CudaKernels::do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const {
   cuda::residual_forward(out.f32(), a.f32(), b.f32(), out.numel(), s());
 }

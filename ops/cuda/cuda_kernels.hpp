@@ -49,6 +49,7 @@ class CudaKernels final : public Kernels {
                              const Tensor& weight, const Tensor& mean, const Tensor& rstd) const override;
   void do_gelu_forward(Tensor& out, const Tensor& inp) const override;
   void do_gelu_backward(Tensor& dinp, const Tensor& inp, const Tensor& dout) const override;
+  void do_round_to_bf16(Tensor& dst, const Tensor& src) const override;
   void do_residual_forward(Tensor& out, const Tensor& a, const Tensor& b) const override;
   void do_residual3_forward(Tensor& out, const Tensor& a, const Tensor& b, const Tensor& c) const override;
   void do_encoder_forward(Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) const override;

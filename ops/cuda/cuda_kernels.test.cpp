@@ -518,6 +518,27 @@ TEST_CASE("CUDA GELU and residual additions equal the CPU's", "[cuda][kernels]")
   b.agree(a);
 }
 
+TEST_CASE("CUDA round_to_bf16 gives the CPU's bits, aligned for vectors or not", "[cuda][kernels][bf16]") {
+  Both b;
+  const int n = 4099;  // four per thread, then the rest one by one
+  std::vector<float> v = uniform(n, b.rng, -3e3f, 3e3f);
+  v[0] = 1.0f + 0x1p-8f, v[1] = 1.0f + 0x3p-8f, v[2] = -0.0f, v[3] = 3.4e38f;  // ties to even, a sign, overflow
+  auto x = b.of({n}, v);
+  for (std::int64_t offset : {0, 1, 3}) {  // views at offsets 1 and 3 are not 16-byte aligned
+    INFO("offset " << offset);
+    const std::int64_t m = n - offset;
+    auto want = *Tensor::zeros(b.cpu.device, {m}, DType::bf16);
+    auto got = *Tensor::zeros(b.g().device, {m}, DType::bf16);
+    b.cpu.kernels.round_to_bf16(want, x.cpu.view(offset, {m}));
+    b.g().kernels.round_to_bf16(got, x.gpu.view(offset, {m}));
+    std::vector<BFloat16> bits(static_cast<std::size_t>(m));
+    REQUIRE(b.g().device.copy(bits.data(), got.raw(), got.nbytes(), b.g().stream).ok());
+    b.g().stream.synchronize();
+    for (std::int64_t i = 0; i < m; ++i)
+      REQUIRE(bits[static_cast<std::size_t>(i)].bits == want.data<BFloat16>()[i].bits);
+  }
+}
+
 TEST_CASE("CUDA token and position embedding, forward and backward, equal the CPU's", "[cuda][kernels]") {
   Both b;
   const int B = 3, T = 11, C = 13, V = 17;

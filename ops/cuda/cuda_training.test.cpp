@@ -106,6 +106,22 @@ TEST_CASE("layers replayed from CUDA graphs give the bits of layers enqueued cal
   }
 }
 
+// In bf16 the GEMMs read the weights from the stage's rounded copy: it must
+// follow every change of the weights (an optimizer step, weights written from
+// outside), or a stage would train on stale ones.
+TEST_CASE("bf16: the GEMMs' rounded weights follow every update: a trained stage's step equals a fresh stage's "
+          "given its weights",
+          "[cuda][training][bf16]") {
+  auto gpu = testing::gpu_or_skip(Precision::bf16);
+  const GptConfig cfg = model(false, 0);
+  Trainee trained(gpu->context(), cfg), fresh(gpu->context(), cfg);
+  const auto mem = trained.stage->memory_use();
+  CHECK(mem.gemm_weights == mem.params / 2);  // one bf16 copy of the fp32 parameters
+  for (int s = 0; s < 3; ++s) trained.step(s);
+  REQUIRE(fresh.ctx.copy(fresh.stage->flat_params(), trained.stage->flat_params()).ok());
+  CHECK(trained.step(3) == fresh.step(3));  // (the moments differ, so the updates do: only the loss is compared)
+}
+
 TEST_CASE("weights saved on the GPU load on the CPU, and the other way round, unchanged", "[cuda][training]") {
   auto gpu = testing::gpu_or_skip();
   testing::CpuContext cpu(1);

@@ -81,10 +81,20 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
     p.value = params_flat_.view(p.offset, p.spec.shape);
     p.grad = grads_flat_.view(p.offset, p.spec.shape);
   }
+  // Tensor parallelism's passes read the fp32 values (their GEMMs round them).
+  if (ctx.precision == Precision::bf16 && !tp_.active()) {
+    auto rounded = Tensor::empty(device, {total}, DType::bf16);
+    if (!rounded) return rounded.error();
+    gemm_params_ = *rounded;
+  }
+  auto gemm_view = [&](const StageParam& p) {
+    return gemm_params_.defined() ? gemm_params_.view(p.offset, p.spec.shape) : p.value;
+  };
   auto weight = [&](const std::string& name) {
     StageParam* p = find(name);
-    return p ? Weight{p->value, p->grad} : Weight{};
+    return p ? Weight{p->value, p->grad, gemm_view(*p)} : Weight{};
   };
+  if (const StageParam* wte = find("wte.weight")) wte_op_ = gemm_view(*wte);
   for (int l = spec_.first_layer; l < spec_.end_layer; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
     blocks_.push_back(Block{weight(h + "ln_1.weight"), weight(h + "ln_1.bias"), weight(h + "attn.c_attn.weight"),
@@ -242,21 +252,21 @@ void GptStage::block_forward(const Block& w, Slot& a_slot, int layer, const Tens
   auto& a = a_slot.layers[static_cast<std::size_t>(layer)];
   const int heads = cfg_.heads / tp_.shard.size;
   ctx.kernels.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w.w, w.ln1_b.w);
-  ctx.kernels.linear_forward(a.qkv, a.ln1, w.qkv_w.w, w.qkv_b.w);
+  ctx.kernels.linear_forward(a.qkv, a.ln1, w.qkv_w.op, w.qkv_b.w);
   ctx.kernels.attention_forward(a.atty, a.att, a.qkv, heads, cfg_.window);
   if (tp_.active()) return tp_block_forward(w, a_slot, layer, x, out, ctx);
   if (cfg_.parallel_block) {
     // out = x + attn(ln1) + mlp(ln1)
-    ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w);
-    ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln1, w.fc_w.w, w.fc_b.w);
-    ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w);
+    ctx.kernels.linear_forward(a.x2, a.atty, w.proj_w.op, w.proj_b.w);
+    ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln1, w.fc_w.op, w.fc_b.w);
+    ctx.kernels.linear_forward(out, a.fcg, w.mlp_w.op, w.mlp_b.w);
     ctx.kernels.residual3_forward(out, out, a.x2, x);
     return;
   }
-  ctx.kernels.linear_residual_forward(a.x2, a.atty, w.proj_w.w, w.proj_b.w, x);  // x2 = x + attn(ln1)
+  ctx.kernels.linear_residual_forward(a.x2, a.atty, w.proj_w.op, w.proj_b.w, x);  // x2 = x + attn(ln1)
   ctx.kernels.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.x2, w.ln2_w.w, w.ln2_b.w);
-  ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln2, w.fc_w.w, w.fc_b.w);
-  ctx.kernels.linear_residual_forward(out, a.fcg, w.mlp_w.w, w.mlp_b.w, a.x2);  // out = x2 + mlp(ln2)
+  ctx.kernels.linear_gelu_forward(a.fch, a.fcg, a.ln2, w.fc_w.op, w.fc_b.w);
+  ctx.kernels.linear_residual_forward(out, a.fcg, w.mlp_w.op, w.mlp_b.w, a.x2);  // out = x2 + mlp(ln2)
 }
 
 // On entry scratch.dres holds d(block output); on return, d(block input).
@@ -272,16 +282,16 @@ void GptStage::block_backward(Block& w, Slot& a_slot, int layer, const Tensor& x
   // output gradient kept (in `kept`, if it is not already where it was made).
   auto linear = [&](Tensor& dinp, Weight& weight, Weight& bias, const Tensor& dy, const Tensor& inp, bool accumulate,
                     Tensor* kept) {
-    if (!keep) return ctx.kernels.linear_backward(dinp, weight.g, bias.g, dy, inp, weight.w, accumulate);
+    if (!keep) return ctx.kernels.linear_backward(dinp, weight.g, bias.g, dy, inp, weight.op, accumulate);
     if (kept) must(ctx.copy(*kept, dy));
-    ctx.kernels.linear_backward_input(dinp, dy, weight.w, accumulate);
+    ctx.kernels.linear_backward_input(dinp, dy, weight.op, accumulate);
   };
   // The MLP's output layer, its input gradient taken through GELU's backward.
   if (!keep) {
-    ctx.kernels.linear_backward_gelu(dfch, mlp_w.g, mlp_b.g, d.dres, gelu_output(a_slot, layer, ctx), mlp_w.w, a.fch);
+    ctx.kernels.linear_backward_gelu(dfch, mlp_w.g, mlp_b.g, d.dres, gelu_output(a_slot, layer, ctx), mlp_w.op, a.fch);
   } else {
     must(ctx.copy(keep->dmlp, d.dres));
-    ctx.kernels.linear_backward_input_gelu(dfch, d.dres, mlp_w.w, a.fch);
+    ctx.kernels.linear_backward_input_gelu(dfch, d.dres, mlp_w.op, a.fch);
   }
   // A tensor-parallel member's input gradients of the LayerNorms' outputs
   // are partial (its heads' and columns' share): summed before each norm.
@@ -327,7 +337,7 @@ void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, flo
   ctx.kernels.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value);
   // logits (BT,V) = lnf (BT,C) @ wte^T (sequence parallelism: every member's tokens, gathered)
   if (!tp_.splits_tokens()) {
-    ctx.kernels.tied_head_forward(a.logits, a.lnf, wte->value);
+    ctx.kernels.tied_head_forward(a.logits, a.lnf, wte_op());
   } else if (tp_.overlap_chunks > 1) {
     sp_logits_overlapped(a, wte->value, ctx);
   } else {
@@ -361,7 +371,7 @@ void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
     return;
   }
   // dlnf (N,C) = dlogits (N,V) @ wte (V,C); dwte (V,C) += dlogits^T @ lnf
-  ctx.kernels.tied_head_backward_input(d.dln, a.logits, wte->value);
+  ctx.kernels.tied_head_backward_input(d.dln, a.logits, wte_op());
   tp_sum(d.dln);  // a member's vocabulary rows give part of it
   if (!input_only) head_weight_backward(a, ctx);
   must(ctx.zero(d.dres));
@@ -401,7 +411,9 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
     a.residual[0] = input;  // no copy: the caller keeps it unchanged until backward(slot)
   }
   for (int l = 0; l < spec_.layer_count(); ++l) {
-    if (needs) needs(block_ranges_[static_cast<std::size_t>(l)].first, block_ranges_[static_cast<std::size_t>(l)].second);
+    const auto [begin, end] = block_ranges_[static_cast<std::size_t>(l)];
+    if (needs) needs(begin, end);
+    round_gemm_weights(begin, end, ctx);
     const Tensor& x = a.residual[static_cast<std::size_t>(l)];
     Tensor& out = a.residual[static_cast<std::size_t>(l) + 1];
     replayed(ctx, {kLayerForward, key_of(&a), static_cast<std::uintptr_t>(l), key_of(x.raw()), key_of(out.raw())},
@@ -415,6 +427,8 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
     const StageParam* wte = find("wte.weight");
     needs(wte->offset, wte->offset + wte->value.numel());
   }
+  if (const StageParam* wte = find("wte.weight"))
+    round_gemm_weights(wte->offset, wte->offset + wte->value.numel(), ctx);
   head_forward(a, a.residual.back(), *targets, dloss_scale, ctx);
   if (read == LossRead::later) return 0.0f;
   return static_cast<float>(ctx.kernels.sum(a.losses) / static_cast<double>(a.losses.numel()));
@@ -486,6 +500,12 @@ void GptStage::backward_weight(int slot, const ExecContext& ctx, const GradsRead
   }
 }
 
+void GptStage::round_gemm_weights(std::int64_t begin, std::int64_t end, const ExecContext& ctx) {
+  if (!gemm_params_.defined() || begin >= end) return;
+  Tensor rounded = gemm_params_.view(begin, {end - begin});
+  ctx.kernels.round_to_bf16(rounded, params_flat_.view(begin, {end - begin}));
+}
+
 const Tensor& GptStage::gelu_output(Slot& a, int layer, const ExecContext& ctx) const {
   auto& l = a.layers[static_cast<std::size_t>(layer)];
   if (cfg_.recompute_gelu) ctx.kernels.gelu_forward(l.fcg, l.fch);
@@ -496,6 +516,7 @@ GptStage::MemoryUse GptStage::memory_use() const {
   MemoryUse m;
   m.params = params_flat_.nbytes();
   m.grads = grads_flat_.nbytes();
+  if (gemm_params_.defined()) m.gemm_weights = gemm_params_.nbytes();
   for (auto& slot : slots_) {
     for (auto& r : slot.residual)
       if (r.defined()) m.activations += r.nbytes();

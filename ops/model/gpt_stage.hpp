@@ -141,6 +141,7 @@ class GptStage {
   /// Bytes held in parameters+gradients, saved activations, and backward scratch.
   struct MemoryUse {
     std::size_t params = 0, grads = 0, activations = 0, scratch = 0;
+    std::size_t gemm_weights = 0;  ///< bf16: the parameters' rounded copy the GEMMs read
   };
   MemoryUse memory_use() const;
   /// Layer passes held as captured work (CUDA graphs) for replay.
@@ -196,6 +197,12 @@ class GptStage {
   // pass, the slot, the layer and the buffers that are not the slot's own).
   void replayed(const ExecContext& ctx, ReplayCache::Key key, const std::function<void()>& pass);
 
+  // bf16: gemm_params_[begin, end) = the parameters there, rounded (the
+  // forward calls it for each range before the range's first GEMM).
+  void round_gemm_weights(std::int64_t begin, std::int64_t end, const ExecContext& ctx);
+  // The tied head's wte as its GEMMs read it (see Weight::op).
+  const Tensor& wte_op() const { return wte_op_; }
+
   // The sum over the tensor-parallel group (nothing without one).
   void tp_sum(const Tensor& t) const;
   std::int64_t vocab_begin() const;
@@ -205,6 +212,12 @@ class GptStage {
   TensorParallel tp_;
   int B_, T_;
   Tensor params_flat_, grads_flat_;
+  // In bf16 (without tensor parallelism), the parameters rounded to bf16 as
+  // every GEMM reads its weight: rounded once per forward, range by range,
+  // and read by that forward's GEMMs and its backward's, instead of a rounded
+  // copy made at each of them. Undefined in fp32.
+  Tensor gemm_params_;
+  Tensor wte_op_;
   std::vector<StageParam> params_;
   std::vector<Block> blocks_;
   std::vector<std::pair<std::int64_t, std::int64_t>> block_ranges_;  // flat range of each block's parameters

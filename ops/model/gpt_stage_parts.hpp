@@ -25,9 +25,11 @@ inline void must(const Status& s) {
 
 namespace troupe {
 
-// A parameter's value and gradient views.
+// A parameter's value and gradient views, and the value as a GEMM reads it
+// (`op`): in bf16 its view in the stage's rounded copy (GptStage::gemm_params_),
+// else the value itself.
 struct Weight {
-  Tensor w, g;
+  Tensor w, g, op;
 };
 
 // A column-parallel layer in the backward: its weights and output gradient.

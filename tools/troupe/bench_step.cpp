@@ -110,7 +110,7 @@ Expected<nlohmann::json> bench_step(const BenchStepArgs& a) {
       {"precision", job->train.precision},
       {"memory_mib", {{"peak_rss", peak_rss_mib()}, {"params", mem.params / mib}, {"grads", mem.grads / mib},
                       {"optimizer_state", 2 * mem.params / mib}, {"saved_activations", mem.activations / mib},
-                      {"backward_scratch", mem.scratch / mib},
+                      {"backward_scratch", mem.scratch / mib}, {"bf16_weights", mem.gemm_weights / mib},
                       {"device_peak", device_peak < 0 ? nlohmann::json(nullptr)
                                                       : nlohmann::json(static_cast<double>(device_peak) / mib)}}},
   };
