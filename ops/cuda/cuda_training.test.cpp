@@ -122,6 +122,26 @@ TEST_CASE("bf16: the GEMMs' rounded weights follow every update: a trained stage
   CHECK(trained.step(3) == fresh.step(3));  // (the moments differ, so the updates do: only the loss is compared)
 }
 
+// The chunked head (GptConfig::head_chunk_tokens) runs the logits, the loss
+// and the head's backward GEMMs per chunk in the forward: the same training,
+// wte's gradient summed in another order.
+TEST_CASE("a head in chunks trains as the whole head does, in both precisions", "[cuda][training][chunked_head]") {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    INFO("precision " << precision_name(precision));
+    auto gpu = testing::gpu_or_skip(precision);
+    const GptConfig cfg = model(false, 0);
+    GptConfig chunking = cfg;
+    chunking.head_chunk_tokens = 96;  // 4 x 32 tokens: chunks of 96 and 32
+    Trainee whole(gpu->context(), cfg), chunked(gpu->context(), chunking);
+    const float tolerance = precision == Precision::fp32 ? 1e-5f : 1e-2f;
+    for (int s = 0; s < 5; ++s) {
+      const float a = whole.step(s), b = chunked.step(s);
+      INFO("step " << s << ": whole " << a << ", chunked " << b);
+      CHECK(std::abs(a - b) <= tolerance * std::max(1.0f, std::abs(a)));
+    }
+  }
+}
+
 TEST_CASE("weights saved on the GPU load on the CPU, and the other way round, unchanged", "[cuda][training]") {
   auto gpu = testing::gpu_or_skip();
   testing::CpuContext cpu(1);

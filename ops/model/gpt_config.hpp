@@ -27,6 +27,14 @@ struct GptConfig {
   /// layer and slot but recomputed in the backward from the kept
   /// pre-activation (one shared buffer). Not part of checkpoints.
   bool recompute_gelu = false;
+  /// How the stage computes: the head (without tensor parallelism) runs on
+  /// chunks of this many tokens, and each chunk's logits, cross-entropy and
+  /// both backward GEMMs run in the forward, so logits are held for one chunk
+  /// of one microbatch instead of every token of every slot in flight; 0:
+  /// chunks of at most 512 MiB of logits (one chunk, none of this, when they
+  /// fit). Changes the order wte's gradient sums the tokens in. Not part of
+  /// checkpoints.
+  int head_chunk_tokens = 0;
 };
 
 /// An error naming the model.* key that is out of range, or success.

@@ -19,6 +19,18 @@ enum : std::uintptr_t { kLayerForward, kLayerBackward, kLayerWeights };
 
 }  // namespace
 
+std::int64_t head_chunk_rows(std::int64_t tokens, std::int64_t vocab, std::size_t logit_bytes, int configured) {
+  constexpr std::int64_t kBudget = std::int64_t{512} << 20;
+  std::int64_t rows = configured;
+  if (rows <= 0) {
+    const std::int64_t per_token = vocab * static_cast<std::int64_t>(logit_bytes);
+    const std::int64_t chunks = (tokens * per_token + kBudget - 1) / kBudget;
+    rows = (tokens + chunks - 1) / chunks;
+    rows = (rows + 63) / 64 * 64;
+  }
+  return rows >= tokens ? 0 : rows;
+}
+
 GptStage::GptStage(const GptConfig& cfg, const StageSpec& spec, int B, int T, TensorParallel tp)
     : cfg_(cfg), spec_(spec), tp_(std::move(tp)), B_(B), T_(T) {}
 
@@ -134,6 +146,8 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
   const bool sp = tp_.splits_tokens();
   const Shape tokens = sp ? Shape{B * T / P, C} : Shape{B, T, C}, stats = sp ? Shape{B * T / P} : Shape{B, T};
   const DType ln_out = sp ? DType::f32 : gemm_input;
+  if (spec_.head && !tp_.active())
+    head_chunk_rows_ = head_chunk_rows(B * T, V, dtype_size(gemm_input), cfg_.head_chunk_tokens);
   slots_.resize(static_cast<std::size_t>(slots));
   const Tensor shared_fcg = cfg_.recompute_gelu ? make({B, T, 4 * CA}, gemm_input) : Tensor{};
   for (auto& slot : slots_) {
@@ -162,7 +176,8 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
       slot.lnf = make(tokens, ln_out);
       slot.lnf_mean = make(stats);
       slot.lnf_rstd = make(stats);
-      slot.logits = make({B, T, V}, gemm_input);
+      if (head_chunk_rows_ == 0) slot.logits = make({B, T, V}, gemm_input);
+      else slot.dlnf = make({B, T, C});
       slot.losses = make({B * T});
     }
     if (split_backward) {
@@ -174,6 +189,7 @@ Status GptStage::allocate(const ExecContext& ctx, int slots, bool split_backward
   }
   scratch_ = std::make_unique<Scratch>();
   scratch_->fcg = shared_fcg;
+  if (head_chunk_rows_ > 0) scratch_->logits = make({head_chunk_rows_, V}, gemm_input);
   scratch_->dres = make(tokens);
   if (!sp) scratch_->dln = make({B, T, C});
   scratch_->datty = make({B, T, CA});
@@ -335,6 +351,7 @@ void GptStage::head_forward(Slot& a, const Tensor& x, const Tensor& targets, flo
   StageParam* lnf_b = find("ln_f.bias");
   StageParam* wte = find("wte.weight");
   ctx.kernels.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, lnf_w->value, lnf_b->value);
+  if (head_chunk_rows_ > 0) return chunked_head(a, targets, dloss_scale, ctx);
   // logits (BT,V) = lnf (BT,C) @ wte^T (sequence parallelism: every member's tokens, gathered)
   if (!tp_.splits_tokens()) {
     ctx.kernels.tied_head_forward(a.logits, a.lnf, wte_op());
@@ -370,6 +387,12 @@ void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
                           a.lnf_mean, a.lnf_rstd, ctx);
     return;
   }
+  if (head_chunk_rows_ > 0) {  // the forward did the rest
+    must(ctx.zero(d.dres));
+    ctx.kernels.layernorm_backward(d.dres, lnf_w->grad, lnf_b->grad, a.dlnf, a.residual.back(), lnf_w->value,
+                                   a.lnf_mean, a.lnf_rstd);
+    return;
+  }
   // dlnf (N,C) = dlogits (N,V) @ wte (V,C); dwte (V,C) += dlogits^T @ lnf
   ctx.kernels.tied_head_backward_input(d.dln, a.logits, wte_op());
   tp_sum(d.dln);  // a member's vocabulary rows give part of it
@@ -380,8 +403,27 @@ void GptStage::head_backward(Slot& a, const ExecContext& ctx, bool input_only) {
 }
 
 void GptStage::head_weight_backward(Slot& a, const ExecContext& ctx) {
+  if (head_chunk_rows_ > 0) return;  // (the chunked forward added wte's gradient)
   StageParam* wte = find("wte.weight");
   ctx.kernels.tied_head_backward_weight(wte->grad, a.logits, a.lnf);
+}
+
+void GptStage::chunked_head(Slot& a, const Tensor& targets, float dloss_scale, const ExecContext& ctx) {
+  StageParam* wte = find("wte.weight");
+  const std::int64_t N = static_cast<std::int64_t>(B_) * T_, C = cfg_.dim, V = cfg_.vocab;
+  const Tensor lnf = a.lnf.reshaped({N, C}), ids = targets.reshaped({N});
+  for (std::int64_t r0 = 0; r0 < N; r0 += head_chunk_rows_) {
+    const std::int64_t n = std::min(head_chunk_rows_, N - r0);
+    Tensor logits = scratch_->logits.view(0, {n, V});
+    const Tensor rows = lnf.view(r0 * C, {n, C});
+    Tensor losses = a.losses.view(r0, {n});
+    ctx.kernels.tied_head_forward(logits, rows, wte_op());
+    ctx.kernels.cross_entropy_forward_backward(losses, logits, ids.view(r0, {n}), dloss_scale);
+    if (dloss_scale == 0.0f) continue;  // no gradient asked for
+    Tensor dlnf = a.dlnf.view(r0 * C, {n, C});
+    ctx.kernels.tied_head_backward_input(dlnf, logits, wte_op());
+    ctx.kernels.tied_head_backward_weight(wte->grad, logits, rows);
+  }
 }
 
 float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, const ExecContext& ctx,
@@ -524,14 +566,15 @@ GptStage::MemoryUse GptStage::memory_use() const {
       for (const Tensor* t : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att, &l.x2, &l.ln2,
                               &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fcg})
         if (t->defined() && !(t == &l.fcg && cfg_.recompute_gelu)) m.activations += t->nbytes();  // (scratch)
-    for (const Tensor* t : {&slot.lnf, &slot.lnf_mean, &slot.lnf_rstd, &slot.logits, &slot.losses, &slot.dembed})
+    for (const Tensor* t :
+         {&slot.lnf, &slot.lnf_mean, &slot.lnf_rstd, &slot.logits, &slot.losses, &slot.dlnf, &slot.dembed})
       if (t->defined()) m.activations += t->nbytes();
     for (auto& k : slot.deferred)
       for (const Tensor* t : {&k.dmlp, &k.dfch, &k.dproj, &k.dqkv}) m.activations += t->nbytes();
   }
   for (const Tensor* t : {&scratch_->dres, &scratch_->dln, &scratch_->datty, &scratch_->dqkv, &scratch_->dfch,
                           &scratch_->ce_stats, &scratch_->full_in, &scratch_->full_out, &scratch_->dres_full,
-                          &scratch_->ln_grads, &scratch_->fcg})
+                          &scratch_->ln_grads, &scratch_->fcg, &scratch_->logits})
     if (t->defined()) m.scratch += t->nbytes();
   return m;
 }

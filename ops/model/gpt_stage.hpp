@@ -50,6 +50,13 @@ struct StageParam {
   std::int64_t offset = 0;  ///< element offset in the flat buffers
 };
 
+/// The head's tokens per chunk (GptConfig::head_chunk_tokens) for `tokens`
+/// tokens of a microbatch, a vocabulary of `vocab` and logits of
+/// `logit_bytes` each, or 0 when one chunk holds them all: `configured` if
+/// set, else chunks of at most 512 MiB of logits, equal but for the last,
+/// their tokens a multiple of 64 (whole tiles for the GEMMs).
+std::int64_t head_chunk_rows(std::int64_t tokens, std::int64_t vocab, std::size_t logit_bytes, int configured);
+
 class GptStage {
  public:
   /// Allocates parameters, gradients and activations on ctx's device for
@@ -98,6 +105,9 @@ class GptStage {
   /// `needs` (optional) is told each flat parameter range [begin, end) just
   /// before the forward first reads it (embedding, block after block, head),
   /// so parameters still arriving (ZeRO all-gather) can be waited for piecewise.
+  /// With a chunked head (GptConfig::head_chunk_tokens) a training forward
+  /// (dloss_scale != 0) also adds wte's gradient and keeps d(lnf) for
+  /// backward(slot): gradients are zeroed before a step's first forward.
   using ParamsNeeded = std::function<void(std::int64_t begin, std::int64_t end)>;
   enum class LossRead { now, later };
   float forward(int slot, const Tensor& input, const Tensor* targets, float dloss_scale, const ExecContext& ctx,
@@ -192,6 +202,9 @@ class GptStage {
   void head_forward(Slot& a, const Tensor& x, const Tensor& targets, float dloss_scale, const ExecContext& ctx);
   void head_backward(Slot& a, const ExecContext& ctx, bool input_only);
   void head_weight_backward(Slot& a, const ExecContext& ctx);
+  // The head on chunks of head_chunk_rows_ tokens (GptConfig::head_chunk_tokens):
+  // per chunk the logits, the loss and, training, d(lnf) into the slot and wte's gradient.
+  void chunked_head(Slot& a, const Tensor& targets, float dloss_scale, const ExecContext& ctx);
   void run_backward(int slot, const Tensor& dout, const ExecContext& ctx, bool input_only, const GradsReady& ready);
   // A layer's pass, replayed where the device captures (GR-1: `key` names the
   // pass, the slot, the layer and the buffers that are not the slot's own).
@@ -218,6 +231,7 @@ class GptStage {
   // copy made at each of them. Undefined in fp32.
   Tensor gemm_params_;
   Tensor wte_op_;
+  std::int64_t head_chunk_rows_ = 0;  // tokens per chunk of the head; 0: the head is not chunked
   std::vector<StageParam> params_;
   std::vector<Block> blocks_;
   std::vector<std::pair<std::int64_t, std::int64_t>> block_ranges_;  // flat range of each block's parameters

@@ -315,6 +315,86 @@ TEST_CASE("recompute_gelu: the same gradients, bit for bit, keeping one GELU out
   }
 }
 
+TEST_CASE("a chunked head gives the unchunked head's losses and gradients, holding one chunk's logits",
+          "[model][chunked_head]") {
+  GptConfig cfg = testing::small_gpt();
+  GptConfig chunking = cfg;
+  chunking.head_chunk_tokens = 6;  // 16 tokens a microbatch: chunks of 6, 6 and 4
+  testing::CpuContext dev(1);
+  const ExecContext& s = dev;
+  const int B = 2;
+  auto tokens = *Tensor::zeros(dev, {B, cfg.ctx}, DType::i32);
+  for (std::int64_t i = 0; i < tokens.numel(); ++i)
+    tokens.data<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7) % 40);
+  auto input = *Tensor::zeros(dev, {B, cfg.ctx, cfg.dim});
+  for (std::int64_t i = 0; i < input.numel(); ++i) input.f32()[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
+  auto close = [](const float* got, const float* want, std::int64_t n) {
+    double sq = 0;
+    for (std::int64_t i = 0; i < n; ++i) sq += static_cast<double>(want[i]) * want[i];
+    const double floor = std::sqrt(sq / static_cast<double>(std::max<std::int64_t>(n, 1))) * 1e-5 + 1e-30;
+    for (std::int64_t i = 0; i < n; ++i)
+      if (std::abs(got[i] - want[i]) > std::max(1e-5 * std::abs(want[i]), floor)) return false;
+    return true;
+  };
+  for (const StageSpec spec : {whole_model(cfg), StageSpec{2, 3, false, true}}) {
+    for (bool split : {false, true}) {
+      INFO("layers [" << spec.first_layer << ", " << spec.end_layer << "), split backward " << split);
+      auto whole = std::move(*GptStage::create(dev, cfg, spec, B, cfg.ctx, 2, split));
+      auto chunked = std::move(*GptStage::create(dev, chunking, spec, B, cfg.ctx, 2, split));
+      const Tensor& in = spec.embedding ? tokens : input;
+      std::vector<float> losses[2];
+      for (GptStage* stage : {whole.get(), chunked.get()}) {
+        stage->init_weights(4);
+        stage->zero_grads(s);
+        // Both microbatches forward before either's backward: each keeps its own d(lnf).
+        for (int slot = 0; slot < 2; ++slot) stage->forward(slot, in, &tokens, 0.01f, s);
+        for (int slot = 0; slot < 2; ++slot) {
+          const Tensor& l = stage->token_losses(slot);
+          losses[stage == chunked.get()].insert(losses[stage == chunked.get()].end(), l.f32(), l.f32() + l.numel());
+        }
+        for (int slot = 0; slot < 2; ++slot) {
+          if (split) stage->backward_input(slot, Tensor{}, s);
+          else stage->backward(slot, Tensor{}, s);
+        }
+        if (split)
+          for (int slot = 0; slot < 2; ++slot) stage->backward_weight(slot, s, {});
+      }
+      CHECK(close(losses[1].data(), losses[0].data(), static_cast<std::int64_t>(losses[0].size())));
+      for (std::size_t k = 0; k < whole->params().size(); ++k) {
+        INFO(whole->params()[k].spec.name);
+        CHECK(close(chunked->params()[k].grad.f32(), whole->params()[k].grad.f32(), whole->params()[k].grad.numel()));
+      }
+      if (!spec.embedding)
+        CHECK(close(chunked->input_grad().f32(), whole->input_grad().f32(), whole->input_grad().numel()));
+      // Logits for 6 tokens instead of 16 per slot; d(lnf) kept per slot.
+      const auto a = whole->memory_use(), b = chunked->memory_use();
+      const std::size_t f = sizeof(float), N = static_cast<std::size_t>(B) * cfg.ctx;
+      CHECK(a.activations - b.activations == 2 * (N * cfg.vocab - N * cfg.dim) * f);
+      CHECK(b.scratch - a.scratch == 6 * static_cast<std::size_t>(cfg.vocab) * f);
+    }
+  }
+  // Evaluation (no gradient asked for): the same losses, nothing added to the gradients.
+  auto chunked = std::move(*GptStage::create(dev, chunking, whole_model(cfg), B, cfg.ctx));
+  auto whole = std::move(*GptStage::create(dev, cfg, whole_model(cfg), B, cfg.ctx));
+  for (GptStage* stage : {whole.get(), chunked.get()}) {
+    stage->init_weights(5);
+    stage->zero_grads(s);
+  }
+  const float expected = whole->forward(0, tokens, &tokens, 0.0f, s);
+  CHECK(chunked->forward(0, tokens, &tokens, 0.0f, s) == Approx(expected).epsilon(1e-6));
+  const auto& g = chunked->flat_grads();
+  CHECK(std::all_of(g.f32(), g.f32() + g.numel(), [](float x) { return x == 0.0f; }));
+}
+
+TEST_CASE("the head's chunks: at most 512 MiB of logits each, whole tiles of 64 tokens, or none when they fit",
+          "[model][chunked_head]") {
+  CHECK(head_chunk_rows(16 * 1024, 50304, 2, 0) == 4096);  // GPT-2 124M, 16 x 1024, bf16: 1.65 GB in 4 chunks
+  CHECK(head_chunk_rows(16 * 1024, 50304, 4, 0) == 2368);  // fp32: 7 chunks, the last of 2,176
+  CHECK(head_chunk_rows(8 * 512, 256, 4, 0) == 0);         // small.toml: 4 MB, one chunk
+  CHECK(head_chunk_rows(16, 40, 4, 6) == 6);               // configured
+  CHECK(head_chunk_rows(16, 40, 4, 16) == 0);              // configured, and all in one
+}
+
 TEST_CASE("forward asks for every parameter before reading it", "[model][zero]") {
   const GptConfig cfg = testing::small_gpt();
   testing::CpuContext dev(1);

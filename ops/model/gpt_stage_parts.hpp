@@ -70,8 +70,9 @@ struct GptStage::Slot {
   std::vector<Tensor> residual;  // layer_count()+1 tensors (B,T,C): residual[l] is block l's input
   std::vector<Layer> layers;
   Tensor lnf, lnf_mean, lnf_rstd;  // head stage: (B,T,C), (B,T), (B,T)
-  Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward
+  Tensor logits;                   // head stage: (B,T,V), holds dlogits after a training forward (not chunked)
   Tensor losses;                   // head stage: (B*T)
+  Tensor dlnf;                     // chunked head: (B,T,C) d(lnf), from a training forward for its backward
   // Zero-bubble split only: output gradients of the linear layers, kept from B to W.
   struct Deferred {
     Tensor dmlp, dfch, dproj, dqkv;  // (B,T,C), (B,T,4C), (B,T,C), (B,T,3C)
@@ -93,6 +94,7 @@ struct GptStage::Scratch {
   // gradient; and the LayerNorm parameters' gradient from this member's tokens (2C).
   Tensor full_in, full_out, dres_full, ln_grads;
   Tensor fcg;  // recompute_gelu: (B,T,4C), every layer's GELU output, written by its forward and its backward
+  Tensor logits;  // chunked head: (chunk tokens, V), one chunk's logits, then their gradient
 };
 
 }  // namespace troupe
