@@ -250,7 +250,8 @@ TEST_CASE("SV-10: node 0, the coordinator's host, killed: node 1 takes the lease
   const int step = random_step(4, 10);
   INFO("node 0 killed at step " << step);
   auto killed = run(launch(cfg, dir / "kill.safetensors", dir / "kill.jsonl",
-                           "--fault kind=kill,node=0,step=" + std::to_string(step) + " --trace " + (dir / "kill.trace.json")));
+                           "--fault kind=kill,node=0,step=" + std::to_string(step) + " --trace " +
+                               (dir / "kill.trace.json") + sanitizer_health_slack()));  // (a loaded node's silence)
   INFO(killed.err);
   REQUIRE(killed.exit_code == 0);
   CHECK(killed.err.find("troupe launch: node 0 was killed by signal 9; restarting it (0 restarts left)") != std::string::npos);
@@ -669,7 +670,7 @@ TEST_CASE("a node lost while an external Redis is down is replaced once Redis is
   const std::string log = dir / "log.txt";
   const pid_t pid = start_in_background(
       "timeout 120 " + launch(cfg, dir / "back.safetensors", dir / "back.jsonl",
-                              "--redis " + server->url() + " --set train.log_every=100"),
+                              "--redis " + server->url() + " --set train.log_every=100" + sanitizer_health_slack()),
       log, {{"TROUPE_REDIS_PASSWORD", server->password()}});
   REQUIRE(pid >= 0);
   const bool training = wait_for_text(log, "step   300 |", std::chrono::seconds(60));
