@@ -463,14 +463,13 @@ float GptStage::forward(int slot, const Tensor& input, const Tensor* targets, fl
   }
   if (!spec_.head) return 0.0f;
   assert(targets != nullptr);
+  const StageParam* wte = find("wte.weight");
   if (needs) {
     needs(std::max(blocks_end, spec_.embedding ? find("wpe.weight")->offset + find("wpe.weight")->value.numel() : 0),
           grads_flat_.numel());
-    const StageParam* wte = find("wte.weight");
     needs(wte->offset, wte->offset + wte->value.numel());
   }
-  if (const StageParam* wte = find("wte.weight"))
-    round_gemm_weights(wte->offset, wte->offset + wte->value.numel(), ctx);
+  round_gemm_weights(wte->offset, wte->offset + wte->value.numel(), ctx);
   head_forward(a, a.residual.back(), *targets, dloss_scale, ctx);
   if (read == LossRead::later) return 0.0f;
   return static_cast<float>(ctx.kernels.sum(a.losses) / static_cast<double>(a.losses.numel()));
