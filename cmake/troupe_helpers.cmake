@@ -26,6 +26,11 @@ function(troupe_test name)
   if(TROUPE_NATIVE)
     target_compile_options(${name} PRIVATE -march=native)
   endif()
+  # A test's own code (Catch2's expansions, setup, references) at -O1 in a
+  # Release build: five of the largest test files compiled in 52 s instead of
+  # 60 (each file's best of two), and the code under test is the libraries',
+  # built at -O3.
+  target_compile_options(${name} PRIVATE $<$<CONFIG:Release>:-O1>)
   # End-to-end tests find the executable and the source tree through these.
   target_compile_definitions(${name} PRIVATE
     TROUPE_BIN_PATH="${PROJECT_BINARY_DIR}/tools/troupe/troupe"

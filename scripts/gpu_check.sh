@@ -23,7 +23,8 @@
 # GPT-2 bf16 step under ncu, graphs off (scripts/kernel_profile.py). For a
 # quick look: PEER=none leaves PyTorch out of the step benchmarks and gloo
 # out of bench_comm; COMM_SIZES="67108864" sets bench_comm's sizes;
-# GPU_JOBS="spec" runs only the gpu_jobs tests that Catch2 spec names.
+# GPU_JOBS="spec" runs only the gpu_jobs tests that Catch2 spec names, and
+# CUDA_TESTS="spec" only those cuda_test cases (a failed case rerun alone).
 set -uo pipefail
 STEPS=${*:-cuda_test gpu_jobs memcheck racecheck bench_comm bench_ops bench_ops_bf16 bench_small bench_small_bf16 bench_gpt2 bench_gpt2_bf16 bench_gpt2_recompute train_tiny}
 cd "$(dirname "$0")/.."
@@ -72,7 +73,7 @@ cat "$B/gpu.txt" >> "$LOG"
 : > "$OUT/sanitizer.log"
 for step in $STEPS; do
   case $step in
-    cuda_test) run cuda_test 180 "$B/cuda_test.log" scripts/run_cases.sh "$B/bin/cuda_test"
+    cuda_test) run cuda_test 180 "$B/cuda_test.log" scripts/run_cases.sh "$B/bin/cuda_test" ${CUDA_TESTS:+"$CUDA_TESTS"}
       cat "$B/cuda_test.log" >> "$OUT/cuda_test.log" ;;
     gpu_jobs) run gpu_jobs 300 "$B/gpu_jobs.log" env TROUPE_BIN="$T" TROUPE_DEMO_DATA="$B/data" \
         scripts/run_cases.sh "$B/bin/gpu_jobs_test" ${GPU_JOBS:+"$GPU_JOBS"}

@@ -365,10 +365,11 @@ TEST_CASE("HR-4: with relays, a killed relay, a killed member, a stopped relay, 
   run_fault_free(dir, cfg, 4);
   const int step = random_step(2, 10);
   INFO("faults at step " << step);
-  // Under the sanitizers two of the five, drawn each run (a 1,500-step job
-  // there takes over a minute).
+  // Under the sanitizers one of the five, drawn each run (a 1,500-step job
+  // there takes over a minute; with two drawn this was the sanitizer pass's
+  // longest test, 231 s).
   for (const std::string& fault : all_or_drawn<std::string>(
-           {"kill,node=2", "kill,node=3", "hang,node=2", "kill,node=0", "hang,node=0"}, 2)) {
+           {"kill,node=2", "kill,node=3", "hang,node=2", "kill,node=0", "hang,node=0"}, 1)) {
     INFO(fault);
     auto r = run(launch(cfg, dir / "f.safetensors", dir / "f.jsonl", "--fault kind=" + fault + ",step=" + std::to_string(step), 4));
     INFO(r.err);
