@@ -54,7 +54,7 @@ StragglerDetector::StragglerDetector(const ParallelDims& dims, const schedules::
     history_[static_cast<std::size_t>(r)].resize(schedule.programs[static_cast<std::size_t>(coord_of(dims, r).pp)].size());
 }
 
-double StragglerDetector::slowdown(int rank, const StepTable& t) const {
+StragglerDetector::Slowdown StragglerDetector::slowdown(int rank, const StepTable& t) const {
   const Coord me = coord_of(dims_, rank);
   const auto& hist = history_[static_cast<std::size_t>(rank)];
   std::vector<double> ratios;
@@ -70,7 +70,8 @@ double StragglerDetector::slowdown(int rank, const StepTable& t) const {
     }
     if (normal > 0 && now > 0) ratios.push_back(now / normal);
   }
-  return ratios.empty() ? 1.0 : median_of(ratios);
+  if (ratios.empty()) return {1.0, 1.0};
+  return {median_of(ratios), *std::min_element(ratios.begin(), ratios.end())};
 }
 
 std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
@@ -107,16 +108,24 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
   const double step = *std::max_element(replica.begin(), replica.end());
 
   // G-2: each actor's slowdown against the median of the others' this step
-  // (a machine slowed, evenly or not, slows them all).
+  // (a machine slowed, evenly or not, slows them all); G-6 its least slowed
+  // instruction's likewise.
   const int world = dims_.world();
-  std::vector<double> own(static_cast<std::size_t>(world));
-  for (int rank = 0; rank < world; ++rank) own[static_cast<std::size_t>(rank)] = slowdown(rank, t);
-  std::vector<double> sorted = own;
-  std::sort(sorted.begin(), sorted.end());
-  auto relative = [&](int rank) {
-    const double mine = own[static_cast<std::size_t>(rank)];
-    return mine / std::max(1.0, median_without(sorted, mine));  // alone: its own slowdown
+  std::vector<double> own(static_cast<std::size_t>(world)), least(static_cast<std::size_t>(world));
+  for (int rank = 0; rank < world; ++rank) {
+    const Slowdown s = slowdown(rank, t);
+    own[static_cast<std::size_t>(rank)] = s.median;
+    least[static_cast<std::size_t>(rank)] = s.least;
+  }
+  auto against_others = [](const std::vector<double>& all) {
+    std::vector<double> sorted = all;
+    std::sort(sorted.begin(), sorted.end());
+    return [&all, sorted = std::move(sorted)](int rank) {
+      const double mine = all[static_cast<std::size_t>(rank)];
+      return mine / std::max(1.0, median_without(sorted, mine));  // alone: its own slowdown
+    };
   };
+  const auto relative = against_others(own), relative_least = against_others(least);
 
   std::vector<Straggler> out;
   for (int rank = 0; rank < world; ++rank) {
@@ -131,7 +140,8 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
       cost = std::max(0.0, step - without);
     }
     const double share = step > 0 ? cost / step : 0;
-    const bool over = share > limits_.threshold;
+    // G-6: and every one of its compute instructions slower than its normal.
+    const bool over = share > limits_.threshold && relative_least(rank) > 1.0;
     streak_[r] = over ? streak_[r] + 1 : 0;
     // G-3: only a step at its normal pace (within 1 + threshold of it,
     // against the others) joins the actor's history.
