@@ -171,7 +171,7 @@ TEST_CASE("an actor preempted during one or two instructions per step is not a s
   for (int i = 0; i < 20; ++i) CHECK(detector.observe(job.step({1, 1, 1, 1}, 3, i % 16, 6.0)).empty());
 }
 
-TEST_CASE("G-6: an actor slowed in all but one instruction is not named; slowed in all of them it is", "[straggler]") {
+TEST_CASE("G-6: an actor slowed in all but one instruction is not named, slowed in all of them it is", "[straggler]") {
   // Stage 1 at x2 costs the step far over the threshold either way; what
   // tells a slow actor from a noisy one is that none of its instructions ran
   // at its normal pace. Its fastest instruction at x0.97 (a host that took
