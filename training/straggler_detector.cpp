@@ -30,6 +30,17 @@ double median_without(const std::vector<double>& sorted, double value) {
   return n % 2 ? at(n / 2) : 0.5 * (at(n / 2 - 1) + at(n / 2));
 }
 
+// Each value over the median of the others' (at least 1: a value alone, or
+// among smaller ones, stays itself), G-2.
+std::vector<double> against_others(const std::vector<double>& all) {
+  std::vector<double> sorted = all;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<double> out;
+  out.reserve(all.size());
+  for (double mine : all) out.push_back(mine / std::max(1.0, median_without(sorted, mine)));
+  return out;
+}
+
 bool is_compute(schedules::Op op) {
   using schedules::Op;
   return op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight;
@@ -117,21 +128,13 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
     own[static_cast<std::size_t>(rank)] = s.median;
     least[static_cast<std::size_t>(rank)] = s.least;
   }
-  auto against_others = [](const std::vector<double>& all) {
-    std::vector<double> sorted = all;
-    std::sort(sorted.begin(), sorted.end());
-    return [&all, sorted = std::move(sorted)](int rank) {
-      const double mine = all[static_cast<std::size_t>(rank)];
-      return mine / std::max(1.0, median_without(sorted, mine));  // alone: its own slowdown
-    };
-  };
-  const auto relative = against_others(own), relative_least = against_others(least);
+  const std::vector<double> relative = against_others(own), relative_least = against_others(least);
 
   std::vector<Straggler> out;
   for (int rank = 0; rank < world; ++rank) {
     const auto r = static_cast<std::size_t>(rank);
     const Coord me = coord_of(dims_, rank);
-    const double slow = relative(rank);
+    const double slow = relative[r];
     double cost = 0;
     if (slow > 1 && step > 0) {
       double without = replica_time(me.dp, rank, slow);
@@ -141,7 +144,7 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
     }
     const double share = step > 0 ? cost / step : 0;
     // G-6: and every one of its compute instructions slower than its normal.
-    const bool over = share > limits_.threshold && relative_least(rank) > 1.0;
+    const bool over = share > limits_.threshold && relative_least[r] > 1.0;
     streak_[r] = over ? streak_[r] + 1 : 0;
     // G-3: only a step at its normal pace (within 1 + threshold of it,
     // against the others) joins the actor's history.
