@@ -1,5 +1,6 @@
 // Stragglers end to end (pp = 4, 1F1B, 8 microbatches, one process per
-// stage): a slow drill names its actor and no other (G-1); 300 steps without
+// stage): a slow drill names its actor and no other (G-1), the issue's x1.6
+// drill at the README's settings too; 300 steps without
 // faults, and 300 beside a CPU hog pinned on one core (G-2), name nobody.
 // Run alone (SERIAL): they measure compute times.
 #include <sched.h>
@@ -66,10 +67,9 @@ void skip_under_sanitizers() {
 TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no other", "[health][straggler]") {
   // G-1 at factors that clear the threshold with margin (x2.5 costs the step
   // ~35-45%, x3 ~50%): named while slow, and never another actor. Recall at
-  // x1.6 is troupe bench health's and the README's to report (on this VM:
-  // named at the 3rd slow step in 7 of 10, all by the 11th). The README's
-  // threshold (the default, 0.10: G-6 keeps fault-free runs clean on shared
-  // cores) and 6 slow steps in a row, as the 300-step tests below ask.
+  // x1.6 is the next test's. The README's threshold (the default, 0.10: G-6
+  // keeps fault-free runs clean on shared cores) and 6 slow steps in a row,
+  // as the 300-step tests below ask.
   skip_under_sanitizers();
   for (const double factor : {2.5, 3.0}) {
     INFO("factor " << factor);
@@ -95,15 +95,37 @@ TEST_CASE("a slow drill on stage 1 of a 4-stage pipeline names that actor and no
   }
 }
 
+TEST_CASE("issue 34's drill: stage 1 at x1.6 is named at the README's settings, and no other actor",
+          "[health][straggler]") {
+  // pp 4, stage 1 x1.6 from step 30, the default threshold and 3 steps in a
+  // row. On the 2-core VM it was named at its 3rd slow step (step 32) in 20
+  // of 20 runs (README): the bound checked here leaves a noisier CI host 3
+  // more steps; the first step named is in the message.
+  skip_under_sanitizers();
+  FourStageJob job("health_drill16");
+  const auto r = run("timeout 120 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
+                     " --set train.steps=45 --fault kind=slow,actor=1,step=30,factor=1.6,steps=20");
+  INFO("named (step, rank, slowdown, share): " << job.straggler_details());
+  INFO("the launch's last lines: " << tail_lines(r.err, 20));
+  REQUIRE(r.exit_code == 0);
+  const auto named = job.stragglers();
+  REQUIRE_FALSE(named.empty());
+  for (auto [step, rank] : named) {
+    CHECK(rank == 1);
+    CHECK(step >= 32);  // 3 slow steps in a row, the first at step 30
+  }
+  CHECK(named.front().first <= 35);
+}
+
 TEST_CASE("300 steps without faults: no straggler and no verdict", "[health][straggler]") {
   // On this 2-core shared VM (4 single-threaded processes) an actor's median
   // instruction runs up to 1.56x its normal for a step or two without any
   // fault (a host taking the core away shows up as CPU time), which the
   // replay can charge 20% of the step; before G-6 this test needed a
   // threshold of 0.20 and 6 steps in a row. Its least slowed instruction
-  // stayed at most 0.92x its normal over any 3 steps in a row, so G-6 names
-  // nobody at the default threshold. 6 steps in a row still: a CI host may be
-  // noisier than this one.
+  // stays within 1 + threshold of its normal over any 3 steps in a row (12
+  // runs, README), so G-6 names nobody at the default threshold. 6 steps in a
+  // row still: a CI host may be noisier than this one.
   skip_under_sanitizers();
   FourStageJob job("health_quiet300");
   const auto r = run("timeout 300 " + troupe_bin() + " launch --nodes 4 " + job.cfg + " --metrics " + job.metrics +
@@ -147,7 +169,8 @@ TEST_CASE("a CPU hog pinned on one core for 300 steps names nobody (G-2, the REA
   // Issue 34: a machine-wide slowdown, uneven (core 0 is shared with the hog,
   // core 1 is not), is nobody's: each actor's slowdown is judged in CPU time
   // against the others' in the same step (G-2), and only when every one of
-  // its instructions ran slow (G-6). The README's threshold (the default);
+  // its instructions ran beyond its normal pace (G-6). The README's
+  // threshold (the default);
   // 6 steps in a row, as above.
   skip_under_sanitizers();
   FourStageJob job("health_hog300");

@@ -79,19 +79,19 @@ Expected<std::optional<double>> StageTrainer::evaluate_if_due(int step) {
   return std::optional<double>(loss);
 }
 
-// The step's stragglers for the metrics; a warning when one is first named
-// (and every 100 steps it stays one), and a marker in the trace.
+// The step's stragglers for the metrics; a warning when one is named (and
+// every 100 steps it stays one), and a marker in the trace.
 nlohmann::json StageTrainer::stragglers_json(int step, const std::vector<Straggler>& all) {
   nlohmann::json out = nlohmann::json::array();
   for (const Straggler& s : all) {
     out.push_back({{"stage", s.stage}, {"replica", s.replica}, {"node", s.node}, {"rank", s.rank},
                    {"compute_slowdown", s.compute_slowdown}, {"step_cost_ms", s.step_cost_ms},
                    {"step_share", s.step_share}});
-    if (s.consecutive == job_.health.straggler_steps || s.consecutive % 100 == 0)
+    if (s.newly_named || s.consecutive % 100 == 0)
       spdlog::warn("straggler at step {}: stage {} replica {} (stage actor {}, node {}) computes {:.2f}x its normal "
-                   "and costs the step {:.1f} ms ({:.0f}%), {} steps in a row",
-                   step, s.stage, s.replica, s.rank, s.node, s.compute_slowdown, s.step_cost_ms,
-                   100 * s.step_share, s.consecutive);
+                   "and cost each of its last {} steps {:.1f} ms ({:.0f}%) on average; slow {} steps in a row",
+                   step, s.stage, s.replica, s.rank, s.node, s.compute_slowdown, job_.health.straggler_steps,
+                   s.step_cost_ms, 100 * s.step_share, s.consecutive);
     if (trace_)
       trace_->span(links_.trace_track, "straggler stage " + std::to_string(s.stage) + " replica " +
                        std::to_string(s.replica), "straggler", trace_->now_us(), 1,

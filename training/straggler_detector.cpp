@@ -55,7 +55,9 @@ StragglerDetector::StragglerDetector(const ParallelDims& dims, const schedules::
       limits_(limits),
       compute_pcs_(static_cast<std::size_t>(dims.pp)),
       history_(static_cast<std::size_t>(dims.world())),
-      streak_(static_cast<std::size_t>(dims.world()), 0) {
+      streak_(static_cast<std::size_t>(dims.world())),
+      streak_length_(static_cast<std::size_t>(dims.world()), 0),
+      named_(static_cast<std::size_t>(dims.world()), false) {
   for (int st = 0; st < dims.pp; ++st) {
     const auto& program = schedule.programs[static_cast<std::size_t>(st)];
     for (std::size_t pc = 0; pc < program.size(); ++pc)
@@ -105,7 +107,7 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
     return sim ? sim->step_time : 0.0;
   };
   // The step's length in wall time, to put a share into milliseconds:
-  // replayed once, the first time a straggler is named in this step.
+  // replayed once, the first time an actor's step joins a streak (G-7).
   double wall_step = -1;
   auto wall_step_us = [&] {
     if (wall_step < 0) {
@@ -143,19 +145,34 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
       cost = std::max(0.0, step - without);
     }
     const double share = step > 0 ? cost / step : 0;
-    // G-6: and every one of its compute instructions slower than its normal.
-    const bool over = share > limits_.threshold && relative_least[r] > 1.0;
-    streak_[r] = over ? streak_[r] + 1 : 0;
+    // G-6: a step counts only if every one of its compute instructions ran
+    // beyond its normal pace (1 + threshold); G-7: the streak's cost is
+    // judged on average.
+    auto& streak = streak_[r];
+    int& length = streak_length_[r];
+    if (cost > 0 && relative_least[r] > 1 + limits_.threshold) {
+      streak.push_back(Cost{share, share * wall_step_us() / 1e3});
+      if (static_cast<int>(streak.size()) > limits_.steps) streak.pop_front();
+      ++length;
+    } else {
+      streak.clear();
+      length = 0;
+    }
     // G-3: only a step at its normal pace (within 1 + threshold of it,
-    // against the others) joins the actor's history.
-    if (!over && slow <= 1 + limits_.threshold)
+    // against the others, and costing the step no more than the threshold)
+    // joins the actor's history.
+    if (!(length > 0 && share > limits_.threshold) && slow <= 1 + limits_.threshold)
       for (std::size_t pc : compute_pcs_[static_cast<std::size_t>(me.pp)]) {
         auto& h = history_[r][pc];
         h.push_back(pace_us(t, rank, pc));
         if (static_cast<int>(h.size()) > limits_.window) h.pop_front();
       }
-    if (streak_[r] >= limits_.steps)
-      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, share * wall_step_us() / 1e3, share, streak_[r]});
+    Cost mean;
+    for (const Cost& c : streak) mean = Cost{mean.share + c.share / limits_.steps, mean.ms + c.ms / limits_.steps};
+    const bool named = length >= limits_.steps && mean.share > limits_.threshold;
+    if (named)
+      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, mean.ms, mean.share, length, !named_[r]});
+    named_[r] = named;
   }
   return out;
 }
