@@ -158,9 +158,9 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
       streak.clear();
       length = 0;
     }
-    // G-3: only a step at its normal pace (within 1 + threshold of it,
-    // against the others, and costing the step no more than the threshold)
-    // joins the actor's history.
+    // G-3: only a step at its normal pace joins the actor's history: within
+    // 1 + threshold of it against the others, and not a slow step (G-6)
+    // that cost the step more than the threshold.
     if (!(length > 0 && share > limits_.threshold) && slow <= 1 + limits_.threshold)
       for (std::size_t pc : compute_pcs_[static_cast<std::size_t>(me.pp)]) {
         auto& h = history_[r][pc];
