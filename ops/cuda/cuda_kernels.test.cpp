@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "ops/cuda/cuda_test_support.hpp"
+#include "ops/testing/reference.hpp"
 
 namespace troupe {
 namespace {
@@ -50,9 +51,7 @@ struct Both {
   // The GPU's values within tolerance of the CPU's.
   void agree(const Pair& p, double rel = 1e-5) const {
     const auto want = host(p.cpu);
-    double sq = 0;
-    for (float x : want) sq += static_cast<double>(x) * x;
-    const double floor = want.empty() ? 0 : std::sqrt(sq / static_cast<double>(want.size()));
+    const double floor = reference::rms(want);
     require_close(host_gpu(p.gpu), want, rel, std::max(floor, 1e-12));
   }
 };
@@ -271,9 +270,7 @@ TEST_CASE("CUDA bf16 GEMMs (linear, tied head) are within bf16 rounding of the C
 // largest error as a share of its bound.
 double rounded_once(const std::vector<float>& got, const std::vector<float>& want) {
   REQUIRE(got.size() == want.size());
-  double sq = 0;
-  for (float x : want) sq += static_cast<double>(x) * x;
-  const double rms = want.empty() ? 0 : std::sqrt(sq / static_cast<double>(want.size()));
+  const double rms = reference::rms(want);
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double limit = std::ldexp(1.0, -8) * (std::abs(want[i]) + 1e-5 * rms) + 1e-5 * rms + 1e-30;
@@ -421,11 +418,6 @@ TEST_CASE("CUDA fused epilogues (linear + GELU, its backward, linear + residual)
   };
   auto empty16 = [&](const Shape& shape) { return *Tensor::empty(b.g().device, shape, DType::bf16); };
   auto zeros = [&](const Shape& shape) { return *Tensor::zeros(b.g().device, shape); };
-  auto rms = [](const std::vector<float>& v) {
-    double sq = 0;
-    for (float x : v) sq += static_cast<double>(x) * x;
-    return v.empty() ? 0.0 : std::sqrt(sq / static_cast<double>(v.size()));
-  };
   auto within = [&](const std::vector<float>& got, const std::vector<float>& want,
                     const std::function<double(std::size_t)>& limit) {
     REQUIRE(got.size() == want.size());
@@ -443,7 +435,7 @@ TEST_CASE("CUDA fused epilogues (linear + GELU, its backward, linear + residual)
   k.gelu_forward(out_u, pre_u);
   k.linear_gelu_forward(pre_f, out_f, x, w.gpu, bias.gpu);
   const auto pu = b.host_gpu(pre_u), pf = b.host_gpu(pre_f), ou = b.host_gpu(out_u), of = b.host_gpu(out_f);
-  const double pre_floor = 1e-5 * rms(pu), out_floor = 1e-5 * rms(ou);
+  const double pre_floor = 1e-5 * reference::rms(pu), out_floor = 1e-5 * reference::rms(ou);
   within(pf, pu, [&](std::size_t i) { return std::ldexp(1.0, -7) * std::abs(pu[i]) + pre_floor; });
   within(of, ou, [&](std::size_t i) {
     return std::ldexp(1.0, -8) * (std::abs(of[i]) + std::abs(ou[i])) + 1.2 * std::ldexp(1.0, -7) * std::abs(pu[i]) +
@@ -461,7 +453,7 @@ TEST_CASE("CUDA fused epilogues (linear + GELU, its backward, linear + residual)
   k.gelu_backward(dinp_u, pre_u, dinp_u);
   k.linear_backward_gelu(dinp_f, dw_f, db_f, dout.gpu, out_u, w2.gpu, pre_u);
   const auto du = b.host_gpu(dinp_u), df = b.host_gpu(dinp_f), zs = b.host_gpu(z);
-  const double d_floor = 1e-5 * rms(du);
+  const double d_floor = 1e-5 * reference::rms(du);
   within(df, du, [&](std::size_t i) {
     return std::ldexp(1.0, -8) * (std::abs(df[i]) + std::abs(du[i])) + 1.2 * std::ldexp(1.0, -7) * std::abs(zs[i]) +
            d_floor;

@@ -330,9 +330,7 @@ TEST_CASE("a chunked head gives the unchunked head's losses and gradients, holdi
   for (std::int64_t i = 0; i < input.numel(); ++i) input.f32()[i] = 0.01f * static_cast<float>(i % 17) - 0.05f;
   // Every element within 1e-5 of its size, or of the tensor's RMS where it is smaller.
   auto close = [](const float* got, const float* want, std::int64_t n) {
-    double sq = 0;
-    for (std::int64_t i = 0; i < n; ++i) sq += static_cast<double>(want[i]) * want[i];
-    const double rms = std::sqrt(sq / static_cast<double>(std::max<std::int64_t>(n, 1)));
+    const double rms = ref::rms(want, static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i)
       if (!ref::close(got[i], want[i], 1e-5, rms)) return false;
     return true;

@@ -236,12 +236,6 @@ Run run_member(const GptConfig& cfg, LocalGroup* group, TpShard shard, bool spli
   return out;
 }
 
-double rms(const std::vector<float>& v) {
-  double sum = 0;
-  for (float x : v) sum += double(x) * x;
-  return v.empty() ? 0 : std::sqrt(sum / static_cast<double>(v.size()));
-}
-
 void check_against_whole(const GptConfig& cfg, int size, bool split_backward = false, bool from_activations = false,
                          bool sequence_parallel = false, int overlap_chunks = 1) {
   const Run whole = run_member(cfg, nullptr, {}, split_backward, from_activations, false);
@@ -268,7 +262,7 @@ void check_against_whole(const GptConfig& cfg, int size, bool split_backward = f
     // 1.3e-5: 4e-5 of the tensor's RMS), while a missing or doubled piece
     // moves elements by about the RMS.
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      const double scale = rms(whole.grads[i]);
+      const double scale = reference::rms(whole.grads[i]);
       const ParamSpec mine = stage_param_specs(cfg, spec, TpShard{size, r})[i];
       for (const TpRun& run : tp_runs(mine.full, mine.split, TpShard{size, r}, 0, shape_numel(mine.shape)))
         for (std::int64_t k = 0; k < run.count; ++k) {
@@ -281,7 +275,7 @@ void check_against_whole(const GptConfig& cfg, int size, bool split_backward = f
     }
     // The input gradient: whole, or with sequence parallelism this member's tokens of it.
     const std::size_t first = sequence_parallel ? m.input_grad.size() * static_cast<std::size_t>(r) : 0;
-    const double input_scale = rms(whole.input_grad);
+    const double input_scale = reference::rms(whole.input_grad);
     for (std::size_t i = 0; i < m.input_grad.size(); ++i)
       REQUIRE(reference::close(m.input_grad[i], whole.input_grad[first + i], 1e-3, input_scale));
   }

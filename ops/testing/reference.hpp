@@ -118,6 +118,16 @@ inline double finite_difference(const std::function<double()>& f, Vec& x, std::s
   return (up - down) / (2 * h);
 }
 
+/// The root mean square of `values` (0 when there are none): the scale a
+/// tensor's elements are compared on where some are small differences of
+/// large terms.
+inline double rms(const float* values, std::size_t n) {
+  double sq = 0;
+  for (std::size_t i = 0; i < n; ++i) sq += static_cast<double>(values[i]) * values[i];
+  return n == 0 ? 0.0 : std::sqrt(sq / static_cast<double>(n));
+}
+inline double rms(const std::vector<float>& values) { return rms(values.data(), values.size()); }
+
 /// Relative agreement used throughout: |a-b| <= tol * max(1, |a|, |b|) scaled by `scale`.
 inline bool close(double a, double b, double tol, double scale = 1.0) {
   return std::abs(a - b) <= tol * std::max({scale, std::abs(a), std::abs(b)});
