@@ -55,9 +55,7 @@ StragglerDetector::StragglerDetector(const ParallelDims& dims, const schedules::
       limits_(limits),
       compute_pcs_(static_cast<std::size_t>(dims.pp)),
       history_(static_cast<std::size_t>(dims.world())),
-      streak_(static_cast<std::size_t>(dims.world())),
-      streak_length_(static_cast<std::size_t>(dims.world()), 0),
-      named_(static_cast<std::size_t>(dims.world()), false) {
+      streak_(static_cast<std::size_t>(dims.world())) {
   for (int st = 0; st < dims.pp; ++st) {
     const auto& program = schedule.programs[static_cast<std::size_t>(st)];
     for (std::size_t pc = 0; pc < program.size(); ++pc)
@@ -148,31 +146,31 @@ std::vector<Straggler> StragglerDetector::observe(const StepTable& t) {
     // G-6: a step counts only if every one of its compute instructions ran
     // beyond its normal pace (1 + threshold); G-7: the streak's cost is
     // judged on average.
-    auto& streak = streak_[r];
-    int& length = streak_length_[r];
+    Streak& streak = streak_[r];
     if (cost > 0 && relative_least[r] > 1 + limits_.threshold) {
-      streak.push_back(Cost{share, share * wall_step_us() / 1e3});
-      if (static_cast<int>(streak.size()) > limits_.steps) streak.pop_front();
-      ++length;
+      streak.last.push_back(Cost{share, share * wall_step_us() / 1e3});
+      if (static_cast<int>(streak.last.size()) > limits_.steps) streak.last.pop_front();
+      ++streak.length;
     } else {
-      streak.clear();
-      length = 0;
+      streak.last.clear();
+      streak.length = 0;
     }
     // G-3: only a step at its normal pace joins the actor's history: within
     // 1 + threshold of it against the others, and not a slow step (G-6)
     // that cost the step more than the threshold.
-    if (!(length > 0 && share > limits_.threshold) && slow <= 1 + limits_.threshold)
+    if (!(streak.length > 0 && share > limits_.threshold) && slow <= 1 + limits_.threshold)
       for (std::size_t pc : compute_pcs_[static_cast<std::size_t>(me.pp)]) {
         auto& h = history_[r][pc];
         h.push_back(pace_us(t, rank, pc));
         if (static_cast<int>(h.size()) > limits_.window) h.pop_front();
       }
     Cost mean;
-    for (const Cost& c : streak) mean = Cost{mean.share + c.share / limits_.steps, mean.ms + c.ms / limits_.steps};
-    const bool named = length >= limits_.steps && mean.share > limits_.threshold;
+    for (const Cost& c : streak.last) mean = Cost{mean.share + c.share / limits_.steps, mean.ms + c.ms / limits_.steps};
+    const bool named = streak.length >= limits_.steps && mean.share > limits_.threshold;
     if (named)
-      out.push_back(Straggler{me.pp, me.dp, rank, rank / per_node_, slow, mean.ms, mean.share, length, !named_[r]});
-    named_[r] = named;
+      out.push_back(
+          Straggler{me.pp, me.dp, rank, rank / per_node_, slow, mean.ms, mean.share, streak.length, !streak.named});
+    streak.named = named;
   }
   return out;
 }

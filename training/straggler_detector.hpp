@@ -108,9 +108,13 @@ class StragglerDetector {
   struct Cost {
     double share = 0, ms = 0;
   };
-  std::vector<std::deque<Cost>> streak_;  ///< by rank: its last `steps` steps slowed in every instruction (G-6, G-7)
-  std::vector<int> streak_length_;        ///< by rank: how many steps in a row it has been so slowed
-  std::vector<bool> named_;               ///< by rank: named in the last step
+  /// An actor's run of steps slowed in every instruction (G-6, G-7).
+  struct Streak {
+    std::deque<Cost> last;  ///< the costs of its last `steps` steps
+    int length = 0;         ///< steps in a row
+    bool named = false;     ///< named in the last step
+  };
+  std::vector<Streak> streak_;  ///< by rank
 };
 
 }  // namespace troupe
