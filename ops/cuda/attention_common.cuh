@@ -37,13 +37,21 @@ __device__ inline F* btc_head(F* btc, const AttentionGeometry& g, int b, int t, 
   return btc + (static_cast<std::int64_t>(b) * g.T + t) * g.C + h * g.hs;
 }
 
+/// How many 16-row tiles of queries each warp of the tensor-core forward
+/// owns: two share every K and V fragment the warp reads from shared memory
+/// (blocks of 128 queries, half as many), one gives blocks of 64. Either
+/// way a query's output and log-sum-exp have the same bits. `automatic`
+/// takes two where the GPU is still filled.
+enum class ForwardRowTiles { automatic, one, two };
+
 /// The tensor-core kernels for bf16 precision (attention_mma.cu; head sizes
 /// up to 64): false, with nothing enqueued, where they do not apply. The
 /// backward computes its own delta = rowsum(dout * out) as it packs dout.
 /// out (the forward's output, the backward's input), qkv and dqkv in fp32 or
 /// bf16 (float or __nv_bfloat16; instantiated for each).
 template <class O, class Q>
-bool attention_forward_mma(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s);
+bool attention_forward_mma(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s,
+                           ForwardRowTiles tiles = ForwardRowTiles::automatic);
 template <class G, class O, class Q>
 bool attention_backward_mma(G* dqkv, const float* dout, const Q* qkv, const O* out, const float* lse,
                             const AttentionGeometry& g, cudaStream_t s);

@@ -18,7 +18,11 @@
 //
 // A block of 4 warps owns 64 rows (queries for the forward and dQ, keys for
 // dK and dV) of one (batch, head); each warp owns 16 of them and computes
-// with mma.sync m16n8k16 (bf16 in, fp32 accumulate). In a 16 x 8 accumulator
+// with mma.sync m16n8k16 (bf16 in, fp32 accumulate). The forward may give
+// a block 128 queries, two groups of 64, and each warp 16 rows of each (two
+// row tiles): every K and V fragment it reads from shared memory then
+// serves two products (FlashAttention-2's 128-query blocks), each group's
+// rows computed exactly as a block of 64 would compute them. In a 16 x 8 accumulator
 // tile lane (g, t) = (lane / 4, lane % 4) holds rows g and g + 8, columns
 // 2t and 2t + 1 (PTX ISA, "Matrix Fragments for mma.m16n8k16"); a row's four
 // owners are adjacent lanes, so its max and sum are two shuffles. A score
@@ -58,7 +62,8 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 struct Packed {
   int Tpad;
-  __host__ __device__ std::int64_t head() const { return static_cast<std::int64_t>(Tpad) * kHs; }  // elements of one head
+  /// The elements of one head.
+  __host__ __device__ std::int64_t head() const { return static_cast<std::int64_t>(Tpad) * kHs; }
 };
 
 // Where the kernels find q, k and v: row t of head h of batch b in part p
@@ -242,13 +247,14 @@ __device__ inline void pipelined(int tiles, Load&& load, Compute&& compute) {
   }
 }
 
-// The key tiles that query tile q0 sees, in order, with K and V brought into
-// shared memory two stages deep: compute(k0, K tile, V tile) for each.
+// The key tiles that the block's query rows q0 .. q0 + rows - 1 see, in
+// order, with K and V brought into shared memory two stages deep:
+// compute(k0, K tile, V tile) for each.
 template <class Compute>
 __device__ inline void for_each_key_tile(bf16 (&Ks)[2][kRows * kLd], bf16 (&Vs)[2][kRows * kLd], const bf16* kh,
-                                         const bf16* vh, int stride, const AttentionGeometry& g, int q0,
+                                         const bf16* vh, int stride, const AttentionGeometry& g, int q0, int rows,
                                          Compute&& compute) {
-  const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + kRows - 1, g.T - 1);
+  const int first = g.first_key(q0) / kRows * kRows, q_last = min(q0 + rows - 1, g.T - 1);
   pipelined(
       (q_last - first) / kRows + 1,
       [&](int buf, int i) {
@@ -258,38 +264,61 @@ __device__ inline void for_each_key_tile(bf16 (&Ks)[2][kRows * kLd], bf16 (&Vs)[
       [&](int buf, int i) { compute(first + i * kRows, Ks[buf], Vs[buf]); });
 }
 
-// acc[n] (16 x 8 each, n < 8: 64 columns) = A (16 x kHs) times tile^T: the
-// warp's rows against the tile's rows, summed over channels.
-__device__ void product_with_rows(float (&acc)[kRowTiles][4], const std::uint32_t (&a)[kHs / 16][4], const bf16* tile) {
+// For each of the warp's kM row tiles i with on[i]: acc[i][n] (16 x 8 each,
+// n < 8: 64 columns) = A_i (16 x kHs) times tile^T, the tile's rows against
+// the warp's, summed over channels. Each B fragment is read from shared
+// memory once for all kM; tile i's products are those, in the order, that
+// it would get alone (kM = 1).
+template <int kM>
+__device__ void product_with_rows(float (&acc)[kM][kRowTiles][4], const std::uint32_t (&a)[kM][kHs / 16][4],
+                                  const bool (&on)[kM], const bf16* tile) {
   const int l = static_cast<int>(threadIdx.x % 32), r = l % 8, m = l / 8;
 #pragma unroll
   for (int n = 0; n < kRowTiles; ++n) {
-    acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kM; ++i) acc[i][n][0] = acc[i][n][1] = acc[i][n][2] = acc[i][n][3] = 0.0f;
 #pragma unroll
     for (int kp = 0; kp < kHs / 32; ++kp) {  // channels 32kp .. 32kp+31: matrices of 8 channels each
       std::uint32_t b[4];
       load_matrices<false>(b, tile + (8 * n + r) * kLd + 32 * kp + 8 * m);
-      mma(acc[n], a[2 * kp], b[0], b[1]);
-      mma(acc[n], a[2 * kp + 1], b[2], b[3]);
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        if (!on[i]) continue;
+        mma(acc[i][n], a[i][2 * kp], b[0], b[1]);
+        mma(acc[i][n], a[i][2 * kp + 1], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc[n] (16 x 8, n < kChannelTiles) += S (16 x 64, as accumulator tiles,
-// rounded to bf16) times the tile's 64 rows: a sum over the tile's rows.
-__device__ void accumulate_over_rows(float (&acc)[kChannelTiles][4], const float (&s)[kRowTiles][4], const bf16* tile) {
+// For each row tile i with on[i]: acc[i][n] (16 x 8, n < kChannelTiles) +=
+// S_i (16 x 64, as accumulator tiles, rounded to bf16) times the tile's 64
+// rows: a sum over the tile's rows, B fragments shared as above.
+template <int kM>
+__device__ void accumulate_over_rows(float (&acc)[kM][kChannelTiles][4], const float (&s)[kM][kRowTiles][4],
+                                     const bool (&on)[kM], const bf16* tile) {
   const int l = static_cast<int>(threadIdx.x % 32), r = l % 8, m = l / 8;
 #pragma unroll
   for (int kk = 0; kk < kRows / 16; ++kk) {
     // S's columns 16kk .. 16kk+15 as an A fragment: accumulator tiles 2kk and 2kk+1.
-    const std::uint32_t a[4] = {pack(s[2 * kk][0], s[2 * kk][1]), pack(s[2 * kk][2], s[2 * kk][3]),
-                                pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+    std::uint32_t a[kM][4];
+#pragma unroll
+    for (int i = 0; i < kM; ++i) {
+      a[i][0] = pack(s[i][2 * kk][0], s[i][2 * kk][1]);
+      a[i][1] = pack(s[i][2 * kk][2], s[i][2 * kk][3]);
+      a[i][2] = pack(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+      a[i][3] = pack(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int np = 0; np < kChannelTiles / 2; ++np) {  // channel tiles 2np and 2np+1
       std::uint32_t b[4];
       load_matrices<true>(b, tile + (16 * kk + 8 * (m & 1) + r) * kLd + 16 * np + 8 * (m >> 1));
-      mma(acc[2 * np], a, b[0], b[1]);
-      mma(acc[2 * np + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int i = 0; i < kM; ++i) {
+        if (!on[i]) continue;
+        mma(acc[i][2 * np], a[i], b[0], b[1]);
+        mma(acc[i][2 * np + 1], a[i], b[2], b[3]);
+      }
     }
   }
 }
@@ -322,73 +351,114 @@ __device__ inline bool needs_mask(const AttentionGeometry& g, int q0, int k0) {
   return k0 + kRows - 1 > q0 || (g.window > 0 && k0 < g.first_key(q0 + kRows - 1));
 }
 
-// The query tile of this block, heaviest (latest) first; blockIdx.x is (b, h).
-__device__ inline int query_tile_start(int T) {
-  const int tiles = (T + kRows - 1) / kRows;
-  return (tiles - 1 - static_cast<int>(blockIdx.y)) * kRows;
+// The first of this block's `rows` query rows, the heaviest (latest) block
+// first; blockIdx.x is (b, h).
+__device__ inline int query_tile_start(int T, int rows) {
+  const int tiles = (T + rows - 1) / rows;
+  return (tiles - 1 - static_cast<int>(blockIdx.y)) * rows;
+}
+
+// Key tile k0 is one that query group q0 (64 rows) visits alone: from the
+// tile holding the group's first visible key to the one holding its last row.
+__device__ inline bool visits(const AttentionGeometry& g, int q0, int k0) {
+  return k0 <= q0 + kRows - 1 && k0 >= g.first_key(q0) / kRows * kRows;
 }
 
 // ---- Kernels ------------------------------------------------------------------------
 
-// out (B,T,C; fp32 or bf16), lse (B,NH,T) from q, k, v. Grid (B*NH, query tiles).
-template <class O>
+// One key tile's step of the online softmax for one row tile of a warp:
+// s (its scores, fp32) scaled, masked where `masked`, and turned into
+// P = exp2(s - the running max); the running max m and sum l of rows g and
+// g + 8 (rows[0], rows[1]) and the output accumulators o rescaled to it.
+__device__ inline void online_softmax_step(float (&s)[kRowTiles][4], float (&m)[2], float (&l)[2],
+                                           float (&o)[kChannelTiles][4], const int (&rows)[2], bool masked,
+                                           float c, int k0, const AttentionGeometry& g) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < kRowTiles; ++n)
+#pragma unroll
+      for (int e = 2 * half; e < 2 * half + 2; ++e) {
+        s[n][e] = masked && !g.visible(rows[half], k0 + column_of(n, e)) ? -INFINITY : s[n][e] * c;
+        tile_max = fmaxf(tile_max, s[n][e]);
+      }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(m[half], tile_max);
+    const float shift = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at 0
+    const float corr = exp2f(m[half] - shift);
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kRowTiles; ++n)
+#pragma unroll
+      for (int e = 2 * half; e < 2 * half + 2; ++e) {
+        s[n][e] = exp2f(s[n][e] - shift);
+        sum += s[n][e];
+      }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    l[half] = l[half] * corr + sum;
+    m[half] = m_new;
+#pragma unroll
+    for (int n = 0; n < kChannelTiles; ++n) o[n][2 * half] *= corr, o[n][2 * half + 1] *= corr;
+  }
+}
+
+// out (B,T,C; fp32 or bf16), lse (B,NH,T) from q, k, v. A block owns kM
+// query groups of 64 rows, q0 + 64i .. q0 + 64i + 63, and warp w the 16
+// rows 16w .. 16w + 15 of each (its row tile i), so every K and V fragment
+// a warp reads from shared memory serves kM row tiles. Row tile i visits
+// exactly the key tiles that group alone would (`visits`), with the same
+// products in the same order: its rows' outputs have the bits of kM = 1.
+// Grid (B*NH, blocks of 64 kM query rows).
+template <class O, int kM>
 __global__ void __launch_bounds__(kThreads) attention_forward_mma_kernel(O* out, float* lse, QkvRows qkv,
                                                                           AttentionGeometry g) {
   __shared__ __align__(16) bf16 Ks[2][kRows * kLd];
   __shared__ __align__(16) bf16 Vs[2][kRows * kLd];
   const int bh = static_cast<int>(blockIdx.x), b = bh / g.NH, h = bh % g.NH;
-  const int q0 = query_tile_start(g.T), r0 = q0 + 16 * static_cast<int>(threadIdx.x / 32);
+  const int q0 = query_tile_start(g.T, kM * kRows), w16 = 16 * static_cast<int>(threadIdx.x / 32);
   const Lane L = lane();
-  const int rows[2] = {r0 + L.g, r0 + L.g + 8};
   const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
-  std::uint32_t qa[kHs / 16][4];
-  load_a(qa, qkv.at(0, b, h) + r0 * qkv.row, qkv.row);
-  float o[kChannelTiles][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  zero(o);
+  // Group i is real when it starts before T; its 64 rows then lie in the
+  // layout (a packed head has Tpad rows, in place T is a multiple of 64).
+  bool real[kM];
+  int rows[kM][2];
+  std::uint32_t qa[kM][kHs / 16][4];
+  float o[kM][kChannelTiles][4], m[kM][2], l[kM][2];
+#pragma unroll
+  for (int i = 0; i < kM; ++i) {
+    const int r0 = q0 + kRows * i + w16;
+    real[i] = kM == 1 || q0 + kRows * i < g.T;
+    rows[i][0] = r0 + L.g;
+    rows[i][1] = r0 + L.g + 8;
+    if (real[i]) load_a(qa[i], qkv.at(0, b, h) + r0 * qkv.row, qkv.row);
+    zero(o[i]);
+    m[i][0] = m[i][1] = -INFINITY;
+    l[i][0] = l[i][1] = 0.0f;
+  }
   const bf16 *kh = qkv.at(1, b, h), *vh = qkv.at(2, b, h);
-  for_each_key_tile(Ks, Vs, kh, vh, qkv.row, g, q0, [&](int k0, const bf16* K, const bf16* V) {
-    float s[kRowTiles][4];
-    product_with_rows(s, qa, K);
-    const bool masked = needs_mask(g, q0, k0);
+  for_each_key_tile(Ks, Vs, kh, vh, qkv.row, g, q0, kM * kRows, [&](int k0, const bf16* K, const bf16* V) {
+    bool on[kM];  // the same in every lane: q0 and k0 are the block's; one group visits every tile
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float tile_max = -INFINITY;
+    for (int i = 0; i < kM; ++i) on[i] = kM == 1 || (real[i] && visits(g, q0 + kRows * i, k0));
+    float s[kM][kRowTiles][4];
+    product_with_rows(s, qa, on, K);
 #pragma unroll
-      for (int n = 0; n < kRowTiles; ++n)
-#pragma unroll
-        for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          s[n][e] = masked && !g.visible(rows[half], k0 + column_of(n, e)) ? -INFINITY : s[n][e] * c;
-          tile_max = fmaxf(tile_max, s[n][e]);
-        }
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float m_new = fmaxf(m[half], tile_max);
-      const float shift = m_new == -INFINITY ? 0.0f : m_new;  // a row with nothing visible yet stays at 0
-      const float corr = exp2f(m[half] - shift);
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kRowTiles; ++n)
-#pragma unroll
-        for (int e = 2 * half; e < 2 * half + 2; ++e) {
-          s[n][e] = exp2f(s[n][e] - shift);
-          sum += s[n][e];
-        }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      l[half] = l[half] * corr + sum;
-      m[half] = m_new;
-#pragma unroll
-      for (int n = 0; n < kChannelTiles; ++n) o[n][2 * half] *= corr, o[n][2 * half + 1] *= corr;
-    }
-    accumulate_over_rows(o, s, V);
+    for (int i = 0; i < kM; ++i)
+      if (on[i]) online_softmax_step(s[i], m[i], l[i], o[i], rows[i], needs_mask(g, q0 + kRows * i, k0), c, k0, g);
+    accumulate_over_rows(o, s, on, V);
   });
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int i = rows[half];
-    if (i >= g.T) continue;  // l > 0 below: query i always sees key i
-    store_half(btc_head(out, g, b, i, h), o, half, 1.0f / l[half], g.hs);
-    if (L.t == 0) lse[static_cast<std::int64_t>(bh) * g.T + i] = (m[half] + log2f(l[half])) * kLn2;
-  }
+  for (int i = 0; i < kM; ++i)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int t = rows[i][half];
+      if (t >= g.T) continue;  // l > 0 below: query t always sees key t
+      store_half(btc_head(out, g, b, t, h), o[i], half, 1.0f / l[i][half], g.hs);
+      if (L.t == 0) lse[static_cast<std::int64_t>(bh) * g.T + t] = (m[i][half] + log2f(l[i][half])) * kLn2;
+    }
 }
 
 // The backward's inputs: q, k, v as the forward's, dout packed, and per
@@ -407,25 +477,27 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(G* dqkv, Bac
   __shared__ __align__(16) bf16 Ks[2][kRows * kLd];
   __shared__ __align__(16) bf16 Vs[2][kRows * kLd];
   const int bh = static_cast<int>(blockIdx.x), b = bh / g.NH, h = bh % g.NH;
-  const int q0 = query_tile_start(g.T), r0 = q0 + 16 * static_cast<int>(threadIdx.x / 32);
+  const int q0 = query_tile_start(g.T, kRows), r0 = q0 + 16 * static_cast<int>(threadIdx.x / 32);
   const Lane L = lane();
   const int rows[2] = {r0 + L.g, r0 + L.g + 8};
   const float c = kLog2e / sqrtf(static_cast<float>(g.hs));
   const bf16* kh = in.qkv.at(1, b, h);
-  std::uint32_t qa[kHs / 16][4], da[kHs / 16][4];
-  load_a(qa, in.qkv.at(0, b, h) + r0 * in.qkv.row, in.qkv.row);
-  load_a(da, in.doutp + bh * pk.head() + static_cast<std::int64_t>(r0) * kHs, kHs);
-  float row_lse[2], row_delta[2], dq[kChannelTiles][4];
-  zero(dq);
+  const bool one[1] = {true};  // one row tile a warp, always computed
+  std::uint32_t qa[1][kHs / 16][4], da[1][kHs / 16][4];
+  load_a(qa[0], in.qkv.at(0, b, h) + r0 * in.qkv.row, in.qkv.row);
+  load_a(da[0], in.doutp + bh * pk.head() + static_cast<std::int64_t>(r0) * kHs, kHs);
+  float row_lse[2], row_delta[2], dq[1][kChannelTiles][4];
+  zero(dq[0]);
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     row_lse[half] = in.lse2[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
     row_delta[half] = in.delta[static_cast<std::int64_t>(bh) * pk.Tpad + rows[half]];
   }
-  for_each_key_tile(Ks, Vs, kh, in.qkv.at(2, b, h), in.qkv.row, g, q0, [&](int k0, const bf16* K, const bf16* V) {
-    float s[kRowTiles][4], dp[kRowTiles][4];
-    product_with_rows(s, qa, K);
-    product_with_rows(dp, da, V);
+  const bf16* vh = in.qkv.at(2, b, h);
+  for_each_key_tile(Ks, Vs, kh, vh, in.qkv.row, g, q0, kRows, [&](int k0, const bf16* K, const bf16* V) {
+    float s[1][kRowTiles][4], dp[1][kRowTiles][4];
+    product_with_rows(s, qa, one, K);
+    product_with_rows(dp, da, one, V);
     const bool masked = needs_mask(g, q0, k0);
 #pragma unroll
     for (int n = 0; n < kRowTiles; ++n)
@@ -434,15 +506,15 @@ __global__ void __launch_bounds__(kThreads) attention_dq_mma_kernel(G* dqkv, Bac
         const int half = e / 2;
         const float p = masked && !g.visible(rows[half], k0 + column_of(n, e))
                             ? 0.0f
-                            : exp2f(s[n][e] * c - row_lse[half]);
-        s[n][e] = p * (dp[n][e] - row_delta[half]);  // dS
+                            : exp2f(s[0][n][e] * c - row_lse[half]);
+        s[0][n][e] = p * (dp[0][n][e] - row_delta[half]);  // dS
       }
-    accumulate_over_rows(dq, s, K);
+    accumulate_over_rows(dq, s, one, K);
   });
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
 #pragma unroll
   for (int half = 0; half < 2; ++half)
-    if (rows[half] < g.T) store_half(qkv_head(dqkv, g, b, rows[half], h, 0), dq, half, scale, g.hs);
+    if (rows[half] < g.T) store_half(qkv_head(dqkv, g, b, rows[half], h, 0), dq[0], half, scale, g.hs);
 }
 
 // dK and dV into dqkv's k and v parts. Grid (B*NH, key tiles), the first key
@@ -463,12 +535,13 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(G* dqkv, Ba
   const bf16* dyh = in.doutp + bh * pk.head();
   const float* lse_h = in.lse2 + static_cast<std::int64_t>(bh) * pk.Tpad;
   const float* delta_h = in.delta + static_cast<std::int64_t>(bh) * pk.Tpad;
-  std::uint32_t ka[kHs / 16][4], va[kHs / 16][4];
-  load_a(ka, in.qkv.at(1, b, h) + j0 * in.qkv.row, in.qkv.row);
-  load_a(va, in.qkv.at(2, b, h) + j0 * in.qkv.row, in.qkv.row);
-  float dk[kChannelTiles][4], dv[kChannelTiles][4];
-  zero(dk);
-  zero(dv);
+  const bool one[1] = {true};  // one row tile a warp, always computed
+  std::uint32_t ka[1][kHs / 16][4], va[1][kHs / 16][4];
+  load_a(ka[0], in.qkv.at(1, b, h) + j0 * in.qkv.row, in.qkv.row);
+  load_a(va[0], in.qkv.at(2, b, h) + j0 * in.qkv.row, in.qkv.row);
+  float dk[1][kChannelTiles][4], dv[1][kChannelTiles][4];
+  zero(dk[0]);
+  zero(dv[0]);
   // Query tiles from k0 (no earlier query sees these keys) to the last that sees one.
   const int tiles = (g.last_query(min(k0 + kRows - 1, g.T - 1)) - k0) / kRows + 1;
   auto load = [&](int buf, int i) {
@@ -481,34 +554,46 @@ __global__ void __launch_bounds__(kThreads) attention_dkv_mma_kernel(G* dqkv, Ba
   };
   pipelined(tiles, load, [&](int buf, int i) {
     const int q0 = k0 + i * kRows;
-    float pt[kRowTiles][4], dst[kRowTiles][4];  // [key][query]: P^T, then dS^T
-    product_with_rows(pt, ka, Qs[buf]);
-    product_with_rows(dst, va, dOs[buf]);
+    float pt[1][kRowTiles][4], dst[1][kRowTiles][4];  // [key][query]: P^T, then dS^T
+    product_with_rows(pt, ka, one, Qs[buf]);
+    product_with_rows(dst, va, one, dOs[buf]);
     const bool masked = needs_mask(g, q0, k0);
 #pragma unroll
     for (int n = 0; n < kRowTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = column_of(n, e);
-        const float p = masked && !g.visible(q0 + col, keys[e / 2]) ? 0.0f : exp2f(pt[n][e] * c - lse_s[buf][col]);
-        pt[n][e] = p;
-        dst[n][e] = p * (dst[n][e] - delta_s[buf][col]);
+        const float p = masked && !g.visible(q0 + col, keys[e / 2]) ? 0.0f : exp2f(pt[0][n][e] * c - lse_s[buf][col]);
+        pt[0][n][e] = p;
+        dst[0][n][e] = p * (dst[0][n][e] - delta_s[buf][col]);
       }
-    accumulate_over_rows(dv, pt, dOs[buf]);  // dV = P^T dO
-    accumulate_over_rows(dk, dst, Qs[buf]);  // dK = dS^T Q (scaled below)
+    accumulate_over_rows(dv, pt, one, dOs[buf]);  // dV = P^T dO
+    accumulate_over_rows(dk, dst, one, Qs[buf]);  // dK = dS^T Q (scaled below)
   });
   const float scale = 1.0f / sqrtf(static_cast<float>(g.hs));
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int j = keys[half];
     if (j >= g.T) continue;
-    store_half(qkv_head(dqkv, g, b, j, h, 1), dk, half, scale, g.hs);
-    store_half(qkv_head(dqkv, g, b, j, h, 2), dv, half, 1.0f, g.hs);
+    store_half(qkv_head(dqkv, g, b, j, h, 1), dk[0], half, scale, g.hs);
+    store_half(qkv_head(dqkv, g, b, j, h, 2), dv[0], half, 1.0f, g.hs);
   }
 }
 
-dim3 grid_of(const AttentionGeometry& g) {
-  return dim3(static_cast<unsigned>(g.B * g.NH), static_cast<unsigned>((g.T + kRows - 1) / kRows));
+// (b, h) by blocks of `rows` query (or key) rows.
+dim3 grid_of(const AttentionGeometry& g, int rows = kRows) {
+  return dim3(static_cast<unsigned>(g.B * g.NH), static_cast<unsigned>((g.T + rows - 1) / rows));
+}
+
+// Two row tiles a warp where blocks of 128 queries still give every SM at
+// least four blocks (two waves at the two blocks an SM holds of that kernel).
+bool two_row_tiles(const AttentionGeometry& g) {
+  int device = 0, sms = 0;
+  check_call(cudaGetDevice(&device), "cudaGetDevice (attention)");
+  check_call(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+             "cudaDeviceGetAttribute (attention)");
+  const dim3 grid = grid_of(g, 2 * kRows);
+  return static_cast<std::int64_t>(grid.x) * grid.y >= 4 * static_cast<std::int64_t>(sms);
 }
 
 Packed packed_of(const AttentionGeometry& g) { return {(g.T + kRows - 1) / kRows * kRows}; }
@@ -544,12 +629,16 @@ QkvRows qkv_rows(const Q* qkv, const AttentionGeometry& g, const Packed& pk, std
 }
 
 template <class O, class Q>
-bool forward(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s) {
+bool forward(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s, ForwardRowTiles tiles) {
   if (g.hs > kHs) return false;
   const Packed pk = packed_of(g);
   std::optional<Scratch> packed;
   const QkvRows rows = qkv_rows(qkv, g, pk, packed, s);
-  attention_forward_mma_kernel<<<grid_of(g), kThreads, 0, s>>>(out, lse, rows, g);
+  if (tiles == ForwardRowTiles::automatic) tiles = two_row_tiles(g) ? ForwardRowTiles::two : ForwardRowTiles::one;
+  if (tiles == ForwardRowTiles::two)
+    attention_forward_mma_kernel<O, 2><<<grid_of(g, 2 * kRows), kThreads, 0, s>>>(out, lse, rows, g);
+  else
+    attention_forward_mma_kernel<O, 1><<<grid_of(g), kThreads, 0, s>>>(out, lse, rows, g);
   check_launch("attention_forward_mma_kernel");
   return true;
 }
@@ -563,7 +652,8 @@ bool backward(G* dqkv, const float* dout, const Q* qkv, const O* out, const floa
   std::optional<Scratch> packed;
   const QkvRows qkv_at = qkv_rows(qkv, g, pk, packed, s);
   const Scratch doutp(packed_bytes(g, pk, 1), s);
-  const Scratch lse2(static_cast<std::size_t>(rows) * sizeof(float), s), delta(static_cast<std::size_t>(rows) * sizeof(float), s);
+  const std::size_t row_bytes = static_cast<std::size_t>(rows) * sizeof(float);
+  const Scratch lse2(row_bytes, s), delta(row_bytes, s);
   constexpr int kPrepareThreads = 256;
   prepare_backward_kernel<<<static_cast<unsigned>((rows + kPrepareThreads / 32 - 1) / (kPrepareThreads / 32)),
                             kPrepareThreads, 0, s>>>(doutp.as<bf16>(), lse2.as<float>(), delta.as<float>(), dout, out,
@@ -580,8 +670,9 @@ bool backward(G* dqkv, const float* dout, const Q* qkv, const O* out, const floa
 }  // namespace
 
 template <class O, class Q>
-bool attention_forward_mma(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s) {
-  return forward(out, lse, qkv, g, s);
+bool attention_forward_mma(O* out, float* lse, const Q* qkv, const AttentionGeometry& g, cudaStream_t s,
+                           ForwardRowTiles tiles) {
+  return forward(out, lse, qkv, g, s, tiles);
 }
 
 template <class G, class O, class Q>
@@ -592,7 +683,8 @@ bool attention_backward_mma(G* dqkv, const float* dout, const Q* qkv, const O* o
 
 // Every combination of fp32 and bf16 for out (O), qkv (Q) and dqkv (G).
 #define TROUPE_ATTENTION_MMA(O, Q)                                                                               \
-  template bool attention_forward_mma(O*, float*, const Q*, const AttentionGeometry&, cudaStream_t);          \
+  template bool attention_forward_mma(O*, float*, const Q*, const AttentionGeometry&, cudaStream_t,           \
+                                      ForwardRowTiles);                                                       \
   template bool attention_backward_mma(float*, const float*, const Q*, const O*, const float*,                \
                                        const AttentionGeometry&, cudaStream_t);                               \
   template bool attention_backward_mma(__nv_bfloat16*, const float*, const Q*, const O*, const float*,        \
