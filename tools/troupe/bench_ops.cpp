@@ -48,11 +48,16 @@ double copy_gbps(const ExecContext& ctx, int reps) {
 nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps, double copy_rate) {
   const Kernels& k = ctx.kernels;
   const std::int64_t B = sh.B, T = sh.T, C = sh.C, N = B * T;
-  auto t = [&](Shape shape) {
+  auto t = [&](Shape shape, DType dtype = DType::f32) {
     auto x = *Tensor::zeros(ctx.device, shape);
     auto host = *Tensor::pinned_host(ctx.device, shape);
     for (std::int64_t i = 0; i < x.numel(); ++i) host.f32()[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
     (void)ctx.copy(x, host);
+    if (dtype == DType::bf16) {
+      auto rounded = *Tensor::zeros(ctx.device, shape, DType::bf16);
+      ctx.kernels.round_to_bf16(rounded, x);
+      x = std::move(rounded);
+    }
     ctx.stream.synchronize();
     return x;
   };
@@ -81,7 +86,10 @@ nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps, 
     record("linear (c_fc)", f, g, flops, 2 * flops, "GFLOP/s");
   }
   {
-    auto qkv = t({B, T, 3 * C}), y = t({B, T, C}), dy = t({B, T, C}), dqkv = t({B, T, 3 * C});
+    // In the types a training step gives them: in bf16, q, k, v, the output
+    // and dqkv are bf16 (read and written as they are), the output's gradient fp32.
+    const DType act = ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+    auto qkv = t({B, T, 3 * C}, act), y = t({B, T, C}, act), dy = t({B, T, C}), dqkv = t({B, T, 3 * C}, act);
     auto att = t(k.attention_saved_shape(B, sh.NH, T));
     double f = time([&] { k.attention_forward(y, att, qkv, sh.NH, 0); });
     double g = time([&] { k.attention_backward(dqkv, dy, qkv, y, att, sh.NH, 0); });
