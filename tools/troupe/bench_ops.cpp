@@ -85,10 +85,14 @@ nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps, 
     const double flops = 2.0 * N * C * 4 * C;
     record("linear (c_fc)", f, g, flops, 2 * flops, "GFLOP/s");
   }
+  // The ops below run on the types a training step gives them: in bf16,
+  // activations that feed GEMMs or attention (q, k, v, attention's output and
+  // dqkv, LayerNorm's output, the MLP's pre-activation and GELU's output, the
+  // logits and their gradient) are bf16, read and written as they are; the
+  // residual stream and its gradients fp32. Bytes count each type's size.
+  const DType act = ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32;
+  const double a = static_cast<double>(dtype_size(act));
   {
-    // In the types a training step gives them: in bf16, q, k, v, the output
-    // and dqkv are bf16 (read and written as they are), the output's gradient fp32.
-    const DType act = ctx.precision == Precision::bf16 ? DType::bf16 : DType::f32;
     auto qkv = t({B, T, 3 * C}, act), y = t({B, T, C}, act), dy = t({B, T, C}), dqkv = t({B, T, 3 * C}, act);
     auto att = t(k.attention_saved_shape(B, sh.NH, T));
     double f = time([&] { k.attention_forward(y, att, qkv, sh.NH, 0); });
@@ -97,23 +101,25 @@ nlohmann::json bench_shapes(const ExecContext& ctx, const Shapes& sh, int reps, 
     record("attention (causal, dense-equivalent flops)", f, g, flops, 2 * flops, "GFLOP/s");
   }
   {
-    auto x = t({N, C}), w = t({C}), b = t({C}), y = t({N, C}), m = t({N}), r = t({N}), dx = t({N, C}),
-         dw = t({C}), db = t({C});
+    auto x = t({N, C}), w = t({C}), b = t({C}), y = t({N, C}, act), m = t({N}), r = t({N}), dy = t({N, C}),
+         dx = t({N, C}), dw = t({C}), db = t({C});
     double f = time([&] { k.layernorm_forward(y, m, r, x, w, b); });
-    double g = time([&] { k.layernorm_backward(dx, dw, db, y, x, w, m, r); });
-    record("layernorm", f, g, 8.0 * N * C, 16.0 * N * C, "GB/s");
+    double g = time([&] { k.layernorm_backward(dx, dw, db, dy, x, w, m, r); });
+    // Forward: x read, y written; backward: dout and x read, dx read and written.
+    record("layernorm", f, g, (4.0 + a) * N * C, 16.0 * N * C, "GB/s");
   }
   {
-    auto x = t({N, 4 * C}), y = t({N, 4 * C});
+    auto x = t({N, 4 * C}, act), y = t({N, 4 * C}, act);
     double f = time([&] { k.gelu_forward(y, x); });
-    double g = time([&] { k.gelu_backward(y, x, y); });
-    record("gelu", f, g, 8.0 * N * 4 * C, 12.0 * N * 4 * C, "GB/s");
+    double g = time([&] { k.gelu_backward(y, x, y); });  // in place, as the MLP's backward runs it
+    record("gelu", f, g, 2 * a * N * 4 * C, 3 * a * N * 4 * C, "GB/s");
   }
   {
-    auto z = t({N, sh.V}), l = t({N});
+    auto z = t({N, sh.V}, act), l = t({N});
     auto tgt = *Tensor::zeros(ctx.device, {N}, DType::i32);
     double f = time([&] { k.cross_entropy_forward_backward(l, z, tgt, 1.0f); });
-    record("softmax cross-entropy (fused with backward)", f, f, 8.0 * N * sh.V, 8.0 * N * sh.V, "GB/s");
+    // The logits read, their gradient written in their place.
+    record("softmax cross-entropy (fused with backward)", f, f, 2 * a * N * sh.V, 2 * a * N * sh.V, "GB/s");
   }
   {
     const std::int64_t P = 12 * C * C;
