@@ -422,7 +422,7 @@ TEST_CASE("UX-8: what a completion sends goes before a later completion of the s
   // Rank 1 sends A, then B. Rank 0's completion of A sends X back; its
   // completion of B works until rank 1 has X (at most 2 s). A's completion
   // waits until B was sent, so that B is there for the same poll.
-  long a = 0, b = 0, x = 7, x_in = 0;
+  long a = 0, b = 0, a_out = 1, b_out = 2, x = 7, x_in = 0;  // each buffer one transfer's
   std::atomic<bool> b_sent{false}, x_arrived{false}, b_done{false};
   std::atomic<int> b_waited_ms{-1};
   t1.recv(0, 9, &x_in, sizeof x_in, [&](Status st) { x_arrived.store(st.ok()); });
@@ -447,14 +447,16 @@ TEST_CASE("UX-8: what a completion sends goes before a later completion of the s
                                                  std::chrono::steady_clock::now() - t_begin).count()));
           b_done.store(true);
         });
-        t1.send(0, 1, &a, sizeof a, [](Status) {});
-        t1.send(0, 2, &b, sizeof b, [&](Status) { b_sent.store(true); });
+        t1.send(0, 1, &a_out, sizeof a_out, [](Status) {});
+        t1.send(0, 2, &b_out, sizeof b_out, [&](Status) { b_sent.store(true); });
       },
       [&] { return b_done.load(); }, std::chrono::milliseconds(5000));
   REQUIRE(until(b_done, 5000));
   REQUIRE(until(x_arrived, 5000));
   if (!shares_core) CHECK(b_waited_ms.load() < 1000);  // X left before B's completion ran
   CHECK(x_in == 7);
+  CHECK(a == 1);
+  CHECK(b == 2);
 }
 
 TEST_CASE("UX-8: a driver that stops at once still runs what its start's posts completed", "[ucx][drive]") {
@@ -696,7 +698,10 @@ TEST_CASE("UX-10, UX-11: messages from processes without the job's key never rea
   CHECK(refused == 3);
   CHECK(unauthenticated_messages() == refused_before + 3);
   CHECK(ts[1]->refuse_unproven() == 0);
-  (void)f2.get();  // the rendezvous one was received into the sweep's trash
+  // Each forger's send completed (the eager ones as they left, the
+  // rendezvous one received into the sweep's trash) before its Waiter, which
+  // the completion writes, goes out of scope ahead of the forgers.
+  for (Waiter* forged_send : {&f1, &f2, &f3}) (void)forged_send->get();
   // The members still talk, in this generation and the next; a member's
   // message of the old generation, never received, is stale there, not forged.
   exchange_both_ways(*ts[0], *ts[1], 11);
