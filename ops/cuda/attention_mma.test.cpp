@@ -5,8 +5,10 @@
 // qkv read in place), the output's type, the window, and T's place against
 // the 128-row blocks (a last block whose second group lies past T, or a T
 // under 64 where no block has one).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "ops/cuda/attention_common.cuh"
 #include "ops/cuda/cuda_test_support.hpp"
@@ -67,23 +69,25 @@ void check_two_tiles(const ExecContext& ctx, std::mt19937& rng, const AttentionG
   }
 }
 
-}  // namespace
-
-namespace {
-
 struct Shape4 {
   int B, T, C, NH;
 };
 
-void check_shapes(std::initializer_list<Shape4> shapes, std::initializer_list<int> windows) {
+struct Case {
+  Shape4 shape;
+  int window;
+};
+
+void check_cases(const std::vector<Case>& cases) {
   auto gpu = testing::gpu_or_skip(Precision::bf16);
   const ExecContext& ctx = gpu->context();
   std::mt19937 rng(11);
   // The context's uploads wait for their own stream; the kernels run on the
   // thread's default stream and are waited for before each read.
   const cudaStream_t stream = cudaStreamPerThread;
-  for (auto [B, T, C, NH] : shapes)
-    for (int window : windows) check_two_tiles(ctx, rng, AttentionGeometry{B, T, C, NH, C / NH, window}, stream);
+  for (const auto& [shape, window] : cases)
+    check_two_tiles(ctx, rng, AttentionGeometry{shape.B, shape.T, shape.C, shape.NH, shape.C / shape.NH, window},
+                    stream);
 }
 
 }  // namespace
@@ -92,15 +96,18 @@ TEST_CASE("CUDA bf16 attention forward: two row tiles a warp give the bits of on
   // hs = 64 with T a multiple of 64 (a bf16 qkv read in place): T = 64 (one
   // group, no second), 192 (the last block's second group past T), 256; hs =
   // 64 packed: T = 130; hs = 32 and 4: T = 200 and 33.
-  check_shapes({Shape4{1, 64, 64, 1}, Shape4{2, 192, 128, 2}, Shape4{1, 256, 64, 1}, Shape4{1, 130, 128, 2},
-                Shape4{1, 200, 64, 2}, Shape4{2, 33, 12, 3}},
-               {0, 5, 100, 129});
+  std::vector<Case> cases;
+  for (const Shape4& shape : {Shape4{1, 64, 64, 1}, Shape4{2, 192, 128, 2}, Shape4{1, 256, 64, 1},
+                              Shape4{1, 130, 128, 2}, Shape4{1, 200, 64, 2}, Shape4{2, 33, 12, 3}})
+    for (int window : {0, 5, 100, 129}) cases.push_back({shape, window});
+  check_cases(cases);
 }
 
 // Small enough for compute-sanitizer (memcheck: the [kernels] cases; racecheck)
-// within the GPU check's time: a second group past T in both layouts.
+// within the GPU check's time: a second group past T in both layouts, one
+// with a window.
 TEST_CASE("CUDA bf16 attention forward with two row tiles a warp, on small shapes", "[cuda][kernels][racecheck]") {
-  check_shapes({Shape4{1, 192, 64, 1}, Shape4{1, 130, 64, 1}}, {0, 5});
+  check_cases({{Shape4{1, 192, 64, 1}, 5}, {Shape4{1, 130, 64, 1}, 0}});
 }
 
 }  // namespace troupe
