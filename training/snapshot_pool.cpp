@@ -40,7 +40,7 @@ Expected<StageSnapshot*> SnapshotPool::acquire(int local, int step, const ShardL
                       std::to_string(limit.count()), " ms (health.wait_timeout_ms); the writer is stuck");
   free->use = Use::filling;
   free->step = step;
-  a.layout = layout;
+  free->layout = layout;
   return &free->snapshot;
 }
 
@@ -89,7 +89,7 @@ std::vector<ShardToWrite> SnapshotPool::start_persist(int step) {
     for (auto& b : actors_[i].buffers)
       if (b.use == Use::filled && b.step == step) {
         b.use = Use::persisting;
-        out.push_back({ranks_[i], &actors_[i].layout, &b.snapshot});
+        out.push_back({ranks_[i], &b.layout, &b.snapshot});
       }
   return out;
 }

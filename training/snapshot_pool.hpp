@@ -11,6 +11,10 @@
 //       (a step an actor never filled, because it failed, is never persisted).
 //  B-4  after a recovery's rollback every buffer is free: the steps redone
 //       take their snapshots again.
+//  B-5  a buffer's shard layout is its own, written only by the acquire that
+//       starts filling it: an actor filling one buffer never writes what the
+//       writer reads while persisting another (ThreadSanitizer found the
+//       actor's one layout overwritten under the writer's reads).
 #pragma once
 
 #include <chrono>
@@ -80,10 +84,10 @@ class SnapshotPool {
     Use use = Use::free;
     int step = -1;
     StageSnapshot snapshot;
+    ShardLayout layout;  ///< the snapshot's: the writer reads it while the actor fills its other buffer (B-5)
   };
   struct Actor {
     std::vector<Buffer> buffers;
-    ShardLayout layout;
     std::deque<PersistOutcome> unreported;  ///< for this actor's next metrics lines, oldest first
   };
   std::function<void()> starved_;

@@ -1,7 +1,8 @@
 // SnapshotPool: buffers are never filled while persisting (B-1), a step is
 // persisted only once every local actor filled it (B-2), drain waits only for
-// steps that will be persisted (B-3), and each persist's outcome reaches every
-// local actor's metrics once, a failure before a later success.
+// steps that will be persisted (B-3), a persisting buffer's layout is its own
+// (B-5), and each persist's outcome reaches every local actor's metrics once, a
+// failure before a later success.
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -31,6 +32,29 @@ TEST_CASE("B-2: a step is complete only once every local actor filled its buffer
   CHECK(shards[0].rank == 4);
   CHECK(shards[1].rank == 5);
   CHECK_FALSE(pool.complete(3));  // persisting now, not ready again
+}
+
+TEST_CASE("B-5: the layout a persisting buffer's writer reads is its own, not overwritten when the actor fills the "
+          "other",
+          "[snapshot_pool]") {
+  SnapshotPool pool({0});
+  const ShardLayout other{{ShardChunk{{{"w", {8}, 0, 8, true}, {"b", {2}, 8, 2, true}}, {{0, 10}}}}, false};
+  REQUIRE(pool.acquire(0, 1, kLayout, milliseconds(100)).ok());
+  REQUIRE(pool.filled(0, 1));
+  const auto persisting = pool.start_persist(1);
+  REQUIRE(persisting.size() == 1);
+  // The actor goes on to the next checkpoint in its other buffer, with another layout.
+  REQUIRE(pool.acquire(0, 2, other, milliseconds(100)).ok());
+  const ShardLayout& read = *persisting[0].layout;
+  CHECK(read.writes_params);
+  REQUIRE(read.chunks.size() == 1);
+  REQUIRE(read.chunks[0].params.size() == 1);
+  CHECK(read.chunks[0].params[0].name == "w");
+  REQUIRE(pool.filled(0, 2));
+  const auto next = pool.start_persist(2);
+  REQUIRE(next.size() == 1);
+  CHECK_FALSE(next[0].layout->writes_params);
+  CHECK(next[0].layout->chunks[0].params.size() == 2);
 }
 
 TEST_CASE("B-1: acquire waits while both buffers persist, and fails bounded", "[snapshot_pool]") {
