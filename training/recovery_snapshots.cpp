@@ -38,12 +38,15 @@ std::size_t RecoverySnapshots::to_overwrite(const Slot& s, int step) {
   return s.buffers[1].next_step < s.buffers[0].next_step ? 1 : 0;
 }
 
-Status RecoverySnapshots::take(int local, StageState& state) {
+Status RecoverySnapshots::take(int local, StageState& state, ProgressSlot* progress) {
   Slot& s = *slot(local);
   std::unique_lock<std::mutex> lock(s.mu);
   const std::size_t b = to_overwrite(s, state.next_step());
   const auto t0 = Clock::now();
-  s.idle.wait(lock, [&] { return s.reading[b] == 0 && !s.writing[b]; });  // RS-3
+  {
+    WaitScope waiting(progress);  // on the buddy's transfer: a wait on a peer, not a stall (H-1)
+    s.idle.wait(lock, [&] { return s.reading[b] == 0 && !s.writing[b]; });  // RS-3
+  }
   s.cost.wait_ms = ms_since(t0);
   s.complete[b] = false;
   TROUPE_TRY(state.snapshot(s.buffers[b]));

@@ -26,7 +26,9 @@
 //        listed is an error naming it.
 //  RS-3  A buffer is never overwritten while a transfer reads it: take()
 //        first waits for the mirror (or serve) of the buffer it reuses; the
-//        wait is the buddy copy's exposed cost (mirror_cost()).
+//        wait is the buddy copy's exposed cost (mirror_cost()), and the
+//        actor is marked waiting meanwhile (a transfer to a peer, H-1: not a
+//        stall).
 //  RS-4  A stage actor takes its first rollback point before its first
 //        transfer (the start barrier; training/stage_trainer.cpp): a peer
 //        that fails while others still wait in the barrier finds every
@@ -42,6 +44,7 @@
 
 #include "backends/transport/transport.hpp"
 #include "common/expected.hpp"
+#include "training/progress.hpp"
 #include "training/stage_state.hpp"
 
 namespace troupe {
@@ -52,8 +55,9 @@ class RecoverySnapshots {
   explicit RecoverySnapshots(int actors);
 
   int actors() const { return static_cast<int>(slots_.size()); }
-  /// Copies actor `local`'s state (at a step boundary: before state.next_step()) in.
-  Status take(int local, StageState& state);
+  /// Copies actor `local`'s state (at a step boundary: before state.next_step()) in;
+  /// `progress` (may be null) is marked waiting while RS-3 waits.
+  Status take(int local, StageState& state, ProgressSlot* progress = nullptr);
   /// The steps actor `local` can be rolled back to, oldest first.
   std::vector<int> steps(int local) const;
   /// Restores actor `local`'s snapshot taken before `step` into `state`.

@@ -8,7 +8,7 @@ namespace troupe::stage_training {
 Status StageTrainer::take_recovery_snapshot() {
   if (!a_.recovery || state_->next_step() % a_.recovery.snapshot_every != 0) return Status::success();
   const auto t0 = Clock::now();
-  TROUPE_TRY(a_.recovery.snapshots->take(a_.local, *state_));
+  TROUPE_TRY(a_.recovery.snapshots->take(a_.local, *state_, a_.progress));
   snapshot_us_ = us_since(t0);  // for the next metrics line: what the rollback point cost this actor
   return Status::success();
 }
