@@ -23,9 +23,7 @@ cmake --build build-asan -j"$(nproc)"
 cd build-asan
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-skip="learns the demo corpus|40 finished jobs in a row|examples build against the installed package"
-skip+="|300 steps without faults|CPU hog pinned on one core for 300 steps|bench transport: latency and bandwidth"
-skip+="|layers depend downward only|report loads in Chromium|load time in Chromium|a report of a slow drill and a recovery|a failed run's report has the verdict"
+. ../scripts/sanitizer_skips.sh
 # Tests that repeat one scenario over variants run some of them here, drawn
 # each run (all_or_drawn in tests/test_support.hpp).
-ctest --output-on-failure -j"$(nproc)" --timeout 900 -E "$skip"
+ctest --output-on-failure -j"$(nproc)" --timeout 900 -E "$sanitizer_skips"

@@ -41,12 +41,9 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 if [ -n "${CAF_TSAN_LIB:-}" ]; then
   cmake --build build-tsan -j"$(nproc)"
   export LD_LIBRARY_PATH="$CAF_TSAN_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  skip="learns the demo corpus|40 finished jobs in a row|examples build against the installed package"
-  skip+="|300 steps without faults|CPU hog pinned on one core for 300 steps|bench transport: latency and bandwidth"
-  skip+="|layers depend downward only|report loads in Chromium|load time in Chromium|a report of a slow drill and a recovery"
-  skip+="|a failed run's report has the verdict|fuzz"
+  . scripts/sanitizer_skips.sh
   cd build-tsan
-  exec setarch -R ctest --output-on-failure -j"$(nproc)" --timeout 900 -E "$skip"
+  exec setarch -R ctest --output-on-failure -j"$(nproc)" --timeout 900 -E "$sanitizer_skips|fuzz"
 fi
 
 targets=(common_test backends_test ops_test training_test runtime_test)
